@@ -1,0 +1,60 @@
+"""cinn.compile: Program -> passes -> fusion -> lowering -> build -> Executable."""
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Callable
+
+import tvm
+
+from cinn.build import KernelSpec, build_all, default_cache_dir, workload_key
+from cinn.ir import Program
+from cinn.lower import lower_group
+from cinn.passes.fusion import fuse as fuse_groups
+from cinn.passes.fusion import unfused
+from cinn.passes.pipeline import optimize
+from cinn.runtime import Executable, Kernel
+from cinn.target import Target, parse_target
+
+
+def compile(  # noqa: A001 - the public name of the contract
+    program: Program,
+    target: "str | Target" = "llvm",
+    fuse: bool = True,
+    tuning_log: "str | os.PathLike | None" = None,
+    *,
+    cache_dir: "str | os.PathLike | None" = None,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Executable:
+    """Compile a Program for a target; fuse=False runs one kernel per op (the baseline)."""
+    tgt = parse_target(target)
+    program = optimize(program)
+    groups = fuse_groups(program) if fuse else unfused(program)
+    lowered = [lower_group(g, program.constants) for g in groups]
+    records = _tuning_records(tuning_log, tgt)
+    specs = []
+    for lg in lowered:
+        key = workload_key(lg.func)
+        specs.append(KernelSpec(key, tvm.ir.save_json(lg.func), lg.group.kind, records.get(key)))
+    cache = pathlib.Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    modules = build_all(specs, tgt, cache, workers if workers is not None else (os.cpu_count() or 1), progress)
+    _configure_threads(tgt)
+    kernels = [Kernel(lg.group.name, m["main"], m, lg.params) for lg, m in zip(lowered, modules)]
+    device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
+    return Executable(program, kernels, device)
+
+
+def _tuning_records(log, target: Target) -> dict[str, str]:
+    """Best tuned trace per workload from a schedule log (applied by the auto-tuner issue)."""
+    if log is None:
+        return {}
+    from autotune.database import best_traces
+
+    return best_traces(log, target)
+
+
+def _configure_threads(target: Target) -> None:
+    """TVM's CPU pool defaults to one thread on some machines: use the target's cores."""
+    if not target.is_cuda:
+        tvm.get_global_func("runtime.config_threadpool")(0, target.num_cores)

@@ -1,0 +1,146 @@
+"""Build: schedule and compile each lowered group, in parallel workers, through an on-disk cache."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import functools
+import hashlib
+import os
+import pathlib
+import tempfile
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import tvm
+import tvm_ffi
+
+from cinn.ops import PatternKind
+from cinn.target import Target
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What to build: a PrimFunc (as TVM JSON), its group kind, and an optional tuned trace (JSON)."""
+
+    workload: str
+    func_json: str
+    kind: PatternKind
+    trace: str | None = None
+
+
+def workload_key(func) -> str:
+    """The workload key of a PrimFunc: its structural hash (names do not matter)."""
+    return f"{tvm_ffi.structural_hash(func) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def default_cache_dir() -> pathlib.Path:
+    """$CINN_CACHE_DIR, else ~/.cache/cinn."""
+    return pathlib.Path(os.environ.get("CINN_CACHE_DIR") or pathlib.Path.home() / ".cache" / "cinn")
+
+
+@functools.lru_cache(maxsize=None)
+def _code_version() -> str:
+    """A hash of the code that decides what a kernel becomes, so schedule changes invalidate the cache."""
+    import cinn
+    import schedules
+
+    h = hashlib.sha256(tvm.__version__.encode())
+    for pkg in (schedules, cinn):
+        root = pathlib.Path(pkg.__file__).parent
+        for f in sorted(root.rglob("*.py")):
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_key(spec: KernelSpec, target: Target) -> str:
+    """Cache file stem: workload, schedule, target, TVM and compiler code versions."""
+    text = "|".join([spec.workload, spec.trace or "default", str(target), _code_version()])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
+    """Schedule and compile one kernel to a shared library at `path` (atomically); returns `path`."""
+    from tvm.s_tir import Schedule, Trace
+
+    from schedules import apply_default
+
+    func = tvm.ir.load_json(spec.func_json)
+    sch = Schedule(tvm.IRModule({"main": func}))
+    if spec.trace is None:
+        apply_default(sch, spec.kind, target)
+    else:
+        import json
+
+        Trace.apply_json_to_schedule(json.loads(spec.trace), sch)
+    ex = tvm.compile(sch.mod, target=target.tvm())
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
+    os.close(fd)
+    try:
+        ex.export_library(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def build_all(
+    specs: Sequence[KernelSpec],
+    target: Target,
+    cache_dir: pathlib.Path,
+    workers: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[tvm.runtime.Module]:
+    """Build (or load from cache) one module per spec; identical specs are built once."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    paths = {s: str(cache_dir / f"{cache_key(s, target)}.so") for s in dict.fromkeys(specs)}
+    modules: dict[KernelSpec, tvm.runtime.Module] = {}
+    missing = []
+    for spec, path in paths.items():
+        mod = _load(path)
+        if mod is None:
+            missing.append(spec)
+        else:
+            modules[spec] = mod
+    done = len(modules)
+    for spec in _build_missing(missing, target, paths, workers):
+        modules[spec] = tvm.runtime.load_module(paths[spec])
+        done += 1
+        if progress:
+            progress(done, len(paths))
+    return [modules[s] for s in specs]
+
+
+def _load(path: str):
+    """Load a cached module; a corrupt entry is deleted (and rebuilt by the caller)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        return tvm.runtime.load_module(path)
+    except Exception as err:  # noqa: BLE001 - any load failure means the entry is unusable
+        warnings.warn(f"cinn: corrupt cache entry {path} ({type(err).__name__}); rebuilding", stacklevel=3)
+        os.unlink(path)
+        return None
+
+
+def _build_missing(missing: list[KernelSpec], target: Target, paths: dict, workers: int):
+    """Yield specs as their libraries are written, using worker processes when it pays."""
+    if workers <= 1 or len(missing) <= 1:
+        for spec in missing:
+            build_kernel(spec, target, paths[spec])
+            yield spec
+        return
+    pool = _pool(workers)
+    futures = {pool.submit(build_kernel, s, target, paths[s]): s for s in missing}
+    for fut in cf.as_completed(futures):
+        fut.result()
+        yield futures[fut]
+
+
+@functools.lru_cache(maxsize=None)
+def _pool(workers: int):
+    """Worker processes kept for the life of the process (fresh interpreters: no fork of TVM's threads,
+    and no re-import of the user's __main__)."""
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    return PopenPoolExecutor(max_workers=workers)

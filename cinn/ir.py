@@ -1,0 +1,129 @@
+"""The HLIR: typed values, op nodes and the Program graph that every front door produces."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+import numpy as np
+
+DTYPES = ("bool", "int8", "int32", "int64", "float16", "float32", "float64")
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Static shape and dtype of a tensor."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "dtype", str(np.dtype(self.dtype)))
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unsupported dtype {self.dtype!r}; supported: {', '.join(DTYPES)}")
+        if any(d < 0 for d in self.shape):
+            raise ValueError(f"negative dimension in shape {self.shape}")
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Value:
+    """A named SSA tensor value of a Program."""
+
+    name: str
+    type: TensorType
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.type.dtype
+
+
+@dataclass(frozen=True)
+class Attrs:
+    """Base of every op's typed attributes: frozen, hashable (lists become tuples)."""
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, list):
+                object.__setattr__(self, f.name, _freeze(v))
+
+
+def _freeze(v):
+    return tuple(_freeze(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+
+@dataclass(frozen=True)
+class NoAttrs(Attrs):
+    """Attributes of an op that has none."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One op application: inputs and outputs are Values, attrs the op's typed attributes."""
+
+    op: str
+    inputs: tuple[Value, ...]
+    outputs: tuple[Value, ...]
+    attrs: Attrs = NoAttrs()
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Program:
+    """A graph of nodes in topological order with its inputs, constants and outputs."""
+
+    name: str
+    inputs: tuple[Value, ...]
+    nodes: tuple[Node, ...]
+    outputs: tuple[Value, ...]
+    constants: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "constants", MappingProxyType(dict(self.constants)))
+
+    def replace(self, **changes) -> "Program":
+        """Return a copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def const_values(self) -> tuple[Value, ...]:
+        """The constants as typed Values."""
+        return tuple(Value(k, TensorType(a.shape, a.dtype)) for k, a in self.constants.items())
+
+    def producers(self) -> dict[str, Node]:
+        """Map each node-produced value name to its node."""
+        return {v.name: n for n in self.nodes for v in n.outputs}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        """Map each value name to the nodes that read it (in order, without repeats)."""
+        users: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for name in dict.fromkeys(v.name for v in n.inputs):
+                users.setdefault(name, []).append(n)
+        return users
+
+    def __str__(self) -> str:
+        def fmt(v: Value) -> str:
+            return f"%{v.name}:{v.dtype}{list(v.shape)}"
+
+        lines = [f"program {self.name}(" + ", ".join(fmt(v) for v in self.inputs) + ")"]
+        lines += [f"  const {fmt(v)}" for v in self.const_values]
+        for n in self.nodes:
+            attrs = "" if isinstance(n.attrs, NoAttrs) else f" {n.attrs}"
+            lines.append(f"  {', '.join(fmt(v) for v in n.outputs)} = {n.op}({', '.join('%' + v.name for v in n.inputs)}){attrs}")
+        lines.append("  return " + ", ".join("%" + v.name for v in self.outputs))
+        return "\n".join(lines)

@@ -1,0 +1,49 @@
+"""Lowering: one fused group -> one TVM PrimFunc built from the op table's TE computes."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+from tvm import te
+
+from cinn.ir import Value
+from cinn.ops import get_op
+from cinn.ops.te_util import const
+from cinn.passes.fusion import Group
+
+
+@dataclass(frozen=True)
+class LoweredGroup:
+    """A group's PrimFunc and the values bound to its parameters, in order."""
+
+    func: object  # tvm.tirx.PrimFunc
+    params: tuple[Value, ...]
+    group: Group
+
+
+def lower_group(group: Group, constants: Mapping[str, np.ndarray]) -> LoweredGroup:
+    """Build the group's TE graph and turn it into a PrimFunc (inputs, then outputs)."""
+    tensors: dict[str, te.Tensor] = {}
+    args: list[Value] = []
+    for v in group.inputs:
+        if v.name in constants and constants[v.name].size == 1:
+            # scalar constants are folded into the kernel instead of being passed as buffers
+            scalar = constants[v.name].reshape(()).item()
+            tensors[v.name] = te.compute(v.shape, lambda *_, s=scalar, d=v.dtype: const(s, d), name=_ident(v.name))
+        else:
+            tensors[v.name] = te.placeholder(v.shape, v.dtype, name=_ident(v.name))
+            args.append(v)
+    for node in group.nodes:
+        op = get_op(node.op, node.name)
+        outs = op.compute([tensors[v.name] for v in node.inputs], node.attrs, [v.type for v in node.outputs])
+        for v, t in zip(node.outputs, outs):
+            tensors[v.name] = t
+    params = tuple(args) + group.outputs
+    func = te.create_prim_func([tensors[v.name] for v in params])
+    return LoweredGroup(func.with_attr("global_symbol", "main"), params, group)
+
+
+def _ident(name: str) -> str:
+    return re.sub(r"\W", "_", name)

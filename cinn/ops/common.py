@@ -1,0 +1,98 @@
+"""Shared building blocks for op table entries: inference helpers and entry factories."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from cinn.ir import Attrs, NoAttrs, TensorType
+from cinn.ops.registry import DtypeClass, OpDef, PatternKind, register
+
+
+def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """Numpy broadcasting of shapes, with an error naming the op and the shapes."""
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ValueError(f"{op}: shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast") from None
+
+
+def same_dtype(op: str, types: Sequence[TensorType]) -> str:
+    """The common dtype of the inputs; mixed dtypes raise with the op and the shapes."""
+    dtypes = {t.dtype for t in types}
+    if len(dtypes) != 1:
+        detail = ", ".join(f"{t.dtype}{tuple(t.shape)}" for t in types)
+        raise TypeError(f"{op}: input dtypes differ ({detail}); insert a cast")
+    return dtypes.pop()
+
+
+def normalize_axis(op: str, axis: int, ndim: int) -> int:
+    """A possibly negative axis as a non-negative one, checked against the rank."""
+    if not -max(ndim, 1) <= axis < max(ndim, 1):
+        raise ValueError(f"{op}: axis {axis} out of range for rank {ndim}")
+    return axis % max(ndim, 1)
+
+
+def normalize_axes(op: str, axes: Sequence[int], ndim: int) -> tuple[int, ...]:
+    """Axes as sorted non-negative unique ints."""
+    out = sorted({normalize_axis(op, a, ndim) for a in axes})
+    return tuple(out)
+
+
+def same_type(_types: Sequence[TensorType], _attrs: Attrs) -> tuple[TensorType]:
+    """Inference of an op whose output has the type of its first input."""
+    return (_types[0],)
+
+
+def elementwise_type(op: str, out_dtype: str | None = None) -> Callable:
+    """Inference for n-ary broadcasting ops with a common input dtype."""
+
+    def infer(types: Sequence[TensorType], _attrs: Attrs) -> tuple[TensorType]:
+        dtype = same_dtype(op, types)
+        return (TensorType(broadcast_shapes(op, *(t.shape for t in types)), out_dtype or dtype),)
+
+    return infer
+
+
+def register_elementwise(
+    name: str,
+    te_fn: Callable,
+    np_fn: Callable,
+    *,
+    arity: int = 1,
+    dtypes: DtypeClass = DtypeClass.FLOAT,
+    out_dtype: str | None = None,
+    attrs: type[Attrs] | None = None,
+    doc: str = "",
+) -> OpDef:
+    """Register a (broadcasting) elementwise op from a scalar TE function and a numpy function.
+
+    te_fn(*scalar_exprs[, attrs]) builds one output element; np_fn(*arrays[, attrs]) is the reference.
+    """
+    from cinn.ops.te_util import elementwise_compute
+
+    with_attrs = attrs is not None
+
+    def reference(arrays: Sequence[np.ndarray], a: Attrs) -> list[np.ndarray]:
+        out = np_fn(*arrays, a) if with_attrs else np_fn(*arrays)
+        shape = np.broadcast_shapes(*(x.shape for x in arrays))
+        dtype = out_dtype or arrays[0].dtype
+        return [np.broadcast_to(np.asarray(out), shape).astype(dtype)]
+
+    def compute(tensors, a: Attrs, out_types: Sequence[TensorType]):
+        fn = (lambda *xs: te_fn(*xs, a)) if with_attrs else te_fn
+        return [elementwise_compute(name, tensors, out_types[0], fn)]
+
+    return register(
+        OpDef(
+            name=name,
+            kind=PatternKind.ELEMENTWISE,
+            infer=elementwise_type(name, out_dtype),
+            compute=compute,
+            reference=reference,
+            attrs=attrs or NoAttrs,
+            num_inputs=arity,
+            dtypes=dtypes,
+            doc=doc,
+        )
+    )

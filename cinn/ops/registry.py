@@ -1,0 +1,106 @@
+"""The op table: one OpDef per op is the single source of truth for every layer."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import numpy as np
+
+from cinn.ir import Attrs, NoAttrs, TensorType
+
+if TYPE_CHECKING:  # only for annotations: importing tvm costs a second
+    from tvm import te
+
+
+class PatternKind(enum.IntEnum):
+    """Fusion pattern kinds, ordered from most to least fusible (as CINN)."""
+
+    ELEMENTWISE = 0
+    BROADCAST = 1
+    INJECTIVE = 2
+    REDUCTION = 3
+    OUT_FUSIBLE = 4
+    NON_FUSIBLE = 5
+
+
+class DtypeClass(enum.Flag):
+    """Which dtype families an op accepts."""
+
+    FLOAT = enum.auto()
+    INT = enum.auto()
+    BOOL = enum.auto()
+    NUMBER = FLOAT | INT
+    ANY = FLOAT | INT | BOOL
+
+
+def dtype_class(dtype: str) -> DtypeClass:
+    """The family of a dtype string."""
+    if dtype == "bool":
+        return DtypeClass.BOOL
+    return DtypeClass.FLOAT if np.dtype(dtype).kind == "f" else DtypeClass.INT
+
+
+InferFn = Callable[[Sequence[TensorType], Attrs], Sequence[TensorType]]
+ComputeFn = Callable[[Sequence["te.Tensor"], Attrs, Sequence[TensorType]], Sequence["te.Tensor"]]
+ReferenceFn = Callable[[Sequence[np.ndarray], Attrs], Sequence[np.ndarray]]
+# Composite ops are expanded into primitive ops by the decompose pass; the emitter is a NetBuilder.
+DecomposeFn = Callable[["object", Sequence["object"], Attrs], Sequence["object"]]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """Everything the compiler knows about one op."""
+
+    name: str
+    kind: PatternKind
+    infer: InferFn
+    reference: ReferenceFn
+    compute: ComputeFn | None = None
+    decompose: DecomposeFn | None = None
+    attrs: type[Attrs] = NoAttrs
+    num_inputs: int | None = 1  # None: variadic (one list argument)
+    dtypes: DtypeClass = DtypeClass.ANY
+    doc: str = ""
+    aliases: tuple[str, ...] = field(default=())
+
+    @property
+    def is_composite(self) -> bool:
+        return self.decompose is not None
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    """Add an op to the table (names are unique)."""
+    if op.name in OPS:
+        raise ValueError(f"op {op.name!r} registered twice")
+    if (op.compute is None) == (op.decompose is None):
+        raise ValueError(f"op {op.name!r} needs exactly one of compute or decompose")
+    OPS[op.name] = op
+    return op
+
+
+def get_op(name: str, node: str = "") -> OpDef:
+    """Look an op up; unknown names raise with the node that used them."""
+    try:
+        return OPS[name]
+    except KeyError:
+        where = f" (node {node!r})" if node else ""
+        raise NotImplementedError(f"unknown op {name!r}{where}") from None
+
+
+def check_dtypes(op: OpDef, types: Sequence[TensorType]) -> None:
+    """Raise a clear error when an input dtype is outside the op's dtype classes."""
+    for t in types:
+        if not dtype_class(t.dtype) & op.dtypes:
+            raise TypeError(f"{op.name}: dtype {t.dtype} not supported (shapes {[tuple(x.shape) for x in types]})")
+
+
+def infer(op: OpDef, types: Sequence[TensorType], attrs: Attrs) -> tuple[TensorType, ...]:
+    """Validated shape/dtype inference for one op application."""
+    if op.num_inputs is not None and len(types) != op.num_inputs:
+        raise ValueError(f"{op.name}: expects {op.num_inputs} inputs, got {len(types)}")
+    check_dtypes(op, types)
+    return tuple(op.infer(types, attrs))

@@ -1,0 +1,1 @@
+"""Graph passes: plain functions Program -> Program, and fusion Program -> groups."""

@@ -1,0 +1,115 @@
+"""The runtime: an Executable runs a sequence of kernels over buffers planned by liveness."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import tvm
+
+from cinn.ir import Program, TensorType, Value
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One compiled group: its entry function and the values bound to its parameters."""
+
+    name: str
+    func: object  # tvm PackedFunc
+    module: object  # keeps the library loaded
+    params: tuple[Value, ...]
+
+
+def plan_buffers(program: Program, kernels_params: Sequence[Sequence[Value]]) -> tuple[dict[str, int], list[TensorType]]:
+    """Assign every value a storage slot; intermediates whose lifetimes do not overlap share one.
+
+    Returns the value -> slot map and each slot's type. Slots are shared only between values of
+    the same byte size, so a slot is a byte buffer viewed with each value's shape and dtype.
+    """
+    last_use: dict[str, int] = {}
+    for i, params in enumerate(kernels_params):
+        for v in params:
+            last_use[v.name] = i
+    pinned = {v.name for v in program.inputs} | set(program.constants) | {v.name for v in program.outputs}
+    slot_of: dict[str, int] = {}
+    slot_types: list[TensorType] = []
+    free: dict[int, list[int]] = {}  # nbytes -> free slots
+    for v in list(program.inputs) + list(program.const_values):
+        slot_of[v.name] = len(slot_types)
+        slot_types.append(v.type)
+    for i, params in enumerate(kernels_params):
+        for v in params:
+            if v.name in slot_of:
+                continue
+            pool = free.get(v.type.nbytes) if v.name not in pinned else None
+            slot_of[v.name] = pool.pop() if pool else len(slot_types)
+            if slot_of[v.name] == len(slot_types):
+                slot_types.append(v.type)
+        for v in dict.fromkeys(params):
+            if last_use[v.name] == i and v.name not in pinned:
+                free.setdefault(v.type.nbytes, []).append(slot_of[v.name])
+    return slot_of, slot_types
+
+
+class Executable:
+    """A compiled program: call run(feeds) to execute its kernels in order."""
+
+    def __init__(self, program: Program, kernels: Sequence[Kernel], device):
+        self.program = program
+        self._kernels = list(kernels)
+        slot_of, slot_types = plan_buffers(program, [k.params for k in kernels])
+        storage = [tvm.runtime.empty((t.nbytes,), "uint8", device) for t in slot_types]
+        values = list(program.inputs) + list(program.const_values) + [v for k in kernels for v in k.params]
+        self._views = {v.name: storage[slot_of[v.name]]._create_view(v.shape, v.dtype) for v in values}
+        for name, array in program.constants.items():
+            self._views[name].copyfrom(np.ascontiguousarray(array))
+        self._args = [[self._views[v.name] for v in k.params] for k in self._kernels]
+        self.peak_bytes = sum(t.nbytes for t in slot_types)
+
+    @property
+    def num_kernels(self) -> int:
+        """Kernels launched per run."""
+        return len(self._kernels)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [v.name for v in self.program.inputs]
+
+    def kernel_sources(self) -> list[str]:
+        """Generated source of each kernel (LLVM IR on CPU, CUDA C on GPU)."""
+        return [_source(k.module) for k in self._kernels]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Execute with named input arrays; returns the outputs in program order."""
+        self._check_feeds(feeds)
+        for v in self.program.inputs:
+            self._views[v.name].copyfrom(np.ascontiguousarray(feeds[v.name], dtype=v.dtype))
+        for kernel, args in zip(self._kernels, self._args):
+            kernel.func(*args)
+        return [self._views[v.name].numpy() for v in self.program.outputs]
+
+    def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> None:
+        expected = {v.name: v for v in self.program.inputs}
+        missing = [n for n in expected if n not in feeds]
+        extra = [n for n in feeds if n not in expected]
+        if missing or extra:
+            raise ValueError(f"run: missing inputs {missing}, unexpected inputs {extra}; expected {list(expected)}")
+        for name, v in expected.items():
+            arr = np.asarray(feeds[name])
+            if tuple(arr.shape) != v.shape:
+                raise ValueError(f"run: input {name!r} has shape {tuple(arr.shape)}, expected {v.shape}")
+            if str(arr.dtype) != v.dtype and not np.can_cast(arr.dtype, v.dtype, "same_kind"):
+                raise TypeError(f"run: input {name!r} has dtype {arr.dtype}, expected {v.dtype}")
+
+
+def _source(module) -> str:
+    mods = [module] + list(module.imports)
+    for m in reversed(mods):
+        for fmt in ("cu", "cuda", "ll", ""):
+            try:
+                src = m.inspect_source(fmt)
+            except Exception:  # noqa: BLE001 - a module kind without that format
+                continue
+            if src:
+                return src
+    return ""

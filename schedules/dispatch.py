@@ -1,0 +1,15 @@
+"""Pick the default schedule for a group by target and pattern kind."""
+from __future__ import annotations
+
+from tvm.s_tir import Schedule
+
+from cinn.ops import PatternKind
+from cinn.target import Target
+from schedules import cpu
+
+
+def apply_default(sch: Schedule, kind: PatternKind, target: Target) -> None:
+    """Apply the hand-written default schedule for a group of this kind."""
+    if target.is_cuda:
+        raise NotImplementedError("CUDA schedules are not implemented yet")
+    cpu.schedule(sch, kind, target)

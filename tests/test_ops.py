@@ -1,0 +1,75 @@
+"""Every op of the table against its numpy reference, compiled through the whole pipeline."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import numpy as np
+import pytest
+
+import cinn
+import tests.cases as cases_pkg
+from cinn.ops import OPS
+from cinn.ops.registry import infer
+from tests.cases import TOLERANCE, Case
+
+
+def _all_cases() -> list[Case]:
+    out = []
+    for mod in pkgutil.iter_modules(cases_pkg.__path__):
+        out += importlib.import_module(f"tests.cases.{mod.name}").CASES
+    return out
+
+
+CASES = _all_cases()
+
+
+def _case_id(c: Case) -> str:
+    return c.id or f"{c.op}-" + "-".join(f"{'x'.join(map(str, s)) or 'scalar'}:{d}" for s, d in c.inputs)
+
+
+def test_every_op_has_cases():
+    covered = {c.op for c in CASES}
+    assert sorted(set(OPS) - covered) == []
+
+
+def _build(case: Case, arrays: list[np.ndarray]):
+    b = cinn.NetBuilder(case.op)
+    values, feeds = [], {}
+    for i, a in enumerate(arrays):
+        if i in case.constant_inputs:
+            values.append(b.create_constant(a, f"c{i}"))
+        else:
+            values.append(b.create_input(str(a.dtype), a.shape, f"in{i}"))
+            feeds[f"in{i}"] = a
+    args = [values] if OPS[case.op].num_inputs is None else values
+    outs = getattr(b, case.op)(*args, **case.attrs)
+    outs = list(outs) if isinstance(outs, tuple) else [outs]
+    return b.build(outs), feeds
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_op_matches_numpy(case: Case, tmp_cache):
+    rng = np.random.default_rng(0)
+    arrays = case.arrays(rng)
+    program, feeds = _build(case, arrays)
+    op = OPS[case.op]
+    attrs = program.nodes[0].attrs
+    expected = op.reference(arrays, attrs)
+    got = cinn.compile(program, cache_dir=tmp_cache).run(feeds)
+    assert len(got) == len(expected)
+    for g, e, v in zip(got, expected, program.outputs):
+        assert g.shape == tuple(e.shape) == v.shape, f"{case.op}: shape {g.shape} vs reference {e.shape}"
+        assert str(g.dtype) == v.dtype
+        rtol, atol = TOLERANCE.get(v.dtype, (0, 0))
+        np.testing.assert_allclose(g, e, rtol=case.rtol or rtol, atol=case.atol or atol)
+
+
+@pytest.mark.parametrize("case", CASES[:: max(1, len(CASES) // 40)], ids=_case_id)
+def test_inference_matches_reference(case: Case):
+    arrays = case.arrays(np.random.default_rng(1))
+    program, _ = _build(case, arrays)
+    node = program.nodes[0]
+    types = infer(OPS[case.op], [v.type for v in node.inputs], node.attrs)
+    expected = OPS[case.op].reference(arrays, node.attrs)
+    assert [t.shape for t in types] == [tuple(e.shape) for e in expected]
