@@ -62,7 +62,7 @@ class Executable:
         values = list(program.inputs) + list(program.const_values) + [v for k in kernels for v in k.params]
         self._views = {v.name: storage[slot_of[v.name]]._create_view(v.shape, v.dtype) for v in values}
         for name, array in program.constants.items():
-            self._views[name].copyfrom(np.ascontiguousarray(array))
+            self._views[name].copyfrom(np.asarray(array, order="C"))
         self._args = [[self._views[v.name] for v in k.params] for k in self._kernels]
         self.peak_bytes = sum(t.nbytes for t in slot_types)
 
@@ -83,7 +83,7 @@ class Executable:
         """Execute with named input arrays; returns the outputs in program order."""
         self._check_feeds(feeds)
         for v in self.program.inputs:
-            self._views[v.name].copyfrom(np.ascontiguousarray(feeds[v.name], dtype=v.dtype))
+            self._views[v.name].copyfrom(np.asarray(feeds[v.name], dtype=v.dtype, order="C"))
         for kernel, args in zip(self._kernels, self._args):
             kernel.func(*args)
         return [self._views[v.name].numpy() for v in self.program.outputs]
