@@ -13,6 +13,7 @@ from cinn.lower import lower_group
 from cinn.passes.fusion import fuse as fuse_groups
 from cinn.passes.fusion import unfused
 from cinn.passes.pipeline import optimize
+from cinn.passes.verify import verify
 from cinn.runtime import Executable, Kernel
 from cinn.target import Target, parse_target
 
@@ -29,6 +30,7 @@ def compile(  # noqa: A001 - the public name of the contract
 ) -> Executable:
     """Compile a Program for a target; fuse=False runs one kernel per op (the baseline)."""
     tgt = parse_target(target)
+    verify(program)
     program = optimize(program)
     groups = fuse_groups(program) if fuse else unfused(program)
     lowered = [lower_group(g, program.constants) for g in groups]
@@ -40,7 +42,7 @@ def compile(  # noqa: A001 - the public name of the contract
     cache = pathlib.Path(cache_dir) if cache_dir is not None else default_cache_dir()
     modules = build_all(specs, tgt, cache, workers if workers is not None else (os.cpu_count() or 1), progress)
     _configure_threads(tgt)
-    kernels = [Kernel(lg.group.name, m["main"], m, lg.params) for lg, m in zip(lowered, modules)]
+    kernels = [Kernel(lg.group.name, b.module["main"], b.module, lg.params, b.source) for lg, b in zip(lowered, modules)]
     device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
     return Executable(program, kernels, device)
 

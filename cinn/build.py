@@ -28,6 +28,14 @@ class KernelSpec:
     trace: str | None = None
 
 
+@dataclass(frozen=True)
+class BuiltKernel:
+    """A loaded kernel library and its source text."""
+
+    module: object  # tvm.runtime.Module
+    source: str
+
+
 def workload_key(func) -> str:
     """The workload key of a PrimFunc: its structural hash (names do not matter)."""
     return f"{tvm_ffi.structural_hash(func) & 0xFFFFFFFFFFFFFFFF:016x}"
@@ -73,15 +81,32 @@ def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
 
         Trace.apply_json_to_schedule(json.loads(spec.trace), sch)
     ex = tvm.compile(sch.mod, target=target.tvm())
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
+    _atomic_write(source_path(path), lambda tmp: pathlib.Path(tmp).write_text(kernel_source(sch.mod, ex)))
+    _atomic_write(path, ex.export_library)
+    return path
+
+
+def kernel_source(scheduled: tvm.IRModule, ex) -> str:
+    """What kernel_sources() shows: CUDA C for GPU kernels, the scheduled TIR for CPU kernels."""
+    cuda = [m for m in ex.mod.imports if m.kind == "cuda"]
+    return cuda[0].inspect_source("cu") if cuda else scheduled.script()
+
+
+def source_path(lib_path: str) -> str:
+    """The source file stored beside a cached library."""
+    return lib_path[: -len(".so")] + ".src"
+
+
+def _atomic_write(path: str, write: Callable[[str], object]) -> None:
+    """Write through a temporary file and rename, so readers never see a torn file."""
+    fd, tmp = tempfile.mkstemp(suffix=os.path.splitext(path)[1], dir=os.path.dirname(path))
     os.close(fd)
     try:
-        ex.export_library(tmp)
+        write(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return path
 
 
 def build_all(
@@ -90,35 +115,40 @@ def build_all(
     cache_dir: pathlib.Path,
     workers: int,
     progress: Callable[[int, int], None] | None = None,
-) -> list[tvm.runtime.Module]:
-    """Build (or load from cache) one module per spec; identical specs are built once."""
+) -> list[BuiltKernel]:
+    """Build (or load from cache) one kernel per spec; identical specs are built once."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     paths = {s: str(cache_dir / f"{cache_key(s, target)}.so") for s in dict.fromkeys(specs)}
-    modules: dict[KernelSpec, tvm.runtime.Module] = {}
+    modules: dict[KernelSpec, BuiltKernel] = {}
     missing = []
     for spec, path in paths.items():
-        mod = _load(path)
+        mod = _load_cached(path)
         if mod is None:
             missing.append(spec)
         else:
             modules[spec] = mod
     done = len(modules)
     for spec in _build_missing(missing, target, paths, workers):
-        modules[spec] = tvm.runtime.load_module(paths[spec])
+        modules[spec] = _read(paths[spec])
         done += 1
         if progress:
             progress(done, len(paths))
     return [modules[s] for s in specs]
 
 
-def _load(path: str):
-    """Load a cached module; a corrupt entry is deleted (and rebuilt by the caller)."""
-    if not os.path.exists(path):
+def _read(path: str) -> BuiltKernel:
+    """Load a kernel library and its source from the cache."""
+    return BuiltKernel(tvm.runtime.load_module(path), pathlib.Path(source_path(path)).read_text())
+
+
+def _load_cached(path: str) -> BuiltKernel | None:
+    """A cached kernel, or None when absent; a corrupt entry is deleted (and rebuilt by the caller)."""
+    if not (os.path.exists(path) and os.path.exists(source_path(path))):
         return None
     try:
-        return tvm.runtime.load_module(path)
+        return _read(path)
     except Exception as err:  # noqa: BLE001 - any load failure means the entry is unusable
-        warnings.warn(f"cinn: corrupt cache entry {path} ({type(err).__name__}); rebuilding", stacklevel=3)
+        warnings.warn(f"cinn: corrupt cache entry {path} ({type(err).__name__}: {err}); rebuilding", stacklevel=3)
         os.unlink(path)
         return None
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule, ScheduleError
 from tvm.s_tir.schedule.analysis import is_output_block
+from tvm.tirx import stmt_functor
 
 REDUCE_ITER = 2  # tvm IterVar.CommReduce
 
@@ -22,16 +23,56 @@ def is_output(sch: Schedule, block) -> bool:
     return is_output_block(sch, block)
 
 
-def inline_all(sch: Schedule) -> None:
-    """Inline every non-output spatial block into its consumers, where TVM allows."""
+def extents(sch: Schedule, loops) -> list[int]:
+    """Constant extents of loops."""
+    return [int(sch.get(loop).extent) for loop in loops]
+
+
+def is_fresh(sch: Schedule, block) -> bool:
+    """Whether the block's loops still map 1:1, in order, onto its iterators (as te.create_prim_func makes them)."""
+    loops = sch.get_loops(block)
+    iters = sch.get(block).iter_vars
+    return len(loops) == len(iters) and extents(sch, loops) == [int(iv.dom.extent) for iv in iters]
+
+
+def spatial_count(sch: Schedule, block) -> int:
+    """The number of leading spatial iterators (te puts reduce iterators last)."""
+    iters = sch.get(block).iter_vars
+    n = 0
+    while n < len(iters) and iters[n].iter_type != REDUCE_ITER:
+        n += 1
+    return n
+
+
+def vars_in(expr) -> set:
+    """The variables an index expression uses."""
+    found: set = set()
+    stmt_functor.post_order_visit(expr, lambda node: found.add(node) if type(node).__name__ == "Var" else None)
+    return found
+
+
+def inline_all(sch: Schedule, keep=lambda block: False) -> None:
+    """Inline every non-output spatial block (except those `keep` holds) into its consumers, where TVM allows."""
     changed = True
     while changed:
         changed = False
         for block in blocks(sch):
-            if is_output(sch, block) or is_reduction(sch, block):
+            if is_output(sch, block) or is_reduction(sch, block) or keep(block):
                 continue
             try:
                 sch.compute_inline(block)
                 changed = True
-            except ScheduleError:  # e.g. a producer of several consumers with different layouts stays
+            except ScheduleError:  # e.g. a producer TVM cannot substitute (opaque access) stays a stage
                 continue
+
+
+def reverse_inline_all(sch: Schedule, block) -> None:
+    """Inline the elementwise consumers of `block` into it, one after another, while TVM allows."""
+    while True:
+        consumers = list(sch.get_consumers(block))
+        if len(consumers) != 1 or is_output(sch, block):
+            return
+        try:
+            sch.reverse_compute_inline(consumers[0])
+        except ScheduleError:  # a consumer that is not elementwise in this block's output stays a stage
+            return

@@ -1,38 +1,22 @@
 """Elementwise (unary and broadcasting binary) ops."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
-from cinn.ir import Attrs
-from cinn.ops.common import register_elementwise
+from cinn.ir import Attrs, TensorType
+from cinn.ops.common import broadcast_shapes, register_elementwise, same_dtype
 from cinn.ops.registry import DtypeClass as D
+from cinn.ops.registry import OpDef, PatternKind, register
 
 
 def _tir():
     import tvm
 
     return tvm.tirx
-
-
-@dataclass(frozen=True)
-class ScaleAttrs(Attrs):
-    """scale(x) = x * scale + bias (bias_after_scale) or (x + bias) * scale."""
-
-    scale: float = 1.0
-    bias: float = 0.0
-    bias_after_scale: bool = True
-
-
-def _scale_te(x, a: ScaleAttrs):
-    s, b = _c(a.scale, x), _c(a.bias, x)
-    return x * s + b if a.bias_after_scale else (x + b) * s
-
-
-def _scale_np(x, a: ScaleAttrs):
-    s, b = np.asarray(a.scale, x.dtype), np.asarray(a.bias, x.dtype)
-    return x * s + b if a.bias_after_scale else (x + b) * s
 
 
 def _c(value, like):
@@ -42,11 +26,281 @@ def _c(value, like):
     return _tir().const(value, dtype_of(like))
 
 
-register_elementwise("relu", lambda x: _tir().max(x, _c(0, x)), lambda x: np.maximum(x, 0), dtypes=D.NUMBER)
-register_elementwise("exp", lambda x: _tir().exp(x), np.exp)
-register_elementwise("sqrt", lambda x: _tir().sqrt(x), np.sqrt)
-register_elementwise("scale", _scale_te, _scale_np, attrs=ScaleAttrs, dtypes=D.NUMBER)
-register_elementwise("add", lambda x, y: x + y, np.add, arity=2, dtypes=D.NUMBER)
-register_elementwise("subtract", lambda x, y: x - y, np.subtract, arity=2, dtypes=D.NUMBER)
-register_elementwise("multiply", lambda x, y: x * y, np.multiply, arity=2, dtypes=D.NUMBER)
-register_elementwise("max", lambda x, y: _tir().max(x, y), np.maximum, arity=2, dtypes=D.NUMBER)
+def _np_c(value, like: np.ndarray) -> np.ndarray:
+    """A numpy scalar with the dtype of an array (so references compute in the input dtype)."""
+    return np.asarray(value, like.dtype)
+
+
+def _tir_fn(name: str):
+    """The scalar TE function tvm.tirx.<name>, resolved lazily (importing cinn.ops must not import tvm)."""
+    return lambda *xs: getattr(_tir(), name)(*xs)
+
+
+# numpy has no erf; math.erf in float64 is the reference
+_np_erf = np.vectorize(math.erf, otypes=[np.float64])
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+# -- attributes ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScaleAttrs(Attrs):
+    """scale(x) = x * scale + bias (bias_after_scale) or (x + bias) * scale."""
+
+    scale: float = 1.0
+    bias: float = 0.0
+    bias_after_scale: bool = True
+
+
+@dataclass(frozen=True)
+class GeluAttrs(Attrs):
+    """gelu: exact erf form, or the tanh approximation when `approximate`."""
+
+    approximate: bool = False
+
+
+@dataclass(frozen=True)
+class HardSigmoidAttrs(Attrs):
+    """hard_sigmoid(x) = clip(x * slope + offset, 0, 1)."""
+
+    slope: float = 0.2
+    offset: float = 0.5
+
+
+@dataclass(frozen=True)
+class AlphaAttrs(Attrs):
+    """The negative-side slope of leaky_relu."""
+
+    alpha: float = 0.01
+
+
+@dataclass(frozen=True)
+class EluAttrs(Attrs):
+    """elu(x) = x if x > 0 else alpha * (exp(x) - 1)."""
+
+    alpha: float = 1.0
+
+
+@dataclass(frozen=True)
+class ClipAttrs(Attrs):
+    """clip(x) = min(max(x, min), max); bounds are converted to the input dtype."""
+
+    min: float
+    max: float
+
+
+@dataclass(frozen=True)
+class CastAttrs(Attrs):
+    """The target dtype of cast."""
+
+    dtype: str
+
+
+# -- scalar TE bodies and numpy references of the ops with formulas --------------------------
+def _scale_te(x, a: ScaleAttrs):
+    s, b = _c(a.scale, x), _c(a.bias, x)
+    return x * s + b if a.bias_after_scale else (x + b) * s
+
+
+def _scale_np(x, a: ScaleAttrs):
+    s, b = _np_c(a.scale, x), _np_c(a.bias, x)
+    return x * s + b if a.bias_after_scale else (x + b) * s
+
+
+def _clip_te(x, lo, hi):
+    return _tir().min(_tir().max(x, _c(lo, x)), _c(hi, x))
+
+
+def _clip_np(x, lo, hi):
+    return np.minimum(np.maximum(x, _np_c(lo, x)), _np_c(hi, x))
+
+
+def _gelu_te(x, a: GeluAttrs):
+    t = _tir()
+    if a.approximate:
+        inner = _c(_SQRT_2_OVER_PI, x) * (x + _c(0.044715, x) * x * x * x)
+        return _c(0.5, x) * x * (_c(1.0, x) + t.tanh(inner))
+    return _c(0.5, x) * x * (_c(1.0, x) + t.erf(x * _c(1 / math.sqrt(2.0), x)))
+
+
+def _gelu_np(x, a: GeluAttrs):
+    x64 = x.astype(np.float64)
+    if a.approximate:
+        return 0.5 * x64 * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x64 + 0.044715 * x64**3)))
+    return 0.5 * x64 * (1.0 + _np_erf(x64 / math.sqrt(2.0)))
+
+
+def _np_sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+
+
+def _sign_te(x):
+    t = _tir()
+    return t.Select(x > _c(0, x), _c(1, x), t.Select(x < _c(0, x), _c(-1, x), _c(0, x)))
+
+
+def _softplus_te(x):
+    # max(x, 0) + log1p(exp(-|x|)) does not overflow for large x
+    t = _tir()
+    return t.max(x, _c(0, x)) + t.log1p(t.exp(-t.abs(x)))
+
+
+def _where_positive_te(negative_branch):
+    """x where x > 0, else negative_branch(x, attrs): leaky_relu and elu."""
+
+    def body(x, a):
+        return _tir().Select(x > _c(0, x), x, negative_branch(x, a))
+
+    return body
+
+
+# -- unary ops ------------------------------------------------------------------------------
+# name -> (scalar TE body, numpy reference, accepted dtypes); float-only unless stated
+_UNARY = {
+    "relu": (lambda x: _tir().max(x, _c(0, x)), lambda x: np.maximum(x, 0), D.NUMBER),
+    "relu6": (lambda x: _clip_te(x, 0, 6), lambda x: _clip_np(x, 0, 6), D.FLOAT),
+    "sigmoid": (_tir_fn("sigmoid"), _np_sigmoid, D.FLOAT),
+    "tanh": (_tir_fn("tanh"), np.tanh, D.FLOAT),
+    "exp": (_tir_fn("exp"), np.exp, D.FLOAT),
+    "log": (_tir_fn("log"), np.log, D.FLOAT),
+    "sqrt": (_tir_fn("sqrt"), np.sqrt, D.FLOAT),
+    "rsqrt": (_tir_fn("rsqrt"), lambda x: 1.0 / np.sqrt(x.astype(np.float64)), D.FLOAT),
+    "abs": (_tir_fn("abs"), np.abs, D.NUMBER),
+    "negative": (lambda x: -x, np.negative, D.NUMBER),
+    "erf": (_tir_fn("erf"), _np_erf, D.FLOAT),
+    "silu": (lambda x: x * _tir().sigmoid(x), lambda x: x * _np_sigmoid(x), D.FLOAT),
+    "hard_swish": (lambda x: x * _clip_te(x + _c(3, x), 0, 6) / _c(6, x), lambda x: x * _clip_np(x + 3, 0, 6) / 6, D.FLOAT),
+    "softplus": (_softplus_te, lambda x: np.logaddexp(0, x.astype(np.float64)), D.FLOAT),
+    "sin": (_tir_fn("sin"), np.sin, D.FLOAT),
+    "cos": (_tir_fn("cos"), np.cos, D.FLOAT),
+    "floor": (_tir_fn("floor"), np.floor, D.FLOAT),
+    "ceil": (_tir_fn("ceil"), np.ceil, D.FLOAT),
+    # round half to even, as np.round and ONNX Round
+    "round": (_tir_fn("nearbyint"), np.round, D.FLOAT),
+    "sign": (_sign_te, np.sign, D.NUMBER),
+    "reciprocal": (lambda x: _c(1, x) / x, np.reciprocal, D.FLOAT),
+    "logical_not": (_tir_fn("Not"), np.logical_not, D.BOOL),
+    # a copy compute: a kernel output must never alias its input buffer
+    "identity": (lambda x: x, np.copy, D.ANY),
+}
+for _name, (_te, _ref, _dtypes) in _UNARY.items():
+    register_elementwise(_name, _te, _ref, dtypes=_dtypes)
+
+register_elementwise("is_nan", _tir_fn("isnan"), np.isnan, out_dtype="bool")
+register_elementwise("is_inf", _tir_fn("isinf"), np.isinf, out_dtype="bool")
+
+# unary ops with attributes: name -> (attrs class, TE body(x, a), numpy reference(x, a), dtypes)
+_UNARY_ATTRS = {
+    "gelu": (GeluAttrs, _gelu_te, _gelu_np, D.FLOAT),
+    "hard_sigmoid": (
+        HardSigmoidAttrs,
+        lambda x, a: _clip_te(x * _c(a.slope, x) + _c(a.offset, x), 0, 1),
+        lambda x, a: _clip_np(x * _np_c(a.slope, x) + _np_c(a.offset, x), 0, 1),
+        D.FLOAT,
+    ),
+    "leaky_relu": (
+        AlphaAttrs,
+        _where_positive_te(lambda x, a: x * _c(a.alpha, x)),
+        lambda x, a: np.where(x > 0, x, x * _np_c(a.alpha, x)),
+        D.FLOAT,
+    ),
+    "elu": (
+        EluAttrs,
+        _where_positive_te(lambda x, a: _c(a.alpha, x) * (_tir().exp(x) - _c(1, x))),
+        lambda x, a: np.where(x > 0, x, _np_c(a.alpha, x) * np.expm1(x)),
+        D.FLOAT,
+    ),
+    "clip": (ClipAttrs, lambda x, a: _clip_te(x, a.min, a.max), lambda x, a: _clip_np(x, a.min, a.max), D.NUMBER),
+    "scale": (ScaleAttrs, _scale_te, _scale_np, D.NUMBER),
+}
+for _name, (_attrs, _te, _ref, _dtypes) in _UNARY_ATTRS.items():
+    register_elementwise(_name, _te, _ref, attrs=_attrs, dtypes=_dtypes)
+
+
+# -- broadcasting binary ops ----------------------------------------------------------------
+# name -> (scalar TE body, numpy reference, accepted dtypes, output dtype or None for the input's)
+_BINARY = {
+    "add": (lambda x, y: x + y, np.add, D.NUMBER, None),
+    "subtract": (lambda x, y: x - y, np.subtract, D.NUMBER, None),
+    "multiply": (lambda x, y: x * y, np.multiply, D.NUMBER, None),
+    # integer division is ambiguous (C truncates, numpy floors): ints use floor_divide
+    "divide": (lambda x, y: x / y, np.divide, D.FLOAT, None),
+    "floor_divide": (_tir_fn("floordiv"), np.floor_divide, D.NUMBER, None),
+    # numpy's mod: the result takes the sign of the divisor, for ints and floats
+    "mod": (_tir_fn("floormod"), np.mod, D.NUMBER, None),
+    "pow": (_tir_fn("power"), np.power, D.FLOAT, None),
+    "max": (_tir_fn("max"), np.maximum, D.NUMBER, None),
+    "min": (_tir_fn("min"), np.minimum, D.NUMBER, None),
+    "equal": (_tir_fn("EQ"), np.equal, D.ANY, "bool"),
+    "not_equal": (_tir_fn("NE"), np.not_equal, D.ANY, "bool"),
+    "greater_than": (_tir_fn("GT"), np.greater, D.NUMBER, "bool"),
+    "greater_equal": (_tir_fn("GE"), np.greater_equal, D.NUMBER, "bool"),
+    "less_than": (_tir_fn("LT"), np.less, D.NUMBER, "bool"),
+    "less_equal": (_tir_fn("LE"), np.less_equal, D.NUMBER, "bool"),
+    "logical_and": (_tir_fn("And"), np.logical_and, D.BOOL, None),
+    "logical_or": (_tir_fn("Or"), np.logical_or, D.BOOL, None),
+    "logical_xor": (_tir_fn("NE"), np.logical_xor, D.BOOL, None),
+}
+for _name, (_te, _ref, _dtypes, _out) in _BINARY.items():
+    register_elementwise(_name, _te, _ref, arity=2, dtypes=_dtypes, out_dtype=_out)
+
+
+# -- ops whose output dtype is not their first input's ----------------------------------------
+def _elementwise_compute(name: str, fn):
+    """An OpDef compute applying a scalar TE function elementwise with broadcasting."""
+
+    def compute(tensors, a: Attrs, out_types: Sequence[TensorType]):
+        from cinn.ops.te_util import elementwise_compute
+
+        return [elementwise_compute(name, tensors, out_types[0], lambda *xs: fn(*xs, a))]
+
+    return compute
+
+
+def _cast_infer(types: Sequence[TensorType], a: CastAttrs) -> tuple[TensorType]:
+    try:
+        return (TensorType(types[0].shape, a.dtype),)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"cast: bad target dtype {a.dtype!r} for input {types[0].dtype}{types[0].shape}: {e}") from None
+
+
+def _cast_te(x, a: CastAttrs):
+    from cinn.ops.te_util import dtype_of
+
+    # a plain truncation to 1 bit would keep only the lowest bit: bool means "non-zero"
+    if a.dtype == "bool" and dtype_of(x) != "bool":
+        return x != _c(0, x)
+    return x
+
+
+register(
+    OpDef(
+        name="cast",
+        kind=PatternKind.ELEMENTWISE,
+        infer=_cast_infer,
+        compute=_elementwise_compute("cast", _cast_te),
+        reference=lambda xs, a: [xs[0].astype(a.dtype)],
+        attrs=CastAttrs,
+        doc="Convert to another dtype (floats to ints truncate; anything to bool means non-zero).",
+    )
+)
+
+
+def _select_infer(types: Sequence[TensorType], _a: Attrs) -> tuple[TensorType]:
+    cond, x, y = types
+    if cond.dtype != "bool":
+        raise TypeError(f"select: condition must be bool, got {cond.dtype}{cond.shape}; compare or cast it first")
+    dtype = same_dtype("select", (x, y))
+    return (TensorType(broadcast_shapes("select", cond.shape, x.shape, y.shape), dtype),)
+
+
+register(
+    OpDef(
+        name="select",
+        kind=PatternKind.ELEMENTWISE,
+        infer=_select_infer,
+        compute=_elementwise_compute("select", lambda c, x, y, _a: _tir().Select(c, x, y)),
+        reference=lambda xs, _a: [np.where(*xs)],
+        num_inputs=3,
+        doc="select(cond, x, y): x where cond else y, with numpy broadcasting.",
+    )
+)

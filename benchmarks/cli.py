@@ -1,0 +1,59 @@
+"""cinn-bench: fused vs unfused (vs tuned) cinn vs onnxruntime on the built-in models."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from benchmarks.harness import BenchConfig, run_benchmarks
+from benchmarks.models import MODELS
+from benchmarks.report import format_table, write_csv, write_plot
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cinn-bench",
+        description="Median latency of cinn (fused, unfused, tuned) and onnxruntime on built-in models; "
+        "each engine runs in its own process and the outputs are cross-checked.",
+    )
+    p.add_argument("model", nargs="*", help=f"models to run (default: all): {', '.join(MODELS)}")
+    p.add_argument("--models", default="", help="comma-separated models (added to the positional ones)")
+    p.add_argument("--target", default="llvm", help="cinn target (default: llvm, the host CPU)")
+    p.add_argument("--log", default=None, metavar="tuning.jsonl", help="schedule log: adds a tuned cinn build")
+    p.add_argument("--repeat", type=int, default=20, help="timed runs per engine; the median is reported (default: 20)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default: 3)")
+    p.add_argument("--csv", default=None, metavar="PATH", help="also write the table as CSV")
+    p.add_argument("--plot", default=None, metavar="PATH", help="also write a latency bar chart (PNG)")
+    p.add_argument("--small", action="store_true", help="small model sizes (a quick smoke test)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per engine and model (default: 1800)")
+    return p
+
+
+def _model_names(args: argparse.Namespace, p: argparse.ArgumentParser) -> list[str]:
+    names = list(args.model) + [m for m in args.models.split(",") if m.strip()]
+    names = [m.strip() for m in names] or list(MODELS)
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        p.error(f"unknown model(s) {', '.join(unknown)}; built-in models: {', '.join(MODELS)}")
+    return list(dict.fromkeys(names))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; the exit status is 1 when an engine failed or outputs disagree."""
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.repeat < 1 or args.warmup < 0:
+        p.error("--repeat must be >= 1 and --warmup >= 0")
+    config = BenchConfig(target=args.target, repeat=args.repeat, warmup=args.warmup, tuning_log=args.log, small=args.small, timeout=args.timeout)
+    results = run_benchmarks(_model_names(args, p), config)
+    tuned = args.log is not None
+    print(format_table(results, tuned))
+    if args.csv:
+        write_csv(results, tuned, args.csv)
+    if args.plot:
+        write_plot(results, config.engines(), args.plot)
+    failed = [r.model for r in results if r.failed]
+    if failed:
+        print(f"cinn-bench: FAILED for {', '.join(failed)} (see messages above)", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,264 @@
+"""Benchmark harness: each engine runs a model in its own worker process and reports JSON.
+
+onnxruntime's spinning threads slow TVM's parallel kernels when both live in one process, so every
+(engine, model) pair is timed in a fresh interpreter: ``python -m benchmarks.harness --worker ENGINE MODEL``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+RTOL = ATOL = 1e-3
+
+
+class Engine(str, enum.Enum):
+    """What runs the model."""
+
+    FUSED = "cinn-fused"
+    UNFUSED = "cinn-unfused"
+    TUNED = "cinn-tuned"
+    ORT = "onnxruntime"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Settings shared by every worker."""
+
+    target: str = "llvm"
+    repeat: int = 20
+    warmup: int = 3
+    tuning_log: str | None = None
+    small: bool = False
+    timeout: float = 1800.0
+
+    def engines(self) -> tuple[Engine, ...]:
+        """The engines to run: the tuned build only when a schedule log is given."""
+        tuned = (Engine.TUNED,) if self.tuning_log else ()
+        return (Engine.FUSED, Engine.UNFUSED, *tuned, Engine.ORT)
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """What one worker measured."""
+
+    engine: Engine
+    model: str
+    median_ms: float
+    runs: int
+    num_kernels: int | None = None
+    compile_cold_s: float | None = None
+    compile_cached_s: float | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self) | {"engine": self.engine.value})
+
+    @classmethod
+    def from_json(cls, text: str) -> "EngineResult":
+        data = json.loads(text)
+        return cls(**(data | {"engine": Engine(data["engine"])}))
+
+
+@dataclass(frozen=True)
+class Check:
+    """Agreement of one engine's outputs with onnxruntime's."""
+
+    engine: Engine
+    ok: bool
+    max_abs_err: float
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    """All engines' results for one model; failed engines are absent and named in `errors`."""
+
+    model: str
+    results: Mapping[Engine, EngineResult]
+    checks: tuple[Check, ...] = ()
+    errors: Mapping[Engine, str] = dataclasses.field(default_factory=dict)
+
+    def ms(self, engine: Engine) -> float | None:
+        r = self.results.get(engine)
+        return r.median_ms if r else None
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.errors) or not all(c.ok for c in self.checks)
+
+
+# ---------------------------------------------------------------------------------------------
+# worker side
+
+
+def time_runs(run: Callable[[], object], repeat: int, warmup: int) -> float:
+    """Median wall time of `run` in milliseconds, after warm-up calls."""
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times) * 1e3)
+
+
+def _timed_compile(program, config: BenchConfig, fuse: bool, tuning_log: str | None, cache_dir: str | None):
+    import cinn
+
+    t0 = time.perf_counter()
+    exe = cinn.compile(program, target=config.target, fuse=fuse, tuning_log=tuning_log, cache_dir=cache_dir)
+    return exe, time.perf_counter() - t0
+
+
+def _run_cinn(engine: Engine, model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]]:
+    """Compile (cold and cached, for the fused build) and time a cinn executable."""
+    cold = cached = None
+    if engine is Engine.UNFUSED:
+        exe, _ = _timed_compile(model.program, config, False, None, None)
+    else:
+        log = config.tuning_log if engine is Engine.TUNED else None
+        with tempfile.TemporaryDirectory(prefix="cinn-bench-cache-") as cache_dir:
+            _, cold = _timed_compile(model.program, config, True, log, cache_dir)
+            exe, cached = _timed_compile(model.program, config, True, log, cache_dir)
+    feeds = dict(model.feeds)
+    outputs = exe.run(feeds)
+    ms = time_runs(lambda: exe.run(feeds), config.repeat, config.warmup)
+    return EngineResult(engine, model.name, ms, config.repeat, exe.num_kernels, cold, cached), outputs
+
+
+def ort_session(onnx_model):
+    """An onnxruntime CPU session with the harness's settings: all cores, sequential, all graph optimizations."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = os.cpu_count() or 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(onnx_model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def _run_ort(model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]]:
+    from benchmarks.onnx_export import to_onnx
+
+    sess = ort_session(to_onnx(model.program))
+    feeds = dict(model.feeds)
+    outputs = sess.run(None, feeds)
+    ms = time_runs(lambda: sess.run(None, feeds), config.repeat, config.warmup)
+    return EngineResult(Engine.ORT, model.name, ms, config.repeat), outputs
+
+
+def run_worker(engine: Engine, model_name: str, config: BenchConfig, outputs_path: str | None) -> EngineResult:
+    """Measure one engine on one model in this process; optionally save its outputs (.npz)."""
+    from benchmarks.models import get_model
+
+    if engine is not Engine.ORT:
+        # TVM's pool may default to one thread; set before the runtime starts.
+        os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
+    model = get_model(model_name, config.small)
+    result, outputs = _run_ort(model, config) if engine is Engine.ORT else _run_cinn(engine, model, config)
+    if outputs_path:
+        np.savez(outputs_path, *[np.asarray(o) for o in outputs])
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# parent side
+
+
+def _progress(msg: str) -> None:
+    print(f"[cinn-bench] {msg}", file=sys.stderr, flush=True)
+
+
+def _worker_command(engine: Engine, model: str, config: BenchConfig, outputs_path: str) -> list[str]:
+    cmd = [sys.executable, "-m", "benchmarks.harness", "--worker", engine.value, model]
+    cmd += ["--target", config.target, "--repeat", str(config.repeat), "--warmup", str(config.warmup), "--outputs", outputs_path]
+    if config.tuning_log:
+        cmd += ["--log", config.tuning_log]
+    if config.small:
+        cmd.append("--small")
+    return cmd
+
+
+def _spawn(engine: Engine, model: str, config: BenchConfig, outputs_path: str) -> EngineResult:
+    """Run one worker process; its stderr passes through, its last stdout line is the result."""
+    root = str(pathlib.Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run(_worker_command(engine, model, config, outputs_path), stdout=subprocess.PIPE, text=True, timeout=config.timeout, env=env)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"worker exited with status {proc.returncode}")
+    return EngineResult.from_json(lines[-1])
+
+
+def compare(engine: Engine, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> Check:
+    """Check an engine's outputs against the reference (rtol/atol 1e-3)."""
+    if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
+        return Check(engine, False, float("inf"))
+    err = max((float(np.max(np.abs(g.astype(np.float64) - w), initial=0.0)) for g, w in zip(got, want)), default=0.0)
+    ok = all(np.allclose(g, w, rtol=RTOL, atol=ATOL) for g, w in zip(got, want))
+    return Check(engine, ok, err)
+
+
+def _load_outputs(path: str) -> list[np.ndarray]:
+    with np.load(path) as data:
+        return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+
+def bench_model(model: str, config: BenchConfig) -> ModelResult:
+    """Run every engine on one model (each in its own process) and cross-check the outputs."""
+    results: dict[Engine, EngineResult] = {}
+    errors: dict[Engine, str] = {}
+    outputs: dict[Engine, list[np.ndarray]] = {}
+    with tempfile.TemporaryDirectory(prefix="cinn-bench-") as tmp:
+        for engine in config.engines():
+            _progress(f"{model}: {engine.value} ...")
+            path = os.path.join(tmp, f"{engine.value}.npz")
+            try:
+                results[engine] = _spawn(engine, model, config, path)
+                outputs[engine] = _load_outputs(path)
+            except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as err:
+                errors[engine] = str(err)
+                _progress(f"{model}: {engine.value} FAILED: {err}")
+                continue
+            _progress(f"{model}: {engine.value} {results[engine].median_ms:.3f} ms")
+    checks = tuple(compare(e, outputs[e], outputs[Engine.ORT]) for e in outputs if e in (Engine.FUSED, Engine.TUNED) and Engine.ORT in outputs)
+    for c in checks:
+        if not c.ok:
+            _progress(f"!!! MISMATCH {model}: {c.engine.value} differs from onnxruntime (max abs err {c.max_abs_err:.3g}, rtol/atol {RTOL})")
+    return ModelResult(model, results, checks, errors)
+
+
+def run_benchmarks(models: Sequence[str], config: BenchConfig) -> list[ModelResult]:
+    """Benchmark each model in turn."""
+    return [bench_model(m, config) for m in models]
+
+
+def _worker_main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.harness", description="Time one engine on one model (a cinn-bench worker).")
+    p.add_argument("--worker", required=True, choices=[e.value for e in Engine], help="engine to run")
+    p.add_argument("model", help="built-in model name")
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--log", default=None, help="schedule log for the tuned engine")
+    p.add_argument("--small", action="store_true", help="small model sizes (tests)")
+    p.add_argument("--outputs", default=None, help="save the outputs to this .npz file")
+    a = p.parse_args(argv)
+    config = BenchConfig(target=a.target, repeat=a.repeat, warmup=a.warmup, tuning_log=a.log, small=a.small)
+    print(run_worker(Engine(a.worker), a.model, config, a.outputs).to_json(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main())

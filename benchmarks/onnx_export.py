@@ -1,0 +1,217 @@
+"""Export a cinn Program (as built, before cinn's passes) to an ONNX model for onnxruntime."""
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from cinn.ir import Node, Program, Value
+
+OPSET = 20  # Gelu is a standard op from opset 20 (onnxruntime >= 1.17 runs it)
+IR_VERSION = 10  # onnxruntime rejects models with a newer IR version than it knows
+
+
+class _Emitter:
+    """Collects the ONNX nodes and initializers of one graph, with fresh names for temporaries."""
+
+    def __init__(self, taken: set[str]):
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self._taken = set(taken)
+        self._counter = itertools.count()
+
+    def fresh(self, prefix: str) -> str:
+        """A name not used by any value of the graph."""
+        while True:
+            name = f"{prefix}__onnx{next(self._counter)}"
+            if name not in self._taken:
+                self._taken.add(name)
+                return name
+
+    def const(self, array: np.ndarray, prefix: str) -> str:
+        """Add an initializer holding `array` and return its name."""
+        name = self.fresh(prefix)
+        self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def scalar(self, value: float, like: Value, prefix: str) -> str:
+        """A 0-d initializer with the dtype of `like`."""
+        return self.const(np.asarray(value, dtype=like.dtype), prefix)
+
+    def emit(self, op_type: str, inputs: Sequence[str], output: str | None = None, prefix: str = "t", **attrs) -> str:
+        """Append one ONNX node; returns its (single) output name, fresh unless given."""
+        out = output or self.fresh(prefix)
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
+        return out
+
+
+Converter = Callable[[_Emitter, Node], None]
+
+_UNARY = {"relu": "Relu", "exp": "Exp", "sqrt": "Sqrt", "tanh": "Tanh", "sigmoid": "Sigmoid", "abs": "Abs", "negative": "Neg"}
+_BINARY = {"add": "Add", "subtract": "Sub", "multiply": "Mul", "divide": "Div", "max": "Max", "min": "Min", "pow": "Pow"}
+
+
+def _simple(op_type: str) -> Converter:
+    """A converter for an op that maps one-to-one onto an attribute-less ONNX op."""
+
+    def convert(e: _Emitter, n: Node) -> None:
+        e.emit(op_type, [v.name for v in n.inputs], n.outputs[0].name)
+
+    return convert
+
+
+def _swap_last_two(e: _Emitter, v: Value) -> str:
+    perm = list(range(len(v.shape)))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    return e.emit("Transpose", [v.name], prefix=f"{v.name}_T", perm=perm)
+
+
+def _matmul(e: _Emitter, n: Node) -> None:
+    a = n.attrs
+    x, y = n.inputs
+    xn = _swap_last_two(e, x) if a.trans_x and len(x.shape) >= 2 else x.name
+    yn = _swap_last_two(e, y) if a.trans_y and len(y.shape) >= 2 else y.name
+    out = n.outputs[0]
+    if a.alpha == 1.0:
+        e.emit("MatMul", [xn, yn], out.name)
+        return
+    prod = e.emit("MatMul", [xn, yn], prefix=f"{out.name}_mm")
+    e.emit("Mul", [prod, e.scalar(a.alpha, out, "alpha")], out.name)
+
+
+def _gelu(e: _Emitter, n: Node) -> None:
+    e.emit("Gelu", [n.inputs[0].name], n.outputs[0].name, approximate="tanh" if n.attrs.approximate else "none")
+
+
+def _scale(e: _Emitter, n: Node) -> None:
+    a, x, out = n.attrs, n.inputs[0], n.outputs[0]
+    s, b = e.scalar(a.scale, x, "scale"), e.scalar(a.bias, x, "bias")
+    if a.bias_after_scale:
+        e.emit("Add", [e.emit("Mul", [x.name, s], prefix="scaled"), b], out.name)
+    else:
+        e.emit("Mul", [e.emit("Add", [x.name, b], prefix="biased"), s], out.name)
+
+
+def _conv_pads(paddings: Sequence[int], ndim: int) -> list[int]:
+    """CINN paddings (one per spatial dim, or begin/end pairs) as ONNX pads (all begins, then all ends)."""
+    p = list(paddings)
+    if len(p) == ndim:
+        return p + p
+    if len(p) == 2 * ndim:
+        return p[0::2] + p[1::2]
+    raise ValueError(f"conv2d: cannot export paddings {tuple(p)} for {ndim} spatial dims")
+
+
+def _conv2d(e: _Emitter, n: Node) -> None:
+    a = n.attrs
+    layout = getattr(a, "data_format", "NCHW")
+    if layout != "NCHW":
+        raise NotImplementedError(f"onnx export: conv2d with data_format {layout!r} (only NCHW)")
+    x, w = n.inputs
+    e.emit(
+        "Conv",
+        [x.name, w.name],
+        n.outputs[0].name,
+        kernel_shape=list(w.shape[2:]),
+        strides=list(a.strides),
+        pads=_conv_pads(a.paddings, len(w.shape) - 2),
+        dilations=list(a.dilations),
+        group=int(a.groups),
+    )
+
+
+def _batchnorm(e: _Emitter, n: Node) -> None:
+    # Inference batch norm: extra outputs (saved statistics), if any, are not produced.
+    e.emit("BatchNormalization", [v.name for v in n.inputs], n.outputs[0].name, epsilon=float(n.attrs.epsilon))
+
+
+def _layer_norm(e: _Emitter, n: Node) -> None:
+    a, x = n.attrs, n.inputs[0]
+    norm_shape = x.shape[a.begin_norm_axis :]
+    inputs = [x.name]
+    for v in n.inputs[1:]:
+        # Paddle keeps scale/bias flattened over the normalized dims; ONNX wants them broadcastable.
+        inputs.append(v.name if v.shape == norm_shape else e.emit("Reshape", [v.name, e.const(np.array(norm_shape, np.int64), "shape")], prefix=v.name))
+    e.emit("LayerNormalization", inputs, n.outputs[0].name, axis=int(a.begin_norm_axis), epsilon=float(a.epsilon))
+
+
+def _softmax(e: _Emitter, n: Node) -> None:
+    axes = tuple(n.attrs.axes)
+    if len(axes) != 1:
+        raise NotImplementedError(f"onnx export: softmax over several axes {axes} (ONNX Softmax takes one)")
+    e.emit("Softmax", [n.inputs[0].name], n.outputs[0].name, axis=int(axes[0]))
+
+
+def _reshape(e: _Emitter, n: Node) -> None:
+    # The inferred output shape, so CINN's -1/0 conventions never reach ONNX.
+    out = n.outputs[0]
+    e.emit("Reshape", [n.inputs[0].name, e.const(np.array(out.shape, np.int64), "shape")], out.name)
+
+
+def _transpose(e: _Emitter, n: Node) -> None:
+    e.emit("Transpose", [n.inputs[0].name], n.outputs[0].name, perm=[int(p) for p in n.attrs.axis])
+
+
+CONVERTERS: dict[str, Converter] = {
+    **{op: _simple(t) for op, t in _UNARY.items()},
+    **{op: _simple(t) for op, t in _BINARY.items()},
+    "matmul": _matmul,
+    "gelu": _gelu,
+    "scale": _scale,
+    "conv2d": _conv2d,
+    "batchnorm": _batchnorm,
+    "layer_norm": _layer_norm,
+    "softmax": _softmax,
+    "reshape": _reshape,
+    "transpose": _transpose,
+}
+
+
+def _value_info(v: Value) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(v.name, helper.np_dtype_to_tensor_dtype(np.dtype(v.dtype)), list(v.shape))
+
+
+def _check_exportable(program: Program) -> None:
+    """Raise before emitting anything if some node has no ONNX converter or uses unexported outputs."""
+    used = {v.name for n in program.nodes for v in n.inputs} | {v.name for v in program.outputs}
+    for n in program.nodes:
+        if n.op not in CONVERTERS:
+            raise NotImplementedError(f"onnx export: op {n.op!r} (node {n.name!r}) has no ONNX converter")
+        extra = [v.name for v in n.outputs[1:] if v.name in used]
+        if extra:
+            raise NotImplementedError(f"onnx export: op {n.op!r} (node {n.name!r}) exports only its first output, but {extra} are used")
+    produced = {v.name for n in program.nodes for v in n.outputs}
+    passthrough = [v.name for v in program.outputs if v.name not in produced]
+    if passthrough:
+        raise NotImplementedError(f"onnx export: outputs {passthrough} are inputs or constants, not computed values")
+
+
+def to_onnx(program: Program) -> onnx.ModelProto:
+    """The ONNX model computing `program`: inputs stay inputs, constants become initializers."""
+    _check_exportable(program)
+    taken = {v.name for v in program.inputs} | set(program.constants) | {v.name for n in program.nodes for v in n.outputs}
+    e = _Emitter(taken)
+    for node in program.nodes:
+        CONVERTERS[node.op](e, node)
+    graph = helper.make_graph(
+        e.nodes,
+        program.name,
+        [_value_info(v) for v in program.inputs],
+        [_value_info(v) for v in program.outputs],
+        [numpy_helper.from_array(np.asarray(a), name) for name, a in program.constants.items()] + e.initializers,
+    )
+    model = helper.make_model(graph, producer_name="cinn", opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    return model
+
+
+def save_onnx(program: Program, path: str) -> None:
+    """Export and write an ONNX file."""
+    onnx.save(to_onnx(program), path)
+
+
+__all__ = ["CONVERTERS", "IR_VERSION", "OPSET", "save_onnx", "to_onnx"]

@@ -1,0 +1,123 @@
+"""Benchmark reports: a text table, a CSV file and a bar chart."""
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from benchmarks.harness import Engine, ModelResult
+
+
+@dataclass(frozen=True)
+class Column:
+    """One report column: header, how to get its value from a model's results, and its text format."""
+
+    header: str
+    value: Callable[[ModelResult], "float | str | None"]
+    fmt: str = "{:.3f}"
+
+    def text(self, r: ModelResult) -> str:
+        v = self.value(r)
+        if v is None:
+            return "-"
+        return v if isinstance(v, str) else self.fmt.format(v)
+
+
+def _ratio(num: Engine, den: Engine) -> Callable[[ModelResult], float | None]:
+    def value(r: ModelResult) -> float | None:
+        a, b = r.ms(num), r.ms(den)
+        return a / b if a is not None and b else None
+
+    return value
+
+
+def _fused_field(name: str) -> Callable[[ModelResult], float | None]:
+    def value(r: ModelResult) -> float | None:
+        res = r.results.get(Engine.FUSED)
+        return getattr(res, name) if res else None
+
+    return value
+
+
+def _status(r: ModelResult) -> str:
+    if r.errors:
+        return "FAILED: " + ", ".join(e.value for e in r.errors)
+    if any(not c.ok for c in r.checks):
+        return "MISMATCH"
+    return "ok" if r.checks else "unchecked"
+
+
+def columns(tuned: bool) -> list[Column]:
+    """The report's columns; the tuned ones only when a schedule log was given."""
+    cols = [
+        Column("model", lambda r: r.model, "{}"),
+        Column("fused ms", lambda r: r.ms(Engine.FUSED)),
+        Column("unfused ms", lambda r: r.ms(Engine.UNFUSED)),
+    ]
+    if tuned:
+        cols.append(Column("tuned ms", lambda r: r.ms(Engine.TUNED)))
+    cols += [
+        Column("ORT ms", lambda r: r.ms(Engine.ORT)),
+        Column("fused speed-up vs unfused", _ratio(Engine.UNFUSED, Engine.FUSED), "{:.2f}x"),
+        Column("ORT/fused", _ratio(Engine.ORT, Engine.FUSED), "{:.2f}x"),
+    ]
+    if tuned:
+        cols.append(Column("ORT/tuned", _ratio(Engine.ORT, Engine.TUNED), "{:.2f}x"))
+    cols += [
+        Column("kernels fused", _fused_field("num_kernels"), "{}"),
+        Column("compile cold s", _fused_field("compile_cold_s"), "{:.2f}"),
+        Column("compile cached s", _fused_field("compile_cached_s"), "{:.2f}"),
+        Column("check", _status, "{}"),
+    ]
+    return cols
+
+
+def format_table(results: Sequence[ModelResult], tuned: bool) -> str:
+    """An aligned text table, one row per model."""
+    cols = columns(tuned)
+    rows = [[c.header for c in cols]] + [[c.text(r) for c in cols] for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_csv(results: Sequence[ModelResult], tuned: bool, path: str) -> None:
+    """The table as CSV (numbers unformatted, missing values empty)."""
+    _make_parent(path)
+    cols = columns(tuned)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([c.header for c in cols])
+        for r in results:
+            w.writerow(["" if (v := c.value(r)) is None else v for c in cols])
+
+
+def write_plot(results: Sequence[ModelResult], engines: Sequence[Engine], path: str) -> None:
+    """A grouped bar chart of median latency (log scale) per model and engine, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _make_parent(path)
+    width = 0.8 / len(engines)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(results) + 2), 4.5))
+    for i, engine in enumerate(engines):
+        xs = [j + (i - (len(engines) - 1) / 2) * width for j, r in enumerate(results) if r.ms(engine)]
+        ys = [r.ms(engine) for r in results if r.ms(engine)]
+        ax.bar(xs, ys, width, label=engine.value)
+    ax.set_xticks(range(len(results)), [r.model for r in results])
+    ax.set_yscale("log")
+    ax.set_ylabel("median latency (ms, log scale)")
+    ax.set_title("cinn vs onnxruntime")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _make_parent(path: str) -> None:
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)

@@ -1,0 +1,140 @@
+"""Fusion: kernel counts for named patterns, and fused output == unfused output == numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cinn
+from cinn.ops import PatternKind
+from cinn.passes.fusion import fuse
+from cinn.passes.pipeline import optimize
+
+RNG = np.random.default_rng(0)
+
+
+def _rand(*shape):
+    return RNG.standard_normal(shape).astype("float32")
+
+
+def _run_both(program, feeds, cache):
+    fused = cinn.compile(program, cache_dir=cache)
+    unfused = cinn.compile(program, fuse=False, cache_dir=cache)
+    out_f, out_u = fused.run(feeds), unfused.run(feeds)
+    for a, b in zip(out_f, out_u):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    return fused, unfused, out_f
+
+
+def test_matmul_bias_relu_is_one_kernel(tmp_cache):
+    b = cinn.NetBuilder("mbr")
+    x = b.create_input("float32", (8, 32), "x")
+    w, bias = _rand(32, 16), _rand(16)
+    y = b.relu(b.add(b.matmul(x, b.create_constant(w, "w")), b.create_constant(bias, "bias")))
+    xv = _rand(8, 32)
+    fused, unfused, (out,) = _run_both(b.build([y]), {"x": xv}, tmp_cache)
+    assert fused.num_kernels == 1
+    assert unfused.num_kernels == 3
+    np.testing.assert_allclose(out, np.maximum(xv @ w + bias, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_chain_of_ten_elementwise_ops_is_one_kernel(tmp_cache):
+    b = cinn.NetBuilder("chain")
+    x = b.create_input("float32", (4, 64), "x")
+    y, ref = x, _rand(4, 64)
+    xv = ref.copy()
+    for i in range(5):
+        y = b.scale(b.relu(y), 0.5, float(i))
+        ref = np.maximum(ref, 0) * 0.5 + i
+    fused, unfused, (out,) = _run_both(b.build([y]), {"x": xv}, tmp_cache)
+    assert fused.num_kernels == 1
+    assert unfused.num_kernels == 10
+    np.testing.assert_allclose(out, ref, rtol=1e-5)
+
+
+def test_layer_norm_at_most_two_kernels(tmp_cache):
+    b = cinn.NetBuilder("ln")
+    x = b.create_input("float32", (16, 64), "x")
+    g, beta = _rand(64), _rand(64)
+    y = b.layer_norm(x, b.create_constant(g, "g"), b.create_constant(beta, "b"), begin_norm_axis=1, epsilon=1e-5)
+    xv = _rand(16, 64)
+    fused, _, (out,) = _run_both(b.build([y]), {"x": xv}, tmp_cache)
+    assert fused.num_kernels <= 2
+    mean, var = xv.mean(-1, keepdims=True), xv.var(-1, keepdims=True)
+    np.testing.assert_allclose(out, (xv - mean) / np.sqrt(var + 1e-5) * g + beta, rtol=1e-4, atol=1e-4)
+
+
+def test_softmax_at_most_two_kernels(tmp_cache):
+    b = cinn.NetBuilder("sm")
+    x = b.create_input("float32", (4, 8, 32), "x")
+    y = b.softmax(b.scale(x, 0.125), axes=[-1])
+    xv = _rand(4, 8, 32)
+    fused, _, (out,) = _run_both(b.build([y]), {"x": xv}, tmp_cache)
+    assert fused.num_kernels <= 2
+    e = np.exp(xv * 0.125 - (xv * 0.125).max(-1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_conv_bn_relu_residual_is_one_kernel(tmp_cache):
+    b = cinn.NetBuilder("cbr")
+    x = b.create_input("float32", (1, 4, 8, 8), "x")
+    w = b.create_constant(_rand(4, 4, 3, 3), "w")
+    params = [b.create_constant(a, n) for a, n in [(_rand(4), "s"), (_rand(4), "b"), (_rand(4), "m"), (np.abs(_rand(4)) + 0.5, "v")]]
+    y = b.relu(b.add(b.batchnorm(b.conv2d(x, w, paddings=[1, 1]), *params), x))
+    fused, unfused, _ = _run_both(b.build([y]), {"x": _rand(1, 4, 8, 8)}, tmp_cache)
+    assert fused.num_kernels == 1
+    assert unfused.num_kernels > 1
+
+
+def test_multi_output_group(tmp_cache):
+    b = cinn.NetBuilder("multi")
+    x = b.create_input("float32", (32,), "x")
+    r = b.relu(x)
+    e = b.exp(r)
+    fused, _, (out_r, out_e) = _run_both(b.build([r, e]), {"x": (xv := _rand(32))}, tmp_cache)
+    assert fused.num_kernels == 1
+    np.testing.assert_allclose(out_r, np.maximum(xv, 0))
+    np.testing.assert_allclose(out_e, np.exp(np.maximum(xv, 0)), rtol=1e-6)
+
+
+def test_siblings_reading_one_input_merge(tmp_cache):
+    b = cinn.NetBuilder("siblings")
+    x = b.create_input("float32", (64,), "x")
+    p, q = b.relu(x), b.exp(x)
+    fused, _, _ = _run_both(b.build([p, q]), {"x": _rand(64)}, tmp_cache)
+    assert fused.num_kernels == 1
+
+
+def test_no_cycle_through_a_heavy_group(tmp_cache):
+    # a -> matmul -> add(a, .) must not fuse `a`'s group with the add when the matmul sits between them
+    b = cinn.NetBuilder("diamond")
+    x = b.create_input("float32", (8, 8), "x")
+    a = b.relu(x)
+    m = b.matmul(a, b.create_constant(_rand(8, 8), "w"))
+    y = b.add(b.exp(a), m)
+    xv = _rand(8, 8)
+    _run_both(b.build([y]), {"x": xv}, tmp_cache)
+
+
+def test_group_kinds_and_io():
+    b = cinn.NetBuilder("kinds")
+    x = b.create_input("float32", (8, 16), "x")
+    y = b.reduce_sum(b.exp(x), dim=[1], keep_dim=True)
+    z = b.matmul(b.relu(x), b.create_constant(_rand(16, 4), "w"))
+    groups = fuse(optimize(b.build([y, z])))
+    kinds = sorted(g.kind for g in groups)
+    assert PatternKind.REDUCTION in kinds and PatternKind.OUT_FUSIBLE in kinds
+    for g in groups:
+        made = {v.name for n in g.nodes for v in n.outputs}
+        assert all(v.name in made for v in g.outputs)
+        assert not any(v.name in made for v in g.inputs)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (1, 7), (2, 1, 9)])
+def test_reduction_then_broadcast_elementwise(shape, tmp_cache):
+    b = cinn.NetBuilder("center")
+    x = b.create_input("float32", shape, "x")
+    y = b.subtract(x, b.reduce_mean(x, dim=[-1], keep_dim=True))
+    xv = _rand(*shape)
+    fused, _, (out,) = _run_both(b.build([y]), {"x": xv}, tmp_cache)
+    assert fused.num_kernels == 1
+    np.testing.assert_allclose(out, xv - xv.mean(-1, keepdims=True), rtol=1e-5, atol=1e-6)

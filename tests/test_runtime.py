@@ -1,0 +1,143 @@
+"""Runtime and API: clear errors for bad input, the kernel cache, buffer reuse, kernel sources."""
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import cinn
+from cinn.ir import Node, Program, TensorType, Value
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _small_program():
+    b = cinn.NetBuilder("small")
+    x = b.create_input("float32", (2, 3), "x")
+    y = b.create_input("float32", (3,), "y")
+    return b.build([b.relu(b.add(x, y))])
+
+
+@pytest.fixture(scope="module")
+def small_exe(tmp_cache):
+    return cinn.compile(_small_program(), cache_dir=tmp_cache)
+
+
+def test_shape_mismatch_names_op_and_shapes():
+    b = cinn.NetBuilder("bad")
+    x = b.create_input("float32", (2, 3), "x")
+    y = b.create_input("float32", (4,), "y")
+    with pytest.raises(ValueError, match=r"add: shapes \(2, 3\) and \(4,\) do not broadcast"):
+        b.add(x, y)
+
+
+def test_dtype_mismatch_names_op():
+    b = cinn.NetBuilder("bad")
+    x = b.create_input("float32", (2,), "x")
+    y = b.create_input("int32", (2,), "y")
+    with pytest.raises(TypeError, match="add"):
+        b.add(x, y)
+
+
+def test_unknown_op_names_op_and_node(tmp_cache):
+    x = Value("x", TensorType((2,), "float32"))
+    out = Value("y", TensorType((2,), "float32"))
+    program = Program("p", (x,), (Node("frobnicate", (x,), (out,), name="node7"),), (out,))
+    with pytest.raises(NotImplementedError, match=r"frobnicate.*node7"):
+        cinn.compile(program, cache_dir=tmp_cache)
+    with pytest.raises(AttributeError, match="frobnicate"):
+        cinn.NetBuilder().frobnicate
+
+
+def test_feeds_are_validated_before_running(small_exe):
+    good = {"x": np.ones((2, 3), "float32"), "y": np.ones(3, "float32")}
+    with pytest.raises(ValueError, match="missing inputs \\['y'\\]"):
+        small_exe.run({"x": good["x"]})
+    with pytest.raises(ValueError, match="unexpected inputs \\['z'\\]"):
+        small_exe.run({**good, "z": good["y"]})
+    with pytest.raises(ValueError, match=r"input 'x' has shape \(3, 2\), expected \(2, 3\)"):
+        small_exe.run({**good, "x": np.ones((3, 2), "float32")})
+    with pytest.raises(TypeError, match="input 'y' has dtype bool"):
+        small_exe.run({**good, "y": np.ones(3, bool)})
+    np.testing.assert_array_equal(small_exe.run(good)[0], np.full((2, 3), 2, "float32"))
+
+
+def test_kernel_sources_and_count(small_exe):
+    assert small_exe.num_kernels == 1
+    (src,) = small_exe.kernel_sources()
+    assert "def main" in src and "parallel" in src or "vectorized" in src or "for" in src
+
+
+def test_second_compile_hits_cache(tmp_path):
+    program = _small_program()
+    cinn.compile(program, cache_dir=tmp_path)
+    libs = sorted(tmp_path.glob("*.so"))
+    stamps = [p.stat().st_mtime_ns for p in libs]
+    start = time.perf_counter()
+    cinn.compile(program, cache_dir=tmp_path)
+    assert time.perf_counter() - start < 1.0
+    assert [p.stat().st_mtime_ns for p in libs] == stamps
+
+
+_COMPILE_SMALL = """
+import sys, warnings, numpy as np, cinn
+from tests.test_runtime import _small_program
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    exe = cinn.compile(_small_program(), cache_dir=sys.argv[1])
+out = exe.run({"x": np.ones((2, 3), "float32"), "y": -np.ones(3, "float32")})[0]
+assert (out == 0).all(), out
+print("|".join(str(w.message) for w in caught))
+"""
+
+
+def test_corrupt_cache_entry_is_rebuilt(tmp_path):
+    # a fresh process, as in real use: a library already loaded here would be reused by dlopen
+    run = lambda: subprocess.run([sys.executable, "-c", _COMPILE_SMALL, str(tmp_path)], capture_output=True, text=True, check=True, cwd=ROOT)
+    run()
+    for lib in tmp_path.glob("*.so"):
+        lib.write_bytes(b"not a shared library")
+    assert "corrupt cache entry" in run().stdout
+    assert "corrupt cache entry" not in run().stdout
+
+
+def test_cache_dir_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_path / "envcache"))
+    cinn.compile(_small_program())
+    assert list((tmp_path / "envcache").glob("*.so"))
+
+
+def test_intermediate_buffers_are_reused(tmp_cache):
+    b = cinn.NetBuilder("long")
+    x = b.create_input("float32", (256,), "x")
+    y = x
+    for _ in range(12):
+        y = b.relu(b.scale(y, 0.5, 1.0))
+    exe = cinn.compile(b.build([y]), fuse=False, cache_dir=tmp_cache)
+    assert exe.num_kernels == 24
+    # input + output + two alternating temporaries, not 24 buffers
+    assert exe.peak_bytes <= 4 * 256 * 4
+    xv = np.linspace(-2, 2, 256).astype("float32")
+    ref = xv
+    for _ in range(12):
+        ref = np.maximum(ref * 0.5 + 1, 0)
+    np.testing.assert_allclose(exe.run({"x": xv})[0], ref, rtol=1e-6)
+
+
+def test_program_output_that_is_an_input(tmp_cache):
+    b = cinn.NetBuilder("passthrough")
+    x = b.create_input("float32", (3,), "x")
+    exe = cinn.compile(b.build([x, b.relu(x)]), cache_dir=tmp_cache)
+    xv = np.array([-1, 0, 1], "float32")
+    a, r = exe.run({"x": xv})
+    np.testing.assert_array_equal(a, xv)
+    np.testing.assert_array_equal(r, np.maximum(xv, 0))
+
+
+def test_unknown_target_is_clear():
+    with pytest.raises(ValueError, match="unknown target 'metal'"):
+        cinn.compile(_small_program(), target="metal")
