@@ -1,0 +1,33 @@
+"""The schedule log as compile reads it: best record per workload, corrupt lines skipped."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import cinn
+from autotune.database import Record, best_traces
+from cinn.target import parse_target
+
+
+def _rec(workload, cost, target="llvm -mcpu=x -num-cores=2", error=""):
+    return Record(workload, target, json.dumps([["trace", cost]]), (cost,) if cost else (), error=error)
+
+
+def test_best_record_per_workload_and_target(tmp_path):
+    log = tmp_path / "log.jsonl"
+    recs = [_rec("a", 3.0), _rec("a", 1.0), _rec("a", 0.5, target="cuda -arch=sm_90"), _rec("b", 2.0), _rec("b", 0.1, error="crashed")]
+    log.write_text("".join(r.to_json() + "\n" for r in recs) + '{"workload": "torn', encoding="utf-8")
+    with pytest.warns(UserWarning, match="log.jsonl:6: skipping corrupt"):
+        best = best_traces(log, parse_target("llvm -mcpu=x -num-cores=2"))
+    assert best == {"a": recs[1].trace, "b": recs[3].trace}
+
+
+def test_compile_with_log_of_unknown_workloads_falls_back(tmp_path, tmp_cache):
+    log = tmp_path / "log.jsonl"
+    log.write_text(_rec("0123", 1.0).to_json() + "\n")
+    b = cinn.NetBuilder("p")
+    x = b.create_input("float32", (4,), "x")
+    exe = cinn.compile(b.build([b.relu(x)]), tuning_log=log, cache_dir=tmp_cache)
+    np.testing.assert_array_equal(exe.run({"x": np.array([-1, 2, -3, 4], "float32")})[0], [0, 2, 0, 4])
