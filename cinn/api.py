@@ -27,11 +27,17 @@ def compile(  # noqa: A001 - the public name of the contract
     cache_dir: "str | os.PathLike | None" = None,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    passes: bool = True,
 ) -> Executable:
-    """Compile a Program for a target; fuse=False runs one kernel per op (the baseline)."""
+    """Compile a Program for a target; fuse=False runs one kernel per op (the baseline).
+
+    cache_dir defaults to $CINN_CACHE_DIR or ~/.cache/cinn; workers (default: all cores) build uncached
+    kernels in parallel; progress(done, total) is called as kernels are built; passes=False skips the
+    graph simplifications (composite ops are still decomposed), so every op reaches a kernel as written.
+    """
     tgt = parse_target(target)
     verify(program)
-    program = optimize(program)
+    program = optimize(program, passes)
     groups = fuse_groups(program) if fuse else unfused(program)
     lowered = [lower_group(g, program.constants) for g in groups]
     records = _tuning_records(tuning_log, tgt)

@@ -30,8 +30,7 @@ def lower_group(group: Group, constants: Mapping[str, np.ndarray]) -> LoweredGro
     for v in group.inputs:
         if v.name in constants and constants[v.name].size == 1:
             # scalar constants are folded into the kernel instead of being passed as buffers
-            scalar = constants[v.name].reshape(()).item()
-            tensors[v.name] = te.compute(v.shape, lambda *_, s=scalar, d=v.dtype: const(s, d), name=_ident(v.name))
+            tensors[v.name] = te.compute(v.shape, _filled(constants[v.name].reshape(()).item(), v.dtype), name=_ident(v.name))
         else:
             tensors[v.name] = te.placeholder(v.shape, v.dtype, name=_ident(v.name))
             args.append(v)
@@ -43,6 +42,11 @@ def lower_group(group: Group, constants: Mapping[str, np.ndarray]) -> LoweredGro
     params = tuple(args) + group.outputs
     func = te.create_prim_func([tensors[v.name] for v in params])
     return LoweredGroup(func.with_attr("global_symbol", "main"), params, group)
+
+
+def _filled(scalar, dtype: str):
+    """The fcompute of a tensor filled with one scalar (TE rejects keyword-default lambdas)."""
+    return lambda *_: const(scalar, dtype)
 
 
 def _ident(name: str) -> str:

@@ -56,7 +56,8 @@ def test_op_matches_numpy(case: Case, tmp_cache):
     op = OPS[case.op]
     attrs = program.nodes[0].attrs
     expected = op.reference(arrays, attrs)
-    got = cinn.compile(program, cache_dir=tmp_cache).run(feeds)
+    # passes off: identity-like ops and constant inputs must reach their kernels
+    got = cinn.compile(program, cache_dir=tmp_cache, passes=False).run(feeds)
     assert len(got) == len(expected)
     for g, e, v in zip(got, expected, program.outputs):
         assert g.shape == tuple(e.shape) == v.shape, f"{case.op}: shape {g.shape} vs reference {e.shape}"

@@ -2,9 +2,18 @@
 from __future__ import annotations
 
 from cinn.ir import Program
+from cinn.passes.cse import cse
+from cinn.passes.dce import dce
 from cinn.passes.decompose import decompose
+from cinn.passes.fold_constants import fold_constants
+from cinn.passes.simplify import simplify
 
 
-def optimize(program: Program) -> Program:
-    """Decompose composite ops, then simplify and clean the graph."""
-    return decompose(program)
+def optimize(program: Program, passes: bool = True) -> Program:
+    """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), decompose, simplify what the expansions emit,
+    then fold constant subgraphs, merge common subexpressions and drop what no output needs."""
+    if not passes:
+        return decompose(program)
+    program = simplify(program)
+    program = simplify(decompose(program))
+    return dce(cse(fold_constants(program)))

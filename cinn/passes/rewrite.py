@@ -14,7 +14,7 @@ from cinn.ops import get_op, infer
 class Rewriter:
     """Re-emits a program's nodes; a dropped value is redirected to its substitute in later uses.
 
-    Rules read the source program (`users`, `is_output`) and the rewritten one so far (`producer`,
+    Rules read the source program (`has_single_use`) and the rewritten one so far (`producer`,
     `constant`), so a chain such as reshape -> reshape -> reshape collapses in one sweep.
     """
 
@@ -49,10 +49,6 @@ class Rewriter:
     def has_single_use(self, v: Value) -> bool:
         """True when exactly one node of the source program reads v and it is not a program output."""
         return v.name not in self._outputs and len(self._users.get(v.name, ())) == 1
-
-    def only_first_output_used(self, node: Node) -> bool:
-        """True when no extra output of a multi-output node is read or returned."""
-        return not any(v.name in self._outputs or v.name in self._users for v in node.outputs[1:])
 
     # -- edits ------------------------------------------------------------------------------
     def keep(self, node: Node, **changes) -> Node:

@@ -1,0 +1,157 @@
+"""Algebraic simplification: drop no-op ops, fold batch norm into weights, merge layout ops."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from cinn.ir import Node, Program, Value
+from cinn.ops.elementwise import ScaleAttrs
+from cinn.ops.nn import DataFormat
+from cinn.ops.shape import ReshapeAttrs
+from cinn.passes.dce import dce
+from cinn.passes.rewrite import Rewriter, Rule, rewrite, same_graph
+
+# Ops that only change the shape, not the row-major order of the elements.
+RESHAPE_LIKE = ("reshape", "flatten", "squeeze", "expand_dims")
+# Each rule can enable another (a removed identity exposes a transpose pair...): sweep to a fixed point.
+MAX_ROUNDS = 8
+
+
+def simplify(program: Program) -> Program:
+    """Apply every simplification rule until the graph stops changing (dead nodes removed each sweep)."""
+    for _ in range(MAX_ROUNDS):
+        before = program
+        for rule in RULES:
+            program = dce(rewrite(program, rule))
+        if same_graph(before, program):
+            break
+    return program
+
+
+# -- no-op ops ----------------------------------------------------------------------------------
+def remove_noops(rw: Rewriter, node: Node) -> bool:
+    """identity disappears; so does inference dropout, or it becomes a scale when it multiplies (downgrade_in_infer)."""
+    if node.op == "dropout" and node.attrs.keep_scale != 1.0:
+        rw.keep(node, op="scale", attrs=ScaleAttrs(scale=node.attrs.keep_scale))
+        return True
+    if node.op in ("identity", "dropout"):
+        rw.substitute(node.outputs[0], rw.inputs(node)[0])
+        return True
+    return False
+
+
+# -- batch norm folding -------------------------------------------------------------------------
+def fold_batchnorm(rw: Rewriter, node: Node) -> bool:
+    """batchnorm after a conv2d/matmul with constant weights -> scaled weights + bias add.
+
+    bn(conv(x, w)) = conv(x, w * s) + (bias - mean * s) with s = scale / sqrt(variance + epsilon),
+    valid only when the conv output feeds nothing else.
+    """
+    if node.op != "batchnorm":
+        return False
+    x, *stats = rw.inputs(node)
+    producer = rw.producer(x)
+    params = [rw.constant(v) for v in stats]
+    if producer is None or not rw.has_single_use(x) or any(p is None for p in params):
+        return False
+    scale, bias, mean, variance = (p.astype(np.float64) for p in params)
+    s = scale / np.sqrt(variance + node.attrs.epsilon)
+    channel_axis = 1 if node.attrs.data_layout is DataFormat.NCHW else len(x.shape) - 1
+    folded = _scaled_weight(rw, producer, channel_axis, s)
+    if folded is None:
+        return False
+    data, bias_shape = folded
+    out = node.outputs[0]
+    weight = rw.new_constant(data, "bn_folded_weight")
+    (y,) = rw.emit(producer.op, [producer.inputs[0], weight], producer.attrs)
+    b = rw.new_constant((bias - mean * s).reshape(bias_shape).astype(out.dtype), "bn_folded_bias")
+    (z,) = rw.emit("add", [y, b])
+    rw.substitute(out, z)
+    return True
+
+
+def _scaled_weight(rw: Rewriter, producer: Node, channel_axis: int, s: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]] | None:
+    """The producer's constant weight scaled per output channel and the bias shape; None if not foldable."""
+    w = rw.constant(producer.inputs[1])
+    if w is None:
+        return None
+    out_rank = len(producer.outputs[0].shape)
+    if producer.op == "conv2d" and channel_axis == 1:  # NCHW output, OIHW weight
+        return (w * s.reshape(-1, 1, 1, 1)).astype(w.dtype), (-1, 1, 1)
+    if producer.op == "matmul" and w.ndim >= 2 and channel_axis == out_rank - 1:
+        # the channel is the matmul's N axis: the last axis of y, or the one before when trans_y
+        per_channel = s.reshape(-1, 1) if producer.attrs.trans_y else s
+        return (w * per_channel).astype(w.dtype), (-1,)
+    return None
+
+
+# -- layout ops ---------------------------------------------------------------------------------
+def merge_reshapes(rw: Rewriter, node: Node) -> bool:
+    """A chain of reshape-like ops becomes one reshape; a reshape to the input's own shape disappears."""
+    if node.op not in RESHAPE_LIKE:
+        return False
+    (x,) = rw.inputs(node)
+    out = node.outputs[0]
+    source = _through(rw, x, RESHAPE_LIKE)
+    if source.shape == out.shape:
+        rw.substitute(out, source)
+        return True
+    if source == x:
+        return False
+    rw.keep(node, op="reshape", inputs=(source,), attrs=ReshapeAttrs(out.shape))
+    return True
+
+
+def merge_transposes(rw: Rewriter, node: Node) -> bool:
+    """transpose(transpose(x, p), q) -> transpose(x, p[q]); an identity permutation disappears."""
+    if node.op != "transpose":
+        return False
+    (x,) = rw.inputs(node)
+    perm = _perm(node)
+    source = _through(rw, x, ("transpose",))
+    if source != x:
+        inner = _perm(rw.producer(x))
+        perm = tuple(inner[i] for i in perm)
+    if perm == tuple(range(len(perm))):
+        rw.substitute(node.outputs[0], source)
+        return True
+    if source == x:
+        return False
+    rw.keep(node, inputs=(source,), attrs=dataclasses.replace(node.attrs, axis=perm))
+    return True
+
+
+def fold_transpose_into_matmul(rw: Rewriter, node: Node) -> bool:
+    """matmul(transpose(a) swapping the last two dims, b) -> matmul(a, b, trans_x=not trans_x) (same for b)."""
+    if node.op != "matmul":
+        return False
+    inputs = list(rw.inputs(node))
+    flags = [node.attrs.trans_x, node.attrs.trans_y]
+    for i, v in enumerate(inputs):
+        producer = rw.producer(v)
+        if producer is not None and producer.op == "transpose" and _swaps_last_two(_perm(producer)):
+            inputs[i], flags[i] = producer.inputs[0], not flags[i]
+    if inputs == list(rw.inputs(node)):
+        return False
+    rw.keep(node, inputs=tuple(inputs), attrs=dataclasses.replace(node.attrs, trans_x=flags[0], trans_y=flags[1]))
+    return True
+
+
+def _through(rw: Rewriter, v: Value, ops: tuple[str, ...]) -> Value:
+    """The input of v's producer when that is one of `ops` (already merged with its own producers), else v."""
+    producer = rw.producer(v)
+    return producer.inputs[0] if producer is not None and producer.op in ops else v
+
+
+def _perm(node: Node) -> tuple[int, ...]:
+    ndim = len(node.inputs[0].shape)
+    return tuple(a % ndim for a in node.attrs.axis) if ndim else ()
+
+
+def _swaps_last_two(perm: tuple[int, ...]) -> bool:
+    n = len(perm)
+    return n >= 2 and perm == tuple(range(n - 2)) + (n - 1, n - 2)
+
+
+RULES: tuple[Rule, ...] = (remove_noops, fold_batchnorm, merge_reshapes, merge_transposes, fold_transpose_into_matmul)

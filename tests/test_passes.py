@@ -1,0 +1,259 @@
+"""Graph passes: structure after each pass, and numerics of the optimized, compiled program vs numpy."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import cinn
+from cinn.ir import Program
+from cinn.ops import get_op
+from cinn.passes import fold_constants as fold_module
+from cinn.passes.cse import cse
+from cinn.passes.dce import dce
+from cinn.passes.fold_constants import fold_constants
+from cinn.passes.pipeline import optimize
+from cinn.passes.simplify import simplify
+from cinn.passes.verify import verify
+
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape: int) -> np.ndarray:
+    return (RNG.random(shape) * 2 - 1).astype("float32")
+
+
+def evaluate(program: Program, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The program's outputs computed node by node with the op table's numpy references."""
+    env = {**program.constants, **feeds}
+    for node in program.nodes:
+        outs = get_op(node.op).reference([env[v.name] for v in node.inputs], node.attrs)
+        env.update((v.name, np.asarray(o)) for v, o in zip(node.outputs, outs))
+    return [env[v.name] for v in program.outputs]
+
+
+def ops(program: Program) -> Counter:
+    return Counter(n.op for n in program.nodes)
+
+
+def check_pass(program: Program, feeds: dict, pass_fn: Callable[[Program], Program]) -> Program:
+    """Run a pass, verify the result is well formed and computes what the original did (in numpy)."""
+    result = pass_fn(program)
+    verify(result)
+    assert [v.type for v in result.outputs] == [v.type for v in program.outputs]
+    for got, want in zip(evaluate(result, feeds), evaluate(program, feeds)):
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    return result
+
+
+def check_compiled(program: Program, feeds: dict, cache, rtol: float = 1e-5) -> cinn.runtime.Executable:
+    """The program compiled through the default pipeline gives the unoptimized numpy reference."""
+    exe = cinn.compile(program, cache_dir=cache)
+    for got, want, v in zip(exe.run(feeds), evaluate(program, feeds), program.outputs):
+        assert got.shape == v.shape and str(got.dtype) == v.dtype
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol)
+    return exe
+
+
+# -- fold_constants -------------------------------------------------------------------------------
+def _constant_subgraph() -> tuple[Program, dict]:
+    b = cinn.NetBuilder("fold")
+    x = b.create_input("float32", (4, 2), "x")
+    a, c = b.create_constant(rand(2, 3), "a"), b.create_constant(rand(3), "c")
+    w = b.relu(b.add(a, c))  # constant (2, 3)
+    idx = b.cast(b.scale(b.create_constant(np.arange(3, dtype="int32"), "i"), scale=2), "float16")
+    y = b.add(b.matmul(x, w), c)
+    return b.build([y, w, idx]), {"x": rand(4, 2)}
+
+
+def test_fold_constants_folds_constant_subgraph():
+    program, feeds = _constant_subgraph()
+    folded = check_pass(program, feeds, fold_constants)
+    assert ops(folded) == Counter(matmul=1, add=1)
+    w, idx = folded.outputs[1:]
+    assert w.name in folded.constants and idx.name in folded.constants
+    assert folded.constants[idx.name].dtype == np.float16  # the node's output type, not numpy's
+
+
+def test_fold_constants_skips_broadcasts_and_huge_results(monkeypatch):
+    b = cinn.NetBuilder("nofold")
+    c = b.create_constant(rand(3), "c")
+    wide = b.broadcast_to(c, out_shape=[4, 3])  # more elements than its input: left to the kernel
+    doubled = b.scale(c, scale=2.0)
+    program = b.build([wide, doubled])
+    assert ops(fold_constants(program)) == Counter(broadcast_to=1)
+    monkeypatch.setattr(fold_module, "MAX_FOLDED_BYTES", 8)
+    assert ops(fold_constants(program)) == Counter(broadcast_to=1, scale=1)
+
+
+def test_constant_outputs_are_returned_by_compiled_program(tmp_cache):
+    program, feeds = _constant_subgraph()
+    exe = check_compiled(program, feeds, tmp_cache)
+    assert exe.num_kernels == 1
+
+
+# -- dce -----------------------------------------------------------------------------------------
+def test_dce_removes_dead_branches_and_unused_constants():
+    b = cinn.NetBuilder("dce")
+    x = b.create_input("float32", (2, 6), "x")
+    unused_input = b.create_input("float32", (3,), "unused")
+    dead_const = b.create_constant(rand(2, 6), "dead_const")
+    b.exp(b.add(x, dead_const))  # dead branch
+    first, _second = b.split(x, num_or_sections=2, axis=1)
+    y = b.relu(first)
+    program = b.build([y])
+    result = check_pass(program, {"x": rand(2, 6), "unused": rand(3)}, dce)
+    assert ops(result) == Counter(split=1, relu=1)  # a multi-output node stays when one output is live
+    assert dict(result.constants) == {} and result.inputs == (x, unused_input)
+
+
+# -- cse -----------------------------------------------------------------------------------------
+def test_cse_merges_duplicated_subexpressions_and_constants(tmp_cache):
+    b = cinn.NetBuilder("cse")
+    x = b.create_input("float32", (3, 4), "x")
+    data = rand(4)
+    w1, w2 = b.create_constant(data, "w1"), b.create_constant(data, "w2")
+    other = b.create_constant(data.astype("float16"), "w3")  # same values, other dtype: distinct
+    y1 = b.relu(b.add(x, w1))
+    y2 = b.relu(b.add(x, w2))
+    s2, s3 = b.scale(x, scale=2.0), b.scale(x, scale=3.0)  # different attrs: distinct
+    h = b.add(b.cast(x, "float16"), other)
+    program = b.build([y1, y2, b.add(s2, s3), h])
+    feeds = {"x": rand(3, 4)}
+    result = dce(check_pass(program, feeds, cse))
+    assert ops(result) == Counter(add=3, relu=1, scale=2, cast=1)
+    assert result.outputs[0] == result.outputs[1]
+    assert sorted(result.constants) == ["w1", "w3"]
+    check_compiled(program, feeds, tmp_cache, rtol=1e-3)
+
+
+# -- simplify: no-op ops -------------------------------------------------------------------------
+def test_simplify_removes_identity_and_inference_dropout():
+    b = cinn.NetBuilder("noops")
+    x = b.create_input("float32", (2, 5), "x")
+    y = b.dropout(b.identity(x), dropout_prob=0.3, dropout_implementation="upscale_in_train")
+    z = b.dropout(b.relu(y), dropout_prob=0.25)  # downgrade_in_infer multiplies by 1 - p
+    program = b.build([z, b.identity(x)])
+    result = check_pass(program, {"x": rand(2, 5)}, simplify)
+    assert ops(result) == Counter(relu=1, scale=1)
+    assert result.nodes[1].attrs.scale == 0.75
+    assert result.outputs[1] == x
+
+
+# -- simplify: batch norm folding ----------------------------------------------------------------
+def _bn_params(b, c: int) -> list:
+    return [b.create_constant(a) for a in (rand(c) + 1.5, rand(c), rand(c), RNG.random(c).astype("float32") + 0.5)]
+
+
+def _conv_bn(extra_user: bool = False) -> tuple[Program, dict]:
+    b = cinn.NetBuilder("conv_bn")
+    x = b.create_input("float32", (1, 4, 6, 6), "x")
+    w = b.create_constant(rand(6, 2, 3, 3), "w")
+    conv = b.conv2d(x, w, strides=[1, 1], paddings=[1, 1], groups=2)
+    y = b.relu(b.batchnorm(conv, *_bn_params(b, 6), epsilon=1e-3))
+    return b.build([y, conv] if extra_user else [y]), {"x": rand(1, 4, 6, 6)}
+
+
+def test_batchnorm_folds_into_conv(tmp_cache):
+    program, feeds = _conv_bn()
+    result = check_pass(program, feeds, simplify)
+    assert ops(result) == Counter(conv2d=1, add=1, relu=1)
+    assert [v.shape for v in result.const_values] == [(6, 2, 3, 3), (6, 1, 1)]
+    check_compiled(program, feeds, tmp_cache, rtol=1e-4)
+
+
+def test_batchnorm_stays_when_conv_output_has_other_users():
+    program, feeds = _conv_bn(extra_user=True)
+    assert ops(check_pass(program, feeds, simplify))["batchnorm"] == 1
+
+
+@pytest.mark.parametrize("trans_y", [False, True])
+def test_batchnorm_folds_into_matmul(trans_y, tmp_cache):
+    b = cinn.NetBuilder("matmul_bn")
+    x = b.create_input("float32", (5, 8), "x")
+    w = b.create_constant(rand(3, 8) if trans_y else rand(8, 3), "w")
+    y = b.batchnorm(b.matmul(x, w, trans_y=trans_y, alpha=0.5), *_bn_params(b, 3))
+    program, feeds = b.build([y]), {"x": rand(5, 8)}
+    assert ops(check_pass(program, feeds, simplify)) == Counter(matmul=1, add=1)
+    check_compiled(program, feeds, tmp_cache, rtol=1e-4)
+
+
+def test_program_reduced_to_inputs_and_constants_runs_without_kernels(tmp_cache):
+    b = cinn.NetBuilder("no_kernels")
+    x = b.create_input("float32", (2, 3), "x")
+    folded = b.scale(b.create_constant(np.arange(6, dtype="float32").reshape(2, 3)), scale=3.0)
+    program, feeds = b.build([b.identity(x), folded, x]), {"x": rand(2, 3)}
+    assert check_compiled(program, feeds, tmp_cache).num_kernels == 0
+
+
+# -- simplify: layout ops ------------------------------------------------------------------------
+def test_reshape_chains_collapse(tmp_cache):
+    b = cinn.NetBuilder("reshapes")
+    x = b.create_input("float32", (4, 6), "x")
+    chain = b.reshape(b.reshape(b.reshape(x, [2, 12]), [6, -1]), [3, 8])
+    back = b.reshape(b.reshape(x, [24]), [4, 6])  # to the input's own shape: nothing left
+    same = b.reshape(x, [4, 6])
+    flat = b.flatten(b.expand_dims(b.reshape(x, [2, 2, 6]), axes=[0]), start_axis=1, stop_axis=2)  # (1, 4, 6)
+    program, feeds = b.build([b.relu(chain), back, same, flat]), {"x": rand(4, 6)}
+    result = check_pass(program, feeds, simplify)
+    assert ops(result) == Counter(reshape=2, relu=1)
+    assert [(n.inputs, n.attrs.shape) for n in result.nodes if n.op == "reshape"] == [((x,), (3, 8)), ((x,), (1, 4, 6))]
+    assert result.outputs[1:3] == (x, x)
+    check_compiled(program, feeds, tmp_cache)
+
+
+def test_transpose_chains_compose():
+    b = cinn.NetBuilder("transposes")
+    x = b.create_input("float32", (2, 3, 4), "x")
+    cancel = b.transpose(b.transpose(x, [1, 2, 0]), [2, 0, 1])
+    composed = b.transpose(b.transpose(x, [0, 2, 1]), [-2, 0, 2])
+    program = b.build([b.relu(cancel), composed, b.transpose(x, [0, 1, 2])])
+    result = check_pass(program, {"x": rand(2, 3, 4)}, simplify)
+    assert ops(result) == Counter(relu=1, transpose=1)
+    (transpose,) = [n for n in result.nodes if n.op == "transpose"]
+    assert transpose.inputs == (x,) and transpose.attrs.axis == (2, 0, 1)
+    assert result.outputs[2] == x
+
+
+def test_transposes_fold_into_matmul(tmp_cache):
+    b = cinn.NetBuilder("transpose_matmul")
+    x = b.create_input("float32", (4, 3), "x")
+    y = b.create_input("float32", (4, 5), "y")
+    bx = b.create_input("float32", (2, 4, 3), "bx")
+    m2 = b.matmul(b.transpose(x, [1, 0]), b.transpose(y, [-1, -2]), trans_y=True)
+    m3 = b.matmul(b.transpose(bx, [0, 2, 1]), x)
+    kept = b.matmul(b.transpose(bx, [1, 0, 2]), b.reshape(x, [3, 4]))  # not a last-two swap
+    program = b.build([m2, m3, kept])
+    feeds = {"x": rand(4, 3), "y": rand(4, 5), "bx": rand(2, 4, 3)}
+    result = check_pass(program, feeds, simplify)
+    assert ops(result) == Counter(matmul=3, transpose=1, reshape=1)
+    flags = [(n.attrs.trans_x, n.attrs.trans_y) for n in result.nodes if n.op == "matmul"]
+    assert flags[:2] == [(True, False), (True, False)]
+    check_compiled(program, feeds, tmp_cache)
+
+
+# -- the default pipeline ------------------------------------------------------------------------
+def test_optimize_pipeline_end_to_end(tmp_cache):
+    b = cinn.NetBuilder("pipeline")
+    x = b.create_input("float32", (2, 4, 5, 5), "x")
+    w = b.create_constant(rand(4, 4, 1, 1), "w")
+    h = b.relu(b.batchnorm(b.conv2d(x, w), *_bn_params(b, 4)))
+    h = b.dropout(b.identity(h), dropout_prob=0.5)
+    flat = b.reshape(b.reshape(h, [2, 100]), [2, 4, 25])
+    t = b.transpose(flat, [0, 2, 1])
+    g = b.matmul(b.transpose(t, [0, 2, 1]), t)  # (2, 4, 4)
+    bias = rand(4)
+    norm = b.softmax(b.add(g, b.scale(b.create_constant(bias), scale=2.0)))
+    dup = b.softmax(b.add(g, b.scale(b.create_constant(bias), scale=2.0)))  # the same computation again
+    program = b.build([norm, dup])
+    result = optimize(program)
+    verify(result)
+    counts = ops(result)
+    assert counts["batchnorm"] == counts["dropout"] == counts["identity"] == counts["softmax"] == 0
+    assert counts["conv2d"] == 1 and counts["matmul"] == 1 and counts["reshape"] == 1 and counts["scale"] == 1
+    assert counts["transpose"] == 0  # the pair cancels; t feeding matmul became trans_y
+    assert result.outputs[0] == result.outputs[1]
+    check_compiled(program, {"x": rand(2, 4, 5, 5)}, tmp_cache, rtol=1e-4)
