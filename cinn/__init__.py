@@ -2,6 +2,14 @@
 from cinn.api import compile  # noqa: A004
 from cinn.ir import Node, Program, TensorType, Value
 from cinn.runtime import Executable
-from frontend.net_builder import NetBuilder
 
 __all__ = ["Executable", "NetBuilder", "Node", "Program", "TensorType", "Value", "compile"]
+
+
+def __getattr__(name: str):
+    # NetBuilder lives in frontend, which imports cinn: resolve it lazily so either package may be imported first
+    if name == "NetBuilder":
+        from frontend.net_builder import NetBuilder
+
+        return NetBuilder
+    raise AttributeError(f"module 'cinn' has no attribute {name!r}")

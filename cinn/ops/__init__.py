@@ -1,5 +1,6 @@
 """The op table; importing this package registers every op."""
 from cinn.ops import elementwise as _elementwise  # noqa: F401  (registers)
+from cinn.ops import nn as _nn  # noqa: F401  (registers)
 from cinn.ops import reduction as _reduction  # noqa: F401  (registers)
 from cinn.ops import shape as _shape  # noqa: F401  (registers)
 from cinn.ops.registry import OPS, DtypeClass, OpDef, PatternKind, get_op, infer

@@ -19,11 +19,16 @@ def _tir():
     return tvm.tirx
 
 
-def _c(value, like):
-    """A constant with the dtype of an expression."""
+def _dtype(expr) -> str:
+    """The dtype of a TIR expression."""
     from cinn.ops.te_util import dtype_of
 
-    return _tir().const(value, dtype_of(like))
+    return dtype_of(expr)
+
+
+def _c(value, like):
+    """A constant with the dtype of an expression."""
+    return _tir().const(value, _dtype(like))
 
 
 def _np_c(value, like: np.ndarray) -> np.ndarray:
@@ -144,6 +149,33 @@ def _softplus_te(x):
     return t.max(x, _c(0, x)) + t.log1p(t.exp(-t.abs(x)))
 
 
+def _is_float(x) -> bool:
+    return _dtype(x).startswith("float")
+
+
+def _floor_divide_te(x, y):
+    # tirx.floordiv is integer-only
+    t = _tir()
+    return t.floor(x / y) if _is_float(x) else t.floordiv(x, y)
+
+
+def _mod_te(x, y):
+    # numpy's mod: the result takes the divisor's sign (LLVM codegen has no tirx.fmod for floats)
+    t = _tir()
+    return x - t.floor(x / y) * y if _is_float(x) else t.floormod(x, y)
+
+
+def _compare(name: str):
+    """A comparison tvm.tirx.<name>; bools are compared as int8 since LLVM codegen emits fcmp for i1."""
+
+    def body(x, y):
+        if _dtype(x) == "bool":
+            x, y = x.astype("int8"), y.astype("int8")
+        return getattr(_tir(), name)(x, y)
+
+    return body
+
+
 def _where_positive_te(negative_branch):
     """x where x > 0, else negative_branch(x, attrs): leaky_relu and elu."""
 
@@ -224,21 +256,21 @@ _BINARY = {
     "multiply": (lambda x, y: x * y, np.multiply, D.NUMBER, None),
     # integer division is ambiguous (C truncates, numpy floors): ints use floor_divide
     "divide": (lambda x, y: x / y, np.divide, D.FLOAT, None),
-    "floor_divide": (_tir_fn("floordiv"), np.floor_divide, D.NUMBER, None),
+    "floor_divide": (_floor_divide_te, np.floor_divide, D.NUMBER, None),
     # numpy's mod: the result takes the sign of the divisor, for ints and floats
-    "mod": (_tir_fn("floormod"), np.mod, D.NUMBER, None),
+    "mod": (_mod_te, np.mod, D.NUMBER, None),
     "pow": (_tir_fn("power"), np.power, D.FLOAT, None),
     "max": (_tir_fn("max"), np.maximum, D.NUMBER, None),
     "min": (_tir_fn("min"), np.minimum, D.NUMBER, None),
-    "equal": (_tir_fn("EQ"), np.equal, D.ANY, "bool"),
-    "not_equal": (_tir_fn("NE"), np.not_equal, D.ANY, "bool"),
-    "greater_than": (_tir_fn("GT"), np.greater, D.NUMBER, "bool"),
-    "greater_equal": (_tir_fn("GE"), np.greater_equal, D.NUMBER, "bool"),
-    "less_than": (_tir_fn("LT"), np.less, D.NUMBER, "bool"),
-    "less_equal": (_tir_fn("LE"), np.less_equal, D.NUMBER, "bool"),
+    "equal": (_compare("EQ"), np.equal, D.ANY, "bool"),
+    "not_equal": (_compare("NE"), np.not_equal, D.ANY, "bool"),
+    "greater_than": (_compare("GT"), np.greater, D.NUMBER, "bool"),
+    "greater_equal": (_compare("GE"), np.greater_equal, D.NUMBER, "bool"),
+    "less_than": (_compare("LT"), np.less, D.NUMBER, "bool"),
+    "less_equal": (_compare("LE"), np.less_equal, D.NUMBER, "bool"),
     "logical_and": (_tir_fn("And"), np.logical_and, D.BOOL, None),
     "logical_or": (_tir_fn("Or"), np.logical_or, D.BOOL, None),
-    "logical_xor": (_tir_fn("NE"), np.logical_xor, D.BOOL, None),
+    "logical_xor": (_compare("NE"), np.logical_xor, D.BOOL, None),
 }
 for _name, (_te, _ref, _dtypes, _out) in _BINARY.items():
     register_elementwise(_name, _te, _ref, arity=2, dtypes=_dtypes, out_dtype=_out)
@@ -264,11 +296,9 @@ def _cast_infer(types: Sequence[TensorType], a: CastAttrs) -> tuple[TensorType]:
 
 
 def _cast_te(x, a: CastAttrs):
-    from cinn.ops.te_util import dtype_of
-
     # a plain truncation to 1 bit would keep only the lowest bit: bool means "non-zero"
-    if a.dtype == "bool" and dtype_of(x) != "bool":
-        return x != _c(0, x)
+    if a.dtype == "bool" and _dtype(x) != "bool":
+        return _tir().NE(x, _c(0, x))
     return x
 
 

@@ -33,9 +33,13 @@ class ArgReduceAttrs(Attrs):
     keep_dim: bool = False
 
 
-def reduced_axes(op: str, dim: Sequence[int], ndim: int) -> tuple[int, ...]:
+def reduced_axes(op: str, dim: Sequence[int], shape: Sequence[int]) -> tuple[int, ...]:
     """The sorted non-negative axes a reduction removes; empty `dim` means every axis."""
-    axes = normalize_axes(op, dim or range(ndim), ndim)
+    ndim = len(shape)
+    try:
+        axes = normalize_axes(op, dim or range(ndim), ndim)
+    except ValueError as e:
+        raise ValueError(f"{e} (input shape {tuple(shape)})") from None
     return axes if ndim else ()  # a 0-d tensor has no axis to remove (axis 0/-1 is accepted as a no-op)
 
 
@@ -46,37 +50,48 @@ def reduced_shape(shape: tuple[int, ...], axes: Sequence[int], keep_dim: bool) -
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
-def _reduce_infer(op: str, out_dtype: str | None = None):
+def _reduce_infer(op: str):
     def infer(types: Sequence[TensorType], a: ReduceAttrs) -> tuple[TensorType]:
         x = types[0]
-        axes = reduced_axes(op, a.dim, len(x.shape))
-        return (TensorType(reduced_shape(x.shape, axes, a.keep_dim), out_dtype or x.dtype),)
+        axes = reduced_axes(op, a.dim, x.shape)
+        return (TensorType(reduced_shape(x.shape, axes, a.keep_dim), x.dtype),)
 
     return infer
 
 
-def _copy(x):
-    """A copy compute: reducing over no axis (0-d input) must still produce a fresh output."""
+def _topi_reduce(topi_name: str):
+    """A TE reduction by tvm.topi.<topi_name>: te_fn(x, axes, keep_dim) -> tensor."""
+
+    def te_fn(x, axes: tuple[int, ...], keep_dim: bool):
+        from tvm import te, topi
+
+        if not axes:  # a 0-d input: still a fresh output, never the input tensor itself
+            return te.compute(x.shape, lambda *i: x(*i), name=f"{x.op.name}_red")
+        return getattr(topi, topi_name)(x, axis=list(axes), keepdims=keep_dim)
+
+    return te_fn
+
+
+def _mean_te(x, axes: tuple[int, ...], keep_dim: bool):
     from tvm import te
 
-    return te.compute(x.shape, lambda *i: x(*i), name=f"{x.op.name}_red")
+    from cinn.ops.te_util import const
+
+    total = _topi_reduce("sum")(x, axes, keep_dim)
+    count = const(int(np.prod([int(x.shape[i]) for i in axes])), x.dtype)
+    return te.compute(total.shape, lambda *i: total(*i) / count, name=f"{x.op.name}_mean")
 
 
-def _register_reduce(name: str, topi_name: str, np_fn: Callable, dtypes: D) -> None:
-    """A reduction computed by tvm.topi.<topi_name> with numpy reference np_fn(x, axis, keepdims)."""
+def _register_reduce(name: str, te_fn: Callable, np_fn: Callable, dtypes: D) -> None:
+    """A reduction op from te_fn(x, axes, keep_dim) and its numpy reference np_fn(x, axis=, keepdims=)."""
 
     def compute(tensors, a: ReduceAttrs, out_types: Sequence[TensorType]):
-        from tvm import topi
-
         x = tensors[0]
-        axes = reduced_axes(name, a.dim, len(x.shape))
-        if not axes:
-            return [_copy(x)]
-        return [getattr(topi, topi_name)(x, axis=list(axes), keepdims=a.keep_dim)]
+        return [te_fn(x, reduced_axes(name, a.dim, x.shape), a.keep_dim)]
 
     def reference(arrays: Sequence[np.ndarray], a: ReduceAttrs) -> list[np.ndarray]:
         x = arrays[0]
-        axes = reduced_axes(name, a.dim, x.ndim)
+        axes = reduced_axes(name, a.dim, x.shape)
         return [np.asarray(np_fn(x, axis=axes, keepdims=a.keep_dim)).astype(x.dtype)]
 
     register(
@@ -98,47 +113,14 @@ def _int_exact(np_fn: Callable) -> Callable:
     return lambda x, axis, keepdims: np_fn(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
 
 
-_register_reduce("reduce_sum", "sum", _int_exact(np.sum), D.NUMBER)
-_register_reduce("reduce_prod", "prod", _int_exact(np.prod), D.NUMBER)
-_register_reduce("reduce_max", "max", np.max, D.NUMBER)
-_register_reduce("reduce_min", "min", np.min, D.NUMBER)
-_register_reduce("reduce_all", "all", np.all, D.BOOL)
-_register_reduce("reduce_any", "any", np.any, D.BOOL)
-
-
-def _mean_compute(tensors, a: ReduceAttrs, out_types: Sequence[TensorType]):
-    from tvm import te, topi
-
-    from cinn.ops.te_util import const
-
-    x = tensors[0]
-    axes = reduced_axes("reduce_mean", a.dim, len(x.shape))
-    if not axes:
-        return [_copy(x)]
-    total = topi.sum(x, axis=list(axes), keepdims=a.keep_dim)
-    count = const(int(np.prod([int(x.shape[i]) for i in axes])), x.dtype)
-    return [te.compute(total.shape, lambda *i: total(*i) / count, name=f"{x.op.name}_mean")]
-
-
-def _mean_reference(arrays: Sequence[np.ndarray], a: ReduceAttrs) -> list[np.ndarray]:
-    x = arrays[0]
-    axes = reduced_axes("reduce_mean", a.dim, x.ndim)
-    return [np.asarray(np.mean(x, axis=axes, keepdims=a.keep_dim)).astype(x.dtype)]
-
-
-register(
-    OpDef(
-        name="reduce_mean",
-        kind=PatternKind.REDUCTION,
-        infer=_reduce_infer("reduce_mean"),
-        compute=_mean_compute,
-        reference=_mean_reference,
-        attrs=ReduceAttrs,
-        # an integer mean would have to pick a rounding: cast to float first
-        dtypes=D.FLOAT,
-        doc="reduce_mean(x, dim=(), keep_dim=False): mean over `dim` (empty: all axes).",
-    )
-)
+_register_reduce("reduce_sum", _topi_reduce("sum"), _int_exact(np.sum), D.NUMBER)
+# an integer mean would have to pick a rounding: cast to float first
+_register_reduce("reduce_mean", _mean_te, np.mean, D.FLOAT)
+_register_reduce("reduce_prod", _topi_reduce("prod"), _int_exact(np.prod), D.NUMBER)
+_register_reduce("reduce_max", _topi_reduce("max"), np.max, D.NUMBER)
+_register_reduce("reduce_min", _topi_reduce("min"), np.min, D.NUMBER)
+_register_reduce("reduce_all", _topi_reduce("all"), np.all, D.BOOL)
+_register_reduce("reduce_any", _topi_reduce("any"), np.any, D.BOOL)
 
 
 def _register_arg_reduce(name: str, topi_name: str, np_fn: Callable) -> None:
@@ -146,7 +128,7 @@ def _register_arg_reduce(name: str, topi_name: str, np_fn: Callable) -> None:
 
     def infer(types: Sequence[TensorType], a: ArgReduceAttrs) -> tuple[TensorType]:
         x = types[0]
-        axes = reduced_axes(name, (a.axis,), len(x.shape))
+        axes = reduced_axes(name, (a.axis,), x.shape)
         return (TensorType(reduced_shape(x.shape, axes, a.keep_dim), "int32"),)
 
     def compute(tensors, a: ArgReduceAttrs, out_types: Sequence[TensorType]):

@@ -28,7 +28,21 @@ def _te():
 
 def _map_compute(name: str, x: "te.Tensor", out_shape: Shape, in_index: IndexMap) -> "te.Tensor":
     """A new tensor whose element at idx is x[in_index(idx)] (a fresh compute even for a pure view)."""
-    return _te().compute(out_shape, lambda *idx: x(*in_index(idx)), name=name, tag="injective")
+    import tvm
+
+    def body(*idx):
+        # simplify under the loop bounds so the kernel (and the tuner's features) see plain indices
+        analyzer = tvm.sym.Analyzer()
+        for var, extent in zip(idx, out_shape):
+            analyzer.bind(var, tvm.ir.Range(0, extent))
+        return x(*(analyzer.simplify(e) for e in in_index(idx)))
+
+    return _te().compute(out_shape, body, name=name, tag="injective")
+
+
+def _dims(t: "te.Tensor") -> Shape:
+    """A te.Tensor's static shape as ints."""
+    return tuple(int(d) for d in t.shape)
 
 
 def _ravel(idx: Sequence, shape: Shape):
@@ -48,12 +62,17 @@ def _unravel(linear, shape: Shape) -> list:
     return out[::-1]
 
 
+def _reshape_reference(out_shape: Callable[[Shape, Attrs], Shape]):
+    """Reference of an op that only changes the shape: numpy's reshape to `out_shape(x.shape, attrs)`."""
+    return lambda xs, a: [xs[0].reshape(out_shape(xs[0].shape, a))]
+
+
 def _reshape_compute(name: str):
     """Compute of an op that reinterprets x's elements in row-major order with the output shape."""
 
     def compute(tensors, _attrs, out_types):
         (x,) = tensors
-        in_shape = tuple(int(d) for d in x.shape)
+        in_shape = _dims(x)
         out_shape = out_types[0].shape
         return [_map_compute(name, x, out_shape, lambda idx: _unravel(_ravel(idx, out_shape), in_shape))]
 
@@ -72,15 +91,15 @@ def _fmt(*shapes: Shape) -> str:
     return " and ".join(str(tuple(s)) for s in shapes)
 
 
-def _same(x: TensorType, shape: Shape) -> list[TensorType]:
-    return [TensorType(shape, x.dtype)]
-
-
 def _register(name: str, attrs: type[Attrs], out_shape: Callable[[Shape, Attrs], Shape], reference, compute, doc: str,
               kind: PatternKind = PatternKind.INJECTIVE) -> OpDef:
     """Register a one-input op whose output has x's dtype and the shape `out_shape(x.shape, attrs)`."""
-    return register(OpDef(name=name, kind=kind, infer=lambda types, a: _same(types[0], out_shape(types[0].shape, a)),
-                          reference=reference, compute=compute, attrs=attrs, doc=doc))
+
+    def infer(types: Sequence[TensorType], a: Attrs) -> list[TensorType]:
+        return [TensorType(out_shape(types[0].shape, a), types[0].dtype)]
+
+    return register(OpDef(name=name, kind=kind, infer=infer, reference=reference, compute=compute, attrs=attrs,
+                          doc=doc))
 
 
 # -- reshape / flatten ---------------------------------------------------------------------------
@@ -91,8 +110,8 @@ class ReshapeAttrs(Attrs):
     shape: tuple[int, ...]
 
 
-def _reshape_shape(op: str, shape: Shape, target: Sequence[int]) -> Shape:
-    size = math.prod(shape)
+def _reshape_shape(shape: Shape, a: ReshapeAttrs) -> Shape:
+    size, target, op = math.prod(shape), a.shape, "reshape"
     if sum(d == -1 for d in target) > 1 or any(d < -1 for d in target):
         raise ValueError(f"{op}: invalid target shape {tuple(target)} for input {tuple(shape)} (at most one -1)")
     known = math.prod(d for d in target if d != -1)
@@ -105,9 +124,8 @@ def _reshape_shape(op: str, shape: Shape, target: Sequence[int]) -> Shape:
     return tuple(target)
 
 
-_register("reshape", ReshapeAttrs, lambda s, a: _reshape_shape("reshape", s, a.shape),
-          lambda xs, a: [xs[0].reshape(_reshape_shape("reshape", xs[0].shape, a.shape))],
-          _reshape_compute("reshape"), "Reshape x (row-major); one dim may be -1.")
+_register("reshape", ReshapeAttrs, _reshape_shape, _reshape_reference(_reshape_shape), _reshape_compute("reshape"),
+          "Reshape x (row-major); one dim may be -1.")
 
 
 @dataclass(frozen=True)
@@ -125,8 +143,8 @@ def _flatten_shape(shape: Shape, a: FlattenAttrs) -> Shape:
     return shape[:start] + (math.prod(shape[start : stop + 1]),) + shape[stop + 1 :]
 
 
-_register("flatten", FlattenAttrs, _flatten_shape, lambda xs, a: [xs[0].reshape(_flatten_shape(xs[0].shape, a))],
-          _reshape_compute("flatten"), "Merge dims start_axis..stop_axis into one (Paddle's flatten).")
+_register("flatten", FlattenAttrs, _flatten_shape, _reshape_reference(_flatten_shape), _reshape_compute("flatten"),
+          "Merge dims start_axis..stop_axis into one (Paddle's flatten).")
 
 
 # -- transpose -----------------------------------------------------------------------------------
@@ -138,7 +156,7 @@ class TransposeAttrs(Attrs):
 
 
 def _perm(shape: Shape, a: TransposeAttrs) -> tuple[int, ...]:
-    perm = tuple(normalize_axis("transpose", ax, len(shape)) for ax in a.axis) if shape else tuple(a.axis)
+    perm = tuple(normalize_axis("transpose", ax, len(shape)) for ax in a.axis)
     if sorted(perm) != list(range(len(shape))):
         raise ValueError(f"transpose: axis {tuple(a.axis)} is not a permutation for shape {tuple(shape)}")
     return perm
@@ -146,7 +164,7 @@ def _perm(shape: Shape, a: TransposeAttrs) -> tuple[int, ...]:
 
 def _transpose_compute(tensors, a, out_types):
     (x,) = tensors
-    inverse = np.argsort(_perm(tuple(int(d) for d in x.shape), a))
+    inverse = np.argsort(_perm(_dims(x), a))
     return [_map_compute("transpose", x, out_types[0].shape, lambda idx: [idx[k] for k in inverse])]
 
 
@@ -169,7 +187,8 @@ def _ranges(shape: Shape, a: SliceAttrs) -> list[range]:
     """The input indices read along each dim of x."""
     strides = a.strides if a.strides is not None else (1,) * len(a.axes)
     if not len(a.axes) == len(a.starts) == len(a.ends) == len(strides):
-        raise ValueError(f"slice: axes {a.axes}, starts {a.starts}, ends {a.ends}, strides {a.strides} differ in length")
+        raise ValueError(f"slice: axes {a.axes}, starts {a.starts}, ends {a.ends}, strides {a.strides} differ in length"
+                         f" (shape {tuple(shape)})")
     axes = [normalize_axis("slice", ax, len(shape)) for ax in a.axes]
     if len(set(axes)) != len(axes):
         raise ValueError(f"slice: repeated axes {tuple(a.axes)} for shape {tuple(shape)}")
@@ -190,8 +209,9 @@ def _slice_shape(shape: Shape, a: SliceAttrs) -> Shape:
 
 def _slice_compute(tensors, a, out_types):
     (x,) = tensors
-    ranges = _ranges(tuple(int(d) for d in x.shape), a)
-    return [_map_compute("slice", x, out_types[0].shape, lambda idx: [r.start + i * r.step for r, i in zip(ranges, idx)])]
+    ranges = _ranges(_dims(x), a)
+    return [_map_compute("slice", x, out_types[0].shape,
+                         lambda idx: [r.start + i * r.step for r, i in zip(ranges, idx)])]
 
 
 _register("slice", SliceAttrs, _slice_shape, lambda xs, a: [xs[0][np.ix_(*_ranges(xs[0].shape, a))]], _slice_compute,
@@ -251,7 +271,7 @@ def _sections(shape: Shape, a: SplitAttrs) -> tuple[int, tuple[int, ...]]:
     if spec.count(-1) == 1:
         spec = tuple(dim - known if s == -1 else s for s in spec)
     if not spec or any(s <= 0 for s in spec) or sum(spec) != dim:
-        raise ValueError(f"split: sections {tuple(a.num_or_sections)} do not split axis {a.axis} of shape {tuple(shape)}")
+        raise ValueError(f"split: sections {tuple(a.num_or_sections)} do not split axis {a.axis} of {tuple(shape)}")
     return ax, tuple(spec)
 
 
@@ -268,13 +288,14 @@ def _split_reference(xs, a):
 
 def _split_compute(tensors, a, out_types):
     (x,) = tensors
-    ax, secs = _sections(tuple(int(d) for d in x.shape), a)
+    ax, secs = _sections(_dims(x), a)
     offsets = np.cumsum((0,) + secs[:-1])
 
     def shifted(off: int) -> IndexMap:
         return lambda idx: [i + off if k == ax else i for k, i in enumerate(idx)]
 
-    return [_map_compute(f"split_{n}", x, t.shape, shifted(int(off))) for n, (t, off) in enumerate(zip(out_types, offsets))]
+    return [_map_compute(f"split_{n}", x, t.shape, shifted(int(off)))
+            for n, (t, off) in enumerate(zip(out_types, offsets))]
 
 
 register(OpDef(name="split", kind=PatternKind.INJECTIVE, infer=_split_infer, compute=_split_compute,
@@ -289,57 +310,28 @@ class AxesAttrs(Attrs):
     axes: tuple[int, ...] = ()
 
 
-def _squeezed(shape: Shape, a: AxesAttrs) -> tuple[int, ...]:
-    """The axes removed: the listed ones of size 1 (others are kept, as Paddle), or all size-1 dims."""
-    axes = normalize_axes("squeeze", a.axes, len(shape)) if a.axes else range(len(shape))
-    return tuple(ax for ax in axes if shape[ax] == 1)
-
-
 def _squeeze_shape(shape: Shape, a: AxesAttrs) -> Shape:
-    drop = _squeezed(shape, a)
-    return tuple(d for k, d in enumerate(shape) if k not in drop)
+    """Drop the listed size-1 dims (listed dims of other sizes stay, as in Paddle), or all size-1 dims."""
+    axes = normalize_axes("squeeze", a.axes, len(shape)) if a.axes else range(len(shape))
+    return tuple(d for k, d in enumerate(shape) if not (k in axes and d == 1))
 
 
-def _squeeze_compute(tensors, a, out_types):
-    (x,) = tensors
-    shape = tuple(int(d) for d in x.shape)
-    drop = _squeezed(shape, a)
-
-    def in_index(idx):
-        it = iter(idx)
-        return [0 if k in drop else next(it) for k in range(len(shape))]
-
-    return [_map_compute("squeeze", x, out_types[0].shape, in_index)]
-
-
-_register("squeeze", AxesAttrs, _squeeze_shape, lambda xs, a: [xs[0].reshape(_squeeze_shape(xs[0].shape, a))],
-          _squeeze_compute, "Remove size-1 dims (the listed ones, or all).")
-
-
-def _inserted(shape: Shape, a: AxesAttrs) -> tuple[int, ...]:
-    """The new axes, as positions in the output."""
-    rank = len(shape) + len(a.axes)
-    axes = normalize_axes("expand_dims", a.axes, rank)
-    if len(axes) != len(a.axes):
-        raise ValueError(f"expand_dims: repeated axes {tuple(a.axes)} for shape {tuple(shape)}")
-    return axes
+_register("squeeze", AxesAttrs, _squeeze_shape, _reshape_reference(_squeeze_shape), _reshape_compute("squeeze"),
+          "Remove size-1 dims (the listed ones, or all).")
 
 
 def _expand_dims_shape(shape: Shape, a: AxesAttrs) -> Shape:
-    new = _inserted(shape, a)
+    """Size-1 dims inserted at the given output positions."""
+    rank = len(shape) + len(a.axes)
+    new = normalize_axes("expand_dims", a.axes, rank)
+    if len(new) != len(a.axes):
+        raise ValueError(f"expand_dims: repeated axes {tuple(a.axes)} for shape {tuple(shape)}")
     it = iter(shape)
-    return tuple(1 if k in new else next(it) for k in range(len(shape) + len(new)))
+    return tuple(1 if k in new else next(it) for k in range(rank))
 
 
-def _expand_dims_compute(tensors, a, out_types):
-    (x,) = tensors
-    new = _inserted(tuple(int(d) for d in x.shape), a)
-    return [_map_compute("expand_dims", x, out_types[0].shape, lambda idx: [i for k, i in enumerate(idx) if k not in new])]
-
-
-_register("expand_dims", AxesAttrs, _expand_dims_shape,
-          lambda xs, a: [xs[0].reshape(_expand_dims_shape(xs[0].shape, a))], _expand_dims_compute,
-          "Insert size-1 dims at the given output positions.")
+_register("expand_dims", AxesAttrs, _expand_dims_shape, _reshape_reference(_expand_dims_shape),
+          _reshape_compute("expand_dims"), "Insert size-1 dims at the given output positions.")
 
 
 # -- broadcast_to --------------------------------------------------------------------------------
@@ -380,7 +372,7 @@ def _broadcast_reference(xs, a):
 
 def _broadcast_to_compute(tensors, a, out_types):
     (x,) = tensors
-    shape = tuple(int(d) for d in x.shape)
+    shape = _dims(x)
     axes = _mapped_axes(shape, a)
     # a size-1 input dim is read at 0 (it may meet a larger output dim)
     return [_map_compute("broadcast_to", x, out_types[0].shape,
@@ -415,7 +407,7 @@ def _tile_shape(shape: Shape, a: TileAttrs) -> Shape:
 def _tile_compute(tensors, a, out_types):
     (x,) = tensors
     lead = len(out_types[0].shape) - x.ndim
-    shape = tuple(int(d) for d in x.shape)
+    shape = _dims(x)
     return [_map_compute("tile", x, out_types[0].shape, lambda idx: [i % d for i, d in zip(idx[lead:], shape)])]
 
 
@@ -432,9 +424,10 @@ class ReverseAttrs(Attrs):
 
 def _reverse_compute(tensors, a, out_types):
     (x,) = tensors
-    shape = tuple(int(d) for d in x.shape)
+    shape = _dims(x)
     axes = normalize_axes("reverse", a.axis, len(shape))
-    return [_map_compute("reverse", x, shape, lambda idx: [d - 1 - i if k in axes else i for k, (i, d) in enumerate(zip(idx, shape))])]
+    return [_map_compute("reverse", x, shape,
+                         lambda idx: [d - 1 - i if k in axes else i for k, (i, d) in enumerate(zip(idx, shape))])]
 
 
 def _reverse_shape(shape: Shape, a: ReverseAttrs) -> Shape:
@@ -500,8 +493,8 @@ def _pad_compute(tensors, a, out_types):
     from tvm import tirx
 
     (x,) = tensors
-    shape = tuple(int(d) for d in x.shape)
-    fill = _scalar(a.pad_value, x.dtype)
+    shape = _dims(x)
+    fill = _scalar(a.pad_value, out_types[0].dtype)
 
     def body(*idx):
         value = x(*(_pad_source(i, b, d, a.mode) for i, (b, _), d in zip(idx, a.paddings, shape)))
@@ -520,7 +513,8 @@ _register("pad", PadAttrs, _pad_shape, _pad_reference, _pad_compute, "Pad each d
 def _gather_infer(types: Sequence[TensorType], a: AxisAttrs) -> list[TensorType]:
     x, index = types
     if index.dtype not in ("int32", "int64"):
-        raise TypeError(f"gather: index must be int32 or int64, got {index.dtype} (shapes {_fmt(x.shape, index.shape)})")
+        raise TypeError(f"gather: index must be int32 or int64, got {index.dtype}"
+                        f" (shapes {_fmt(x.shape, index.shape)})")
     if not x.shape:
         raise ValueError(f"gather: x must have rank >= 1 (shapes {_fmt(x.shape, index.shape)})")
     ax = normalize_axis("gather", a.axis, len(x.shape))
@@ -554,7 +548,9 @@ class ArangeAttrs(Attrs):
 def _arange_type(a: ArangeAttrs) -> TensorType:
     if a.dtype not in DTYPES or a.dtype == "bool":
         raise TypeError(f"arange: dtype {a.dtype!r} not supported")
-    n = math.ceil((a.end - a.start) / a.step) if a.step else 0
+    if a.step == 0:
+        raise ValueError(f"arange: step must be nonzero (start={a.start} end={a.end})")
+    n = math.ceil((a.end - a.start) / a.step)
     if n <= 0:
         raise ValueError(f"arange: empty range start={a.start} end={a.end} step={a.step}")
     return TensorType((n,), a.dtype)

@@ -1,9 +1,165 @@
-"""Cases for elementwise ops."""
-from tests.cases import Case
+"""Cases for elementwise ops: every op over float32, int32/bool where allowed, broadcasting, 0-d and size-1 dims."""
+from __future__ import annotations
 
+import numpy as np
+
+from tests.cases import Case, positive, random_array
+
+F, I, B = "float32", "int32", "bool"
+M = (4, 5)  # the default small matrix
+
+
+def _inputs(*makers):
+    """A case maker from one maker per input array."""
+    return lambda rng: [m(rng) for m in makers]
+
+
+def _rand(shape, dtype=F):
+    return lambda rng: random_array(rng, shape, dtype)
+
+
+def _wide(shape, k):
+    """Float values in [-2k, 2k): reach the saturating regions of clipped activations."""
+    return lambda rng: random_array(rng, shape, F) * np.float32(k)
+
+
+def _pos(shape, dtype=F):
+    return lambda rng: positive(shape, dtype)(rng)[0]
+
+
+def _nonzero(shape, dtype=F):
+    """Values bounded away from zero, of both signs (divisors)."""
+
+    def make(rng):
+        sign = np.where(rng.random(shape) < 0.5, -1, 1)
+        if np.dtype(dtype).kind == "i":
+            return (sign * rng.integers(1, 4, size=shape)).astype(dtype)
+        return (sign * (rng.random(shape) * 2 + 0.5)).astype(dtype)
+
+    return make
+
+
+def _halves(shape):
+    """Exact .5 values (round-half-to-even matters) mixed with random ones."""
+    return lambda rng: np.where(rng.random(shape) < 0.5, rng.integers(-8, 9, size=shape) * 0.5, rng.random(shape) * 8 - 4).astype(F)
+
+
+def _specials(shape):
+    """Random values with NaN, +inf and -inf sprinkled in."""
+
+    def make(rng):
+        x = random_array(rng, shape, F)
+        x.flat[::3] = np.nan
+        x.flat[1::4] = np.inf
+        x.flat[2::5] = -np.inf
+        return x
+
+    return make
+
+
+def _with_zeros(shape, dtype):
+    """Random values with exact zeros (sign of 0)."""
+
+    def make(rng):
+        x = random_array(rng, shape, dtype)
+        x.flat[::3] = 0
+        return x
+
+    return make
+
+
+def _unary(op, shapes_dtypes, **kw):
+    return [Case(op, ((s, d),), **kw) for s, d in shapes_dtypes]
+
+
+# unary float math; transcendental TE intrinsics differ from numpy in the last bits
+_TOL = {"rtol": 1e-4, "atol": 1e-5}
 CASES = [
-    Case("relu", (((4, 5), "float32"),)),
-    Case("relu", (((3,), "int32"),)),
-    Case("add", (((2, 3), "float32"), ((3,), "float32"))),
-    Case("add", (((), "float32"), ((2, 1, 3), "float32"))),
+    *_unary("relu", [(M, F), ((3,), I), ((), F)]),
+    Case("relu6", make=_inputs(_wide(M, 5)), id="relu6-wide"),
+    *_unary("sigmoid", [(M, F), ((1, 3, 1), F)], **_TOL),
+    *_unary("tanh", [(M, F)], **_TOL),
+    *_unary("exp", [(M, F), ((), F)], **_TOL),
+    *_unary("sin", [(M, F)], **_TOL),
+    *_unary("cos", [((2, 1, 3), F)], **_TOL),
+    *_unary("erf", [(M, F)], **_TOL),
+    *_unary("silu", [(M, F)], **_TOL),
+    Case("softplus", make=_inputs(_wide(M, 20)), id="softplus-wide", **_TOL),
+    Case("hard_swish", make=_inputs(_wide(M, 3)), id="hard_swish-wide"),
+    *_unary("floor", [(M, F)]),
+    *_unary("ceil", [((1,), F)]),
+    *_unary("abs", [(M, F), (M, I)]),
+    *_unary("negative", [(M, F), ((), I)]),
+    Case("log", make=positive(M), id="log-positive", **_TOL),
+    Case("sqrt", make=positive((1, 6)), id="sqrt-positive"),
+    Case("rsqrt", make=positive(M), id="rsqrt-positive", **_TOL),
+    Case("reciprocal", make=_inputs(_nonzero(M)), id="reciprocal-nonzero"),
+    Case("round", make=_inputs(_halves((6, 5))), id="round-halves"),
+    Case("sign", make=_inputs(_with_zeros(M, F)), id="sign-float"),
+    Case("sign", make=_inputs(_with_zeros((7,), I)), id="sign-int"),
+    Case("is_nan", make=_inputs(_specials((4, 6))), id="is_nan-specials"),
+    Case("is_inf", make=_inputs(_specials((4, 6))), id="is_inf-specials"),
+    *_unary("logical_not", [(M, B), ((), B)]),
+    *_unary("identity", [(M, F), ((3,), I), ((2, 1), B), ((), F)]),
+    # unary ops with attributes
+    Case("gelu", ((M, F),), id="gelu-exact", **_TOL),
+    Case("gelu", ((M, F),), {"approximate": True}, id="gelu-tanh", **_TOL),
+    Case("hard_sigmoid", make=_inputs(_wide(M, 3)), id="hard_sigmoid-default"),
+    Case("hard_sigmoid", ((M, F),), {"slope": 0.1666667, "offset": 0.5}, id="hard_sigmoid-onnx"),
+    Case("leaky_relu", ((M, F),)),
+    Case("leaky_relu", (((3, 1), F),), {"alpha": 0.2}, id="leaky_relu-alpha"),
+    Case("elu", ((M, F),), **_TOL),
+    Case("elu", (((), F),), {"alpha": 0.5}, id="elu-alpha-scalar", **_TOL),
+    Case("clip", ((M, F),), {"min": -0.5, "max": 1.0}),
+    Case("clip", ((M, I),), {"min": -2, "max": 3}),
+    Case("scale", ((M, F),), {"scale": 2.0, "bias": 0.5}),
+    Case("scale", ((M, I),), {"scale": 3, "bias": 1, "bias_after_scale": False}),
+    Case("cast", ((M, F),), {"dtype": I}, id="cast-float-int32"),
+    Case("cast", ((M, I),), {"dtype": F}, id="cast-int32-float"),
+    Case("cast", ((M, F),), {"dtype": B}, make=_inputs(_with_zeros(M, F)), id="cast-float-bool"),
+    Case("cast", ((M, I),), {"dtype": B}, make=_inputs(_with_zeros(M, I)), id="cast-int32-bool"),
+    Case("cast", (((), B),), {"dtype": F}, id="cast-bool-float-scalar"),
+    Case("cast", (((2, 3), F),), {"dtype": "float16"}, id="cast-float-float16"),
+]
+
+# broadcasting binary ops
+_BROADCAST = (((2, 3, 4), F), ((3, 1), F))
+CASES += [
+    Case("add", ((M, F), (M, F))),
+    Case("add", (((2, 3), F), ((3,), F))),
+    Case("add", (((), F), ((2, 1, 3), F))),
+    Case("add", ((M, I), ((), I))),
+    Case("subtract", _BROADCAST),
+    Case("subtract", (((1, 5), I), ((4, 1), I))),
+    Case("multiply", ((M, F), ((1,), F))),
+    Case("multiply", ((M, I), (M, I))),
+    Case("max", _BROADCAST),
+    Case("max", (((3,), I), ((2, 3), I))),
+    Case("min", (((), F), ((), F))),
+    Case("min", ((M, I), ((5,), I))),
+    Case("divide", make=_inputs(_rand((2, 3, 4)), _nonzero((3, 1))), id="divide-broadcast"),
+    Case("divide", make=_inputs(_rand(()), _nonzero(M)), id="divide-scalar"),
+    Case("floor_divide", make=_inputs(_rand(M, I), _nonzero((5,), I)), id="floor_divide-int"),
+    Case("floor_divide", make=_inputs(_rand(M), _nonzero(M)), id="floor_divide-float"),
+    Case("mod", make=_inputs(_rand((3, 5), I), _nonzero((3, 1), I)), id="mod-int"),
+    Case("mod", make=_inputs(_rand(M), _nonzero((5,))), id="mod-float", atol=1e-5),
+    Case("pow", make=_inputs(_pos(M), _rand((5,))), id="pow-broadcast", **_TOL),
+    Case("pow", make=_inputs(_pos(()), _rand((2, 2))), id="pow-scalar-base", **_TOL),
+    Case("equal", ((M, I), ((5,), I))),
+    Case("equal", (((2, 3), B), ((2, 1), B))),
+    Case("not_equal", ((M, I), (M, I))),
+    Case("not_equal", (((3,), F), ((), F))),
+    Case("greater_than", _BROADCAST),
+    Case("greater_than", ((M, I), (M, I))),
+    Case("greater_equal", ((M, I), ((1, 5), I))),
+    Case("less_than", ((M, F), (M, F))),
+    Case("less_than", (((), I), ((3,), I))),
+    Case("less_equal", ((M, I), ((4, 1), I))),
+    Case("logical_and", ((M, B), ((5,), B))),
+    Case("logical_or", (((2, 1, 3), B), ((4, 1), B))),
+    Case("logical_xor", ((M, B), (M, B))),
+    Case("logical_xor", (((), B), ((3,), B))),
+    Case("select", (((4, 1), B), (M, F), (M, F))),
+    Case("select", ((M, B), ((), I), ((5,), I))),
+    Case("select", (((), B), ((2, 3), F), ((1, 3), F))),
 ]

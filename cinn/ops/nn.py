@@ -1,0 +1,772 @@
+"""Neural-network ops: matmul, conv2d and pool2d (computed), batchnorm, layer_norm, softmax and
+log_softmax (composite, expanded by the decompose pass), dropout (inference form).
+
+Padding convention (conv2d and pool2d, as CINN's pool2d and ONNX's `pads`): `paddings` is either
+2 values (pad_h, pad_w), applied on both sides, or 4 values (top, left, bottom, right).
+`padding_algorithm` "SAME" (extra padding at the bottom/right) or "VALID" overrides `paddings`.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from cinn.ir import Attrs, TensorType
+from cinn.ops.common import normalize_axes, normalize_axis, register_elementwise, same_dtype
+from cinn.ops.registry import DtypeClass as D
+from cinn.ops.registry import OpDef
+from cinn.ops.registry import PatternKind as K
+from cinn.ops.registry import register
+
+
+class _StrEnum(str, enum.Enum):
+    """A string-valued attribute enum that prints as its value."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class PoolType(_StrEnum):
+    """pool2d's reduction."""
+
+    MAX = "max"
+    AVG = "avg"
+
+
+class DataFormat(_StrEnum):
+    """Position of the channel axis."""
+
+    NCHW = "NCHW"
+    NHWC = "NHWC"
+
+
+class PaddingAlgorithm(_StrEnum):
+    """How conv2d/pool2d paddings are chosen: as given, to keep ceil(in/stride) outputs, or none."""
+
+    EXPLICIT = "EXPLICIT"
+    SAME = "SAME"
+    VALID = "VALID"
+
+
+class DropoutImpl(_StrEnum):
+    """Paddle's dropout modes: which phase scales by (1 - p)."""
+
+    DOWNGRADE_IN_INFER = "downgrade_in_infer"
+    UPSCALE_IN_TRAIN = "upscale_in_train"
+
+
+def _coerce(attrs: Attrs, name: str, enum_cls: type[enum.Enum], op: str) -> None:
+    """Turn a string attribute into its enum (attrs are frozen), with a clear error."""
+    value = getattr(attrs, name)
+    try:
+        object.__setattr__(attrs, name, enum_cls(value))
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in enum_cls)
+        raise ValueError(f"{op}: {name} must be one of {choices}, got {value!r}") from None
+
+
+def _tvm():
+    import tvm
+
+    return tvm
+
+
+def _fshape(t) -> tuple[int, ...]:
+    """A te.Tensor's static shape as ints."""
+    return tuple(int(d) for d in t.shape)
+
+
+def _accumulate(x: np.ndarray) -> np.ndarray:
+    """Reference arithmetic in float64 for floats (exact enough to judge float32 kernels)."""
+    return x.astype(np.float64) if x.dtype.kind == "f" else x
+
+
+# ---------------------------------------------------------------------------------------------
+# matmul
+
+
+@dataclass(frozen=True)
+class MatmulAttrs(Attrs):
+    """out = alpha * op(x) @ op(y), op transposing the last two axes when trans_* is set."""
+
+    trans_x: bool = False
+    trans_y: bool = False
+    alpha: float = 1.0
+
+
+@dataclass(frozen=True)
+class _MatmulShape:
+    """A matmul's operands as [batch..., rows, cols]; 1-D operands are vectors (numpy rules)."""
+
+    batch: tuple[int, ...]
+    m: int
+    k: int
+    n: int
+    x_vec: bool
+    y_vec: bool
+
+    @property
+    def out(self) -> tuple[int, ...]:
+        return self.batch + ((self.m,) if not self.x_vec else ()) + ((self.n,) if not self.y_vec else ())
+
+
+def _matmul_shape(xs: tuple[int, ...], ys: tuple[int, ...], a: MatmulAttrs) -> _MatmulShape:
+    """Validate operand shapes and resolve batch, M, K, N."""
+    if not xs or not ys:
+        raise ValueError(f"matmul: shapes {xs} and {ys}: operands must have at least one dimension")
+    xm, xk = (1, xs[0]) if len(xs) == 1 else (xs[-1], xs[-2]) if a.trans_x else xs[-2:]
+    yk, yn = (ys[0], 1) if len(ys) == 1 else (ys[-1], ys[-2]) if a.trans_y else ys[-2:]
+    if xk != yk:
+        raise ValueError(f"matmul: shapes {xs} and {ys} are incompatible (K {xk} vs {yk})")
+    try:
+        batch = tuple(np.broadcast_shapes(xs[:-2], ys[:-2]))
+    except ValueError:
+        raise ValueError(f"matmul: batch dims of shapes {xs} and {ys} do not broadcast") from None
+    return _MatmulShape(batch, xm, xk, yn, len(xs) == 1, len(ys) == 1)
+
+
+def _matmul_infer(types: Sequence[TensorType], a: MatmulAttrs) -> list[TensorType]:
+    dtype = same_dtype("matmul", types)
+    return [TensorType(_matmul_shape(types[0].shape, types[1].shape, a).out, dtype)]
+
+
+def _operand_index(shape: tuple[int, ...], batch_idx: Sequence, row, col, trans: bool) -> list:
+    """Index of one matmul operand: broadcast batch indices, then (row, col) or (col, row)."""
+    if len(shape) == 1:
+        return [col if row is None else row]  # a vector is indexed by k alone
+    own = shape[:-2]
+    lead = batch_idx[len(batch_idx) - len(own) :] if own else []
+    return [0 if d == 1 else i for d, i in zip(own, lead)] + ([col, row] if trans else [row, col])
+
+
+def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
+    from tvm import te
+
+    from cinn.ops.te_util import const
+
+    x, y = tensors
+    xs, ys = _fshape(x), _fshape(y)
+    s = _matmul_shape(xs, ys, a)
+    dtype = out_types[0].dtype
+    k = te.reduce_axis((0, s.k), name="k")
+
+    def body(*idx):
+        b, rest = idx[: len(s.batch)], list(idx[len(s.batch) :])
+        m = None if s.x_vec else rest.pop(0)
+        n = None if s.y_vec else rest.pop(0)
+        # x is [.., m, k], y is [.., k, n]; the transposed operand is indexed directly (no transpose stage)
+        prod = x(*_operand_index(xs, b, m, k, a.trans_x)) * y(*_operand_index(ys, b, k, n, a.trans_y))
+        return te.sum(prod if a.alpha == 1.0 else prod * const(a.alpha, dtype), axis=k)
+
+    return [te.compute(s.out, body, name="matmul")]
+
+
+def _matmul_reference(arrays: Sequence[np.ndarray], a: MatmulAttrs) -> list[np.ndarray]:
+    x, y = arrays
+    xt = np.swapaxes(x, -1, -2) if a.trans_x and x.ndim >= 2 else x
+    yt = np.swapaxes(y, -1, -2) if a.trans_y and y.ndim >= 2 else y
+    out = np.matmul(_accumulate(xt), _accumulate(yt))
+    if a.alpha != 1.0:
+        out = out * a.alpha
+    return [np.asarray(out).astype(x.dtype)]
+
+
+register(
+    OpDef(
+        name="matmul",
+        kind=K.OUT_FUSIBLE,
+        infer=_matmul_infer,
+        compute=_matmul_compute,
+        reference=_matmul_reference,
+        attrs=MatmulAttrs,
+        num_inputs=2,
+        dtypes=D.NUMBER,
+        doc="Batched matrix product with numpy broadcasting of batch dims and numpy rules for 1-D operands.",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# sliding windows shared by conv2d and pool2d
+
+
+@dataclass(frozen=True)
+class _Window:
+    """One spatial dim of a sliding window: input size, kernel, stride, dilation, pads, output size."""
+
+    size: int
+    kernel: int
+    stride: int
+    dilation: int
+    pad_begin: int
+    pad_end: int
+    out: int
+
+    def start(self, o):
+        """First input index of output `o`'s window (ints or TIR expressions)."""
+        return o * self.stride - self.pad_begin
+
+    def end(self, o):
+        """One past the last input index of output `o`'s window (padding included)."""
+        return self.start(o) + (self.kernel - 1) * self.dilation + 1
+
+    def guards(self, idx, _o) -> list:
+        """Conditions for input index `idx` to be inside the input, only those that can fail."""
+        overruns = self.end(self.out - 1) > self.size
+        return ([idx >= 0] if self.pad_begin else []) + ([idx < self.size] if overruns else [])
+
+    def taps(self, k: int) -> slice:
+        """Positions of the padded input that kernel tap `k` reads, one per output."""
+        first = k * self.dilation
+        return slice(first, first + self.stride * (self.out - 1) + 1, self.stride)
+
+
+def _pair(op: str, name: str, values: Sequence[int]) -> tuple[int, int]:
+    """A 2-value attribute (H, W), checked positive."""
+    if len(values) != 2 or any(int(v) < 1 for v in values):
+        raise ValueError(f"{op}: {name} must be 2 positive values (H, W), got {tuple(values)}")
+    return int(values[0]), int(values[1])
+
+
+def _pads(op: str, paddings: Sequence[int]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(begin, end) padding per spatial dim from 2 symmetric or 4 (top, left, bottom, right) values."""
+    p = tuple(int(v) for v in paddings)
+    if len(p) not in (2, 4) or any(v < 0 for v in p):
+        raise ValueError(f"{op}: paddings must be 2 (h, w) or 4 (top, left, bottom, right) values >= 0, got {p}")
+    if len(p) == 2:
+        p = p + p
+    return (p[0], p[2]), (p[1], p[3])
+
+
+def _windows(
+    op: str,
+    in_hw: tuple[int, int],
+    kernel: tuple[int, int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    paddings: Sequence[int],
+    algorithm: PaddingAlgorithm,
+    ceil_mode: bool,
+    shapes: str,
+) -> tuple[_Window, _Window]:
+    """Resolve the (H, W) window geometry; `shapes` names the operands in errors."""
+    strides, dilations = _pair(op, "strides", strides), _pair(op, "dilations", dilations)
+    pads = _pads(op, paddings)
+    dims = []
+    for size, k, s, d, (pb, pe) in zip(in_hw, kernel, strides, dilations, pads):
+        span = (k - 1) * d + 1
+        if algorithm is PaddingAlgorithm.VALID:
+            pb = pe = 0
+        elif algorithm is PaddingAlgorithm.SAME:
+            total = max((-(-size // s) - 1) * s + span - size, 0)
+            pb, pe = total // 2, total - total // 2
+        room = size + pb + pe - span
+        if room < 0:
+            raise ValueError(f"{op}: window {kernel} (dilations {dilations}) larger than padded input for {shapes}")
+        dims.append(_Window(size, k, s, d, pb, pe, (room + (s - 1 if ceil_mode else 0)) // s + 1))
+    return dims[0], dims[1]
+
+
+def _zero_pad(x, hw: tuple[_Window, _Window], value):
+    """x padded on its last two axes by a separate injective stage (inlined by the schedule)."""
+    from tvm import te
+
+    tirx = _tvm().tirx
+    if all(w.pad_begin == w.pad_end == 0 for w in hw):
+        return x
+    h, w = hw
+    shape = _fshape(x)[:2] + (h.size + h.pad_begin + h.pad_end, w.size + w.pad_begin + w.pad_end)
+
+    def body(n, c, i, j):
+        inside = [
+            cond
+            for idx, win in ((i, h), (j, w))
+            for cond, needed in ((idx >= win.pad_begin, win.pad_begin), (idx < win.size + win.pad_begin, win.pad_end))
+            if needed
+        ]
+        return tirx.if_then_else(tirx.all(*inside), x[n, c, i - h.pad_begin, j - w.pad_begin], value)
+
+    return te.compute(shape, body, name="pad")
+
+
+def _check_nchw(op: str, data_format: DataFormat, shape: tuple[int, ...]) -> None:
+    if data_format is not DataFormat.NCHW:
+        raise NotImplementedError(f"{op}: data_format {data_format.value} is not supported (use NCHW); x {shape}")
+    if len(shape) != 4:
+        raise ValueError(f"{op}: x must be 4-D NCHW, got shape {shape}")
+
+
+# ---------------------------------------------------------------------------------------------
+# conv2d
+
+
+@dataclass(frozen=True)
+class Conv2dAttrs(Attrs):
+    """2-D convolution of NCHW input with OIHW (I = C / groups) weights; see the module doc for paddings."""
+
+    strides: tuple[int, ...] = (1, 1)
+    paddings: tuple[int, ...] = (0, 0)
+    dilations: tuple[int, ...] = (1, 1)
+    groups: int = 1
+    data_format: DataFormat = DataFormat.NCHW
+    padding_algorithm: PaddingAlgorithm = PaddingAlgorithm.EXPLICIT
+
+    def __post_init__(self):
+        super().__post_init__()
+        _coerce(self, "data_format", DataFormat, "conv2d")
+        _coerce(self, "padding_algorithm", PaddingAlgorithm, "conv2d")
+
+
+def _conv_windows(xs: tuple[int, ...], ws: tuple[int, ...], a: Conv2dAttrs) -> tuple[_Window, _Window]:
+    """Validate conv2d operands and resolve the window geometry."""
+    _check_nchw("conv2d", a.data_format, xs)
+    shapes = f"x {xs} and w {ws}"
+    if len(ws) != 4:
+        raise ValueError(f"conv2d: w must be 4-D OIHW, got {shapes}")
+    g = a.groups
+    if g < 1 or xs[1] % g or ws[0] % g:
+        raise ValueError(f"conv2d: groups {g} must divide input channels and output channels ({shapes})")
+    if ws[1] * g != xs[1]:
+        raise ValueError(f"conv2d: w.shape[1] {ws[1]} * groups {g} != input channels {xs[1]} ({shapes})")
+    return _windows("conv2d", xs[2:], ws[2:], a.strides, a.dilations, a.paddings, a.padding_algorithm, False, shapes)
+
+
+def _conv_infer(types: Sequence[TensorType], a: Conv2dAttrs) -> list[TensorType]:
+    x, w = types
+    dtype = same_dtype("conv2d", types)
+    h, wd = _conv_windows(x.shape, w.shape, a)
+    return [TensorType((x.shape[0], w.shape[0], h.out, wd.out), dtype)]
+
+
+def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
+    from tvm import te
+
+    from cinn.ops.te_util import const
+
+    x, w = tensors
+    ws = _fshape(w)
+    h, wd = _conv_windows(_fshape(x), ws, a)
+    xp = _zero_pad(x, (h, wd), const(0, out_types[0].dtype))
+    cg, out_per_group = ws[1], ws[0] // a.groups
+    rc = te.reduce_axis((0, cg), name="rc")
+    ry = te.reduce_axis((0, ws[2]), name="ry")
+    rx = te.reduce_axis((0, ws[3]), name="rx")
+
+    def body(n, o, i, j):
+        c = rc if a.groups == 1 else o // out_per_group * cg + rc
+        pixel = xp[n, c, i * h.stride + ry * h.dilation, j * wd.stride + rx * wd.dilation]
+        return te.sum(pixel * w[o, rc, ry, rx], axis=[rc, ry, rx])
+
+    return [te.compute(out_types[0].shape, body, name="conv2d")]
+
+
+def _conv_reference(arrays: Sequence[np.ndarray], a: Conv2dAttrs) -> list[np.ndarray]:
+    x, w = arrays
+    h, wd = _conv_windows(x.shape, w.shape, a)
+    g, (n, c) = a.groups, x.shape[:2]
+    xp = np.pad(_accumulate(x), ((0, 0), (0, 0), (h.pad_begin, h.pad_end), (wd.pad_begin, wd.pad_end)))
+    xp = xp.reshape(n, g, c // g, *xp.shape[2:])
+    wg = _accumulate(w).reshape(g, w.shape[0] // g, *w.shape[1:])
+    out = 0
+    for ky in range(w.shape[2]):
+        for kx in range(w.shape[3]):
+            patch = xp[..., h.taps(ky), wd.taps(kx)]
+            out = out + np.einsum("ngchw,goc->ngohw", patch, wg[..., ky, kx])
+    return [out.reshape(n, w.shape[0], h.out, wd.out).astype(x.dtype)]
+
+
+register(
+    OpDef(
+        name="conv2d",
+        kind=K.OUT_FUSIBLE,
+        infer=_conv_infer,
+        compute=_conv_compute,
+        reference=_conv_reference,
+        attrs=Conv2dAttrs,
+        num_inputs=2,
+        dtypes=D.FLOAT,
+        doc="2-D convolution (NCHW, OIHW), grouped and depthwise (groups == C).",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# pool2d
+
+
+@dataclass(frozen=True)
+class Pool2dAttrs(Attrs):
+    """Max/avg pooling; global_pooling pools all of H, W; adaptive makes ksize the output size."""
+
+    pooling_type: PoolType
+    ksize: tuple[int, ...]
+    strides: tuple[int, ...] = (1, 1)
+    paddings: tuple[int, ...] = (0, 0)
+    ceil_mode: bool = False
+    exclusive: bool = True  # avg: divide by the in-bounds window size, not kh * kw
+    global_pooling: bool = False
+    data_format: DataFormat = DataFormat.NCHW
+    adaptive: bool = False
+    padding_algorithm: PaddingAlgorithm = PaddingAlgorithm.EXPLICIT
+
+    def __post_init__(self):
+        super().__post_init__()
+        _coerce(self, "pooling_type", PoolType, "pool2d")
+        _coerce(self, "data_format", DataFormat, "pool2d")
+        _coerce(self, "padding_algorithm", PaddingAlgorithm, "pool2d")
+
+
+@dataclass(frozen=True)
+class _AdaptiveWindow:
+    """One spatial dim of adaptive pooling: output o reads [floor(o*size/out), ceil((o+1)*size/out))."""
+
+    size: int
+    out: int
+
+    def start(self, o):
+        return o * self.size // self.out
+
+    def end(self, o):
+        return ((o + 1) * self.size + self.out - 1) // self.out
+
+    @property
+    def kernel(self) -> int:
+        """The widest window (the reduce extent)."""
+        return max(self.end(o) - self.start(o) for o in range(self.out))
+
+    def guards(self, idx, o) -> list:
+        """Narrower windows stop early; a uniform window needs no condition."""
+        ragged = any(self.end(p) - self.start(p) < self.kernel for p in range(self.out))
+        return [idx < self.end(o)] if ragged else []
+
+
+def _pool_windows(xs: tuple[int, ...], a: Pool2dAttrs):
+    """Validate pool2d and resolve its (H, W) windows (sliding or adaptive)."""
+    _check_nchw("pool2d", a.data_format, xs)
+    hw = xs[2:]
+    if a.global_pooling:
+        return _windows("pool2d", hw, hw, (1, 1), (1, 1), (0, 0), PaddingAlgorithm.VALID, False, f"x {xs}")
+    ksize = _pair("pool2d", "ksize", a.ksize)
+    if a.adaptive:
+        return _AdaptiveWindow(hw[0], ksize[0]), _AdaptiveWindow(hw[1], ksize[1])
+    return _windows("pool2d", hw, ksize, a.strides, (1, 1), a.paddings, a.padding_algorithm, a.ceil_mode, f"x {xs}")
+
+
+def _pool_infer(types: Sequence[TensorType], a: Pool2dAttrs) -> list[TensorType]:
+    (x,) = types
+    h, w = _pool_windows(x.shape, a)
+    return [TensorType(x.shape[:2] + (h.out, w.out), x.dtype)]
+
+
+def _clipped(win, o, lo, hi):
+    """The in-bounds part [max(start, 0), min(end, size)) of output o's window, with lo/hi as max/min."""
+    return lo(win.start(o), 0), hi(win.end(o), win.size)
+
+
+def _divisor(hw, a: Pool2dAttrs, i, j, lo, hi):
+    """avg pooling's divisor: in-bounds window size (exclusive, adaptive), else kh * kw (as Paddle)."""
+    if not (a.exclusive or a.adaptive):
+        return hw[0].kernel * hw[1].kernel
+    (h0, h1), (w0, w1) = _clipped(hw[0], i, lo, hi), _clipped(hw[1], j, lo, hi)
+    return (h1 - h0) * (w1 - w0)
+
+
+def _pool_compute(tensors, a: Pool2dAttrs, out_types: Sequence[TensorType]):
+    from tvm import te
+
+    from cinn.ops.te_util import cast
+
+    tirx = _tvm().tirx
+    (x,) = tensors
+    hw = _pool_windows(_fshape(x), a)
+    out = out_types[0]
+    is_max = a.pooling_type is PoolType.MAX
+    identity = tirx.min_value(out.dtype) if is_max else tirx.const(0, out.dtype)
+    rh, rw = (te.reduce_axis((0, win.kernel), name=n) for win, n in zip(hw, ("rh", "rw")))
+
+    def body(n, c, i, j):
+        h, w = hw[0].start(i) + rh, hw[1].start(j) + rw
+        # padding and the ragged tail of adaptive windows contribute the reduction's identity
+        inside = hw[0].guards(h, i) + hw[1].guards(w, j)
+        value = tirx.if_then_else(tirx.all(*inside), x[n, c, h, w], identity) if inside else x[n, c, h, w]
+        return (te.max if is_max else te.sum)(value, axis=[rh, rw])
+
+    pooled = te.compute(out.shape, body, name="pool2d" if is_max else "pool2d_sum")
+    if is_max:
+        return [pooled]
+
+    def mean(n, c, i, j):
+        return pooled[n, c, i, j] / cast(_divisor(hw, a, i, j, tirx.max, tirx.min), out.dtype)
+
+    return [te.compute(out.shape, mean, name="pool2d")]
+
+
+def _pool_reference(arrays: Sequence[np.ndarray], a: Pool2dAttrs) -> list[np.ndarray]:
+    (x,) = arrays
+    hw = _pool_windows(x.shape, a)
+    out = np.empty(x.shape[:2] + (hw[0].out, hw[1].out), np.float64)
+    for i in range(hw[0].out):
+        for j in range(hw[1].out):
+            (h0, h1), (w0, w1) = _clipped(hw[0], i, max, min), _clipped(hw[1], j, max, min)
+            win = _accumulate(x[:, :, h0:h1, w0:w1])
+            if a.pooling_type is PoolType.MAX:
+                out[:, :, i, j] = win.max(axis=(2, 3))
+            else:
+                out[:, :, i, j] = win.sum(axis=(2, 3)) / _divisor(hw, a, i, j, max, min)
+    return [out.astype(x.dtype)]
+
+
+register(
+    OpDef(
+        name="pool2d",
+        kind=K.NON_FUSIBLE,
+        infer=_pool_infer,
+        compute=_pool_compute,
+        reference=_pool_reference,
+        attrs=Pool2dAttrs,
+        dtypes=D.FLOAT,
+        doc="2-D max/avg pooling (NCHW): sliding (ceil_mode, exclusive), global or adaptive windows.",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# composite ops
+
+
+@dataclass(frozen=True)
+class BatchNormAttrs(Attrs):
+    """Inference batch norm: y = (x - mean) / sqrt(variance + epsilon) * scale + bias per channel."""
+
+    epsilon: float = 1e-5
+    momentum: float = 0.9  # training only; kept for CINN/Paddle signature compatibility
+    data_layout: DataFormat = DataFormat.NCHW
+
+    def __post_init__(self):
+        super().__post_init__()
+        _coerce(self, "data_layout", DataFormat, "batchnorm")
+
+
+def _channel_axis(shape: tuple[int, ...], layout: DataFormat) -> int:
+    return 1 if layout is DataFormat.NCHW else len(shape) - 1
+
+
+def _batchnorm_infer(types: Sequence[TensorType], a: BatchNormAttrs) -> list[TensorType]:
+    x = types[0]
+    same_dtype("batchnorm", types)
+    if len(x.shape) < 2:
+        raise ValueError(f"batchnorm: x must have a channel axis, got shape {x.shape}")
+    c = x.shape[_channel_axis(x.shape, a.data_layout)]
+    params = [t.shape for t in types[1:]]
+    if any(p != (c,) for p in params):
+        raise ValueError(f"batchnorm: scale, bias, mean, variance must have shape ({c},) for x {x.shape}, got {params}")
+    return [x]
+
+
+def _channel_shape(shape: tuple[int, ...], layout: DataFormat) -> tuple[int, ...]:
+    """Shape that broadcasts a per-channel vector against x."""
+    axis = _channel_axis(shape, layout)
+    return (shape[axis],) + (1,) * (len(shape) - 1 - axis)
+
+
+def _batchnorm_decompose(b, inputs, a: BatchNormAttrs):
+    x, scale, bias, mean, var = inputs
+    # per-channel factor and shift first: with constant params, constant folding removes them
+    factor = b.multiply(scale, b.rsqrt(b.add(var, a.epsilon)))
+    shift = b.subtract(bias, b.multiply(mean, factor))
+    shape = _channel_shape(x.shape, a.data_layout)
+    if shape != factor.shape:
+        factor, shift = b.reshape(factor, list(shape)), b.reshape(shift, list(shape))
+    return [b.add(b.multiply(x, factor), shift)]
+
+
+def _batchnorm_reference(arrays: Sequence[np.ndarray], a: BatchNormAttrs) -> list[np.ndarray]:
+    x, scale, bias, mean, var = (_accumulate(v) for v in arrays)
+    shape = _channel_shape(x.shape, a.data_layout)
+    scale, bias, mean, var = (v.reshape(shape) for v in (scale, bias, mean, var))
+    return [((x - mean) / np.sqrt(var + a.epsilon) * scale + bias).astype(arrays[0].dtype)]
+
+
+register(
+    OpDef(
+        name="batchnorm",
+        kind=K.ELEMENTWISE,
+        infer=_batchnorm_infer,
+        decompose=_batchnorm_decompose,
+        reference=_batchnorm_reference,
+        attrs=BatchNormAttrs,
+        num_inputs=5,
+        dtypes=D.FLOAT,
+        doc="Inference batch norm of x with per-channel scale, bias, mean, variance (returns y only).",
+    )
+)
+
+
+@dataclass(frozen=True)
+class LayerNormAttrs(Attrs):
+    """Normalize over axes [begin_norm_axis, rank), then scale and shift."""
+
+    begin_norm_axis: int = -1
+    epsilon: float = 1e-5
+
+
+def _norm_shape(x: tuple[int, ...], a: LayerNormAttrs) -> tuple[int, ...]:
+    return x[normalize_axis("layer_norm", a.begin_norm_axis, len(x)) :]
+
+
+def _layer_norm_infer(types: Sequence[TensorType], a: LayerNormAttrs) -> list[TensorType]:
+    x = types[0]
+    same_dtype("layer_norm", types)
+    norm = _norm_shape(x.shape, a)
+    size = math.prod(norm)
+    # Paddle passes scale/bias flattened, ONNX with the normalized shape: both are accepted
+    bad = [t.shape for t in types[1:] if t.shape not in (norm, (size,))]
+    if bad:
+        raise ValueError(f"layer_norm: scale and bias must have shape {norm} or ({size},) for x {x.shape}, got {bad}")
+    return [x]
+
+
+def _layer_norm_decompose(b, inputs, a: LayerNormAttrs):
+    x, scale, bias = inputs
+    norm = _norm_shape(x.shape, a)
+    axes = list(range(len(x.shape) - len(norm), len(x.shape)))
+    centered = b.subtract(x, b.reduce_mean(x, dim=axes, keep_dim=True))
+    var = b.reduce_mean(b.multiply(centered, centered), dim=axes, keep_dim=True)
+    y = b.multiply(centered, b.rsqrt(b.add(var, a.epsilon)))
+    scale, bias = (p if p.shape == norm else b.reshape(p, list(norm)) for p in (scale, bias))
+    return [b.add(b.multiply(y, scale), bias)]
+
+
+def _layer_norm_reference(arrays: Sequence[np.ndarray], a: LayerNormAttrs) -> list[np.ndarray]:
+    x, scale, bias = (_accumulate(v) for v in arrays)
+    norm = _norm_shape(x.shape, a)
+    axes = tuple(range(x.ndim - len(norm), x.ndim))
+    centered = x - x.mean(axis=axes, keepdims=True)
+    y = centered / np.sqrt((centered**2).mean(axis=axes, keepdims=True) + a.epsilon)
+    return [(y * scale.reshape(norm) + bias.reshape(norm)).astype(arrays[0].dtype)]
+
+
+register(
+    OpDef(
+        name="layer_norm",
+        kind=K.REDUCTION,
+        infer=_layer_norm_infer,
+        decompose=_layer_norm_decompose,
+        reference=_layer_norm_reference,
+        attrs=LayerNormAttrs,
+        num_inputs=3,
+        dtypes=D.FLOAT,
+        doc="Layer normalization over the trailing axes from begin_norm_axis (returns y only).",
+    )
+)
+
+
+@dataclass(frozen=True)
+class SoftmaxAttrs(Attrs):
+    """Axes normalized over."""
+
+    axes: tuple[int, ...] = (-1,)
+
+
+def _softmax_infer(op: str):
+    def infer(types: Sequence[TensorType], a: SoftmaxAttrs) -> list[TensorType]:
+        normalize_axes(op, a.axes, len(types[0].shape))
+        return [types[0]]
+
+    return infer
+
+
+def _shifted_exp(b, x, axes: list[int]):
+    """x - max(x) over axes (for stability) and the sum of its exponentials (kept dims)."""
+    shifted = b.subtract(x, b.reduce_max(x, dim=axes, keep_dim=True))
+    e = b.exp(shifted)
+    return shifted, e, b.reduce_sum(e, dim=axes, keep_dim=True)
+
+
+def _softmax_decompose(b, inputs, a: SoftmaxAttrs):
+    (x,) = inputs
+    _, e, total = _shifted_exp(b, x, list(normalize_axes("softmax", a.axes, len(x.shape))))
+    return [b.divide(e, total)]
+
+
+def _log_softmax_decompose(b, inputs, a: SoftmaxAttrs):
+    (x,) = inputs
+    shifted, _, total = _shifted_exp(b, x, list(normalize_axes("log_softmax", a.axes, len(x.shape))))
+    return [b.subtract(shifted, b.log(total))]
+
+
+def _np_log_softmax(x: np.ndarray, a: SoftmaxAttrs) -> np.ndarray:
+    axes = normalize_axes("softmax", a.axes, x.ndim)
+    shifted = _accumulate(x) - x.max(axis=axes, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=axes, keepdims=True))
+
+
+def _register_softmax(name: str, decompose, np_fn) -> None:
+    """softmax and log_softmax share attrs, inference and the stable shifted-exp decomposition."""
+
+    def reference(arrays: Sequence[np.ndarray], a: SoftmaxAttrs) -> list[np.ndarray]:
+        return [np_fn(arrays[0], a).astype(arrays[0].dtype)]
+
+    register(
+        OpDef(
+            name=name,
+            kind=K.REDUCTION,
+            infer=_softmax_infer(name),
+            decompose=decompose,
+            reference=reference,
+            attrs=SoftmaxAttrs,
+            dtypes=D.FLOAT,
+            doc=f"{name} over `axes` (default the last).",
+        )
+    )
+
+
+_register_softmax("softmax", _softmax_decompose, lambda x, a: np.exp(_np_log_softmax(x, a)))
+_register_softmax("log_softmax", _log_softmax_decompose, _np_log_softmax)
+
+
+# ---------------------------------------------------------------------------------------------
+# dropout
+
+
+@dataclass(frozen=True)
+class DropoutAttrs(Attrs):
+    """Inference dropout: downgrade_in_infer scales by (1 - p) as Paddle does; upscale_in_train is identity."""
+
+    dropout_prob: float = 0.5
+    dropout_implementation: DropoutImpl = DropoutImpl.DOWNGRADE_IN_INFER
+    is_test: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        _coerce(self, "dropout_implementation", DropoutImpl, "dropout")
+        if not self.is_test:
+            raise ValueError("dropout: only inference (is_test=True) is supported; training dropout is random")
+        if not 0.0 <= self.dropout_prob <= 1.0:
+            raise ValueError(f"dropout: dropout_prob must be in [0, 1], got {self.dropout_prob}")
+
+    @property
+    def keep_scale(self) -> float:
+        """What inference multiplies x by."""
+        return 1.0 - self.dropout_prob if self.dropout_implementation is DropoutImpl.DOWNGRADE_IN_INFER else 1.0
+
+
+def _dropout_te(x, a: DropoutAttrs):
+    from cinn.ops.te_util import const, dtype_of
+
+    return x if a.keep_scale == 1.0 else x * const(a.keep_scale, dtype_of(x))
+
+
+register_elementwise(
+    "dropout",
+    _dropout_te,
+    lambda x, a: x * np.asarray(a.keep_scale, x.dtype),
+    attrs=DropoutAttrs,
+    doc="Inference dropout (no randomness): x * (1 - p) for downgrade_in_infer, x for upscale_in_train.",
+)

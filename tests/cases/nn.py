@@ -1,0 +1,65 @@
+"""Cases for nn ops: matmul, conv2d, pool2d, batchnorm, layer_norm, softmax, log_softmax, dropout."""
+import numpy as np
+
+from tests.cases import Case
+
+F32 = "float32"
+ACC = {"rtol": 1e-4, "atol": 1e-4}  # accumulations over tens of products
+
+
+def _f(*shape):
+    return (tuple(shape), F32)
+
+
+def _batchnorm_inputs(rng: np.random.Generator) -> list[np.ndarray]:
+    """x, then per-channel scale, bias, mean and a positive variance."""
+    c = 3
+    x = rng.standard_normal((2, c, 4, 5)).astype(F32)
+    scale, bias, mean = (rng.standard_normal(c).astype(F32) for _ in range(3))
+    return [x, scale, bias, mean, (rng.random(c) + 0.5).astype(F32)]
+
+
+def _conv(x, w, id="", **attrs) -> Case:
+    return Case("conv2d", (_f(*x), _f(*w)), attrs, **ACC, id=id)
+
+
+def _pool(x, pooling_type, ksize, id, **attrs) -> Case:
+    return Case("pool2d", (_f(*x),), {"pooling_type": pooling_type, "ksize": ksize, **attrs}, **ACC, id=id)
+
+
+CASES = [
+    Case("matmul", (_f(4, 6), _f(6, 5)), **ACC),
+    Case("matmul", (_f(2, 1, 3, 4), _f(3, 4, 5)), **ACC, id="matmul-broadcast-batch"),
+    Case("matmul", (_f(2, 4, 3), _f(2, 5, 4)), {"trans_x": True, "trans_y": True, "alpha": 0.5}, **ACC, id="matmul-trans"),
+    Case("matmul", (_f(6, 3), _f(6, 5)), {"trans_x": True}, **ACC, id="matmul-trans_x"),
+    Case("matmul", (_f(4,), _f(2, 4, 3)), **ACC, id="matmul-vec-mat"),
+    Case("matmul", (_f(3, 4), _f(4,)), **ACC, id="matmul-mat-vec"),
+    Case("matmul", (_f(5,), _f(5,)), **ACC, id="matmul-dot"),
+    Case("matmul", (((3, 4), "int32"), ((4, 2), "int32")), id="matmul-int"),
+    _conv((1, 3, 6, 6), (4, 3, 3, 3)),
+    _conv((2, 2, 7, 7), (3, 2, 3, 3), "conv2d-stride-pad", strides=[2, 2], paddings=[1, 1]),
+    _conv((1, 2, 6, 7), (2, 2, 2, 3), "conv2d-asym-pad-dilation", paddings=[1, 0, 2, 1], dilations=[2, 1]),
+    _conv((1, 4, 5, 5), (6, 2, 3, 3), "conv2d-groups", paddings=[1, 1], groups=2),
+    _conv((1, 3, 5, 5), (3, 1, 3, 3), "conv2d-depthwise", strides=[2, 1], groups=3),
+    _conv((1, 2, 5, 5), (2, 2, 3, 3), "conv2d-same", strides=[2, 2], padding_algorithm="SAME"),
+    _pool((1, 2, 6, 6), "max", [2, 2], "pool2d-max", strides=[2, 2]),
+    _pool((1, 2, 5, 5), "max", [3, 3], "pool2d-max-pad", strides=[2, 2], paddings=[1, 1]),
+    _pool((1, 2, 6, 6), "avg", [3, 3], "pool2d-avg-exclusive", strides=[2, 2], paddings=[1, 1]),
+    _pool((1, 2, 6, 6), "avg", [3, 3], "pool2d-avg-inclusive", strides=[2, 2], paddings=[1, 1], exclusive=False),
+    _pool((1, 2, 6, 6), "max", [3, 3], "pool2d-max-ceil", strides=[2, 2], ceil_mode=True),
+    _pool((1, 2, 7, 6), "avg", [2, 2], "pool2d-avg-ceil", strides=[2, 2], ceil_mode=True),
+    _pool((2, 3, 4, 5), "avg", [1, 1], "pool2d-global-avg", global_pooling=True),
+    _pool((2, 3, 4, 5), "max", [1, 1], "pool2d-global-max", global_pooling=True),
+    _pool((1, 2, 7, 5), "avg", [4, 3], "pool2d-adaptive-avg", adaptive=True),  # ragged windows
+    _pool((1, 2, 7, 5), "max", [4, 2], "pool2d-adaptive-max", adaptive=True),
+    Case("batchnorm", make=_batchnorm_inputs, constant_inputs=(1, 2, 3, 4), **ACC, id="batchnorm-const-params"),
+    Case("batchnorm", make=_batchnorm_inputs, **ACC, id="batchnorm-fed-params"),
+    Case("layer_norm", (_f(4, 10), _f(10), _f(10)), **ACC),
+    Case("layer_norm", (_f(2, 3, 4), _f(12), _f(12)), {"begin_norm_axis": 1}, **ACC, id="layer_norm-flat-params"),
+    Case("softmax", (_f(3, 7),), **ACC),
+    Case("softmax", (_f(2, 3, 4),), {"axes": [0, 2]}, **ACC, id="softmax-axes"),
+    Case("log_softmax", (_f(3, 7),), **ACC),
+    Case("log_softmax", (_f(2, 5, 3),), {"axes": [1]}, **ACC, id="log_softmax-axis1"),
+    Case("dropout", (_f(4, 5),), {"dropout_prob": 0.3}),
+    Case("dropout", (_f(4, 5),), {"dropout_prob": 0.3, "dropout_implementation": "upscale_in_train"}, id="dropout-upscale"),
+]
