@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule, ScheduleError
 from tvm.s_tir.schedule.analysis import is_output_block
-from tvm.tirx import stmt_functor
+from tvm.tirx.analysis import undefined_vars
 
 REDUCE_ITER = 2  # tvm IterVar.CommReduce
 
@@ -28,6 +28,14 @@ def extents(sch: Schedule, loops) -> list[int]:
     return [int(sch.get(loop).extent) for loop in loops]
 
 
+def prod(values) -> int:
+    """The product of integers (1 for none)."""
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
 def is_fresh(sch: Schedule, block) -> bool:
     """Whether the block's loops still map 1:1, in order, onto its iterators (as te.create_prim_func makes them)."""
     loops = sch.get_loops(block)
@@ -46,9 +54,7 @@ def spatial_count(sch: Schedule, block) -> int:
 
 def vars_in(expr) -> set:
     """The variables an index expression uses."""
-    found: set = set()
-    stmt_functor.post_order_visit(expr, lambda node: found.add(node) if type(node).__name__ == "Var" else None)
-    return found
+    return set(undefined_vars(expr))
 
 
 def inline_all(sch: Schedule, keep=lambda block: False) -> None:
@@ -76,3 +82,8 @@ def reverse_inline_all(sch: Schedule, block) -> None:
             sch.reverse_compute_inline(consumers[0])
         except ScheduleError:  # a consumer that is not elementwise in this block's output stays a stage
             return
+
+
+def write_dtype(sch: Schedule, block) -> str:
+    """The dtype of the (first) buffer a block writes."""
+    return str(sch.get(block).writes[0].source.dtype)

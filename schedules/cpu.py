@@ -6,16 +6,7 @@ from tvm.s_tir import Schedule
 from cinn.ops import PatternKind
 from cinn.target import Target
 from schedules import cpu_matmul, cpu_reduction
-from schedules.analysis import blocks, inline_all, is_reduction, spatial_count
-
-VECTOR_BYTES = 32  # AVX2: the host may report AVX-512, but 256-bit vectors are what we rely on
-PARALLEL_MIN = 4096  # elements below which a thread fork costs more than it saves
-
-
-def lanes(dtype: str) -> int:
-    """Vector lanes of one AVX2 register for a dtype."""
-    bits = int("".join(ch for ch in dtype if ch.isdigit()) or 32)
-    return max(1, VECTOR_BYTES * 8 // bits)
+from schedules.cpu_common import generic
 
 
 def schedule(sch: Schedule, kind: PatternKind, target: Target) -> None:
@@ -26,36 +17,3 @@ def schedule(sch: Schedule, kind: PatternKind, target: Target) -> None:
         cpu_reduction.schedule(sch, target)
     else:
         generic(sch, target)
-
-
-def generic(sch: Schedule, target: Target) -> None:
-    """Inline producers, then parallelize every remaining block and vectorize the injective ones."""
-    inline_all(sch)
-    for block in blocks(sch):
-        if is_reduction(sch, block):
-            parallel_spatial(sch, block)
-        else:
-            injective(sch, block)
-
-
-def injective(sch: Schedule, block) -> None:
-    """Fuse a spatial block's loops, vectorize the inner lanes and parallelize the rest when large."""
-    loops = sch.get_loops(block)
-    if not loops:
-        return
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    extent = int(sch.get(fused).extent)
-    width = lanes(str(sch.get(block).writes[0].buffer.dtype))
-    if extent >= 4 * width and extent % width == 0:
-        fused, inner = sch.split(fused, [None, width])
-        sch.vectorize(inner)
-    if extent >= PARALLEL_MIN:
-        sch.parallel(fused)
-
-
-def parallel_spatial(sch: Schedule, block) -> None:
-    """Parallelize the leading spatial loops of a fresh reduction block (loops map 1:1 to iterators)."""
-    loops = sch.get_loops(block)
-    n = spatial_count(sch, block)
-    if n:
-        sch.parallel(sch.fuse(*loops[:n]) if n > 1 else loops[0])

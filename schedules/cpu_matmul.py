@@ -1,0 +1,194 @@
+"""Register-tiled schedule for OUT_FUSIBLE groups: one matmul/conv reduction block plus elementwise epilogues.
+
+The reduction's innermost spatial axis (the output's contiguous one) is the vector axis; a second spatial axis that
+the vector-axis operand does not depend on (matmul rows, conv output channels) forms the register-tile rows, so
+each vector load of that operand feeds `rows` FMAs. The accumulator tile lives in a cache_write buffer whose
+write-back block absorbs the epilogue, so the output is written once, after bias/activation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm.s_tir import Schedule
+
+from cinn.target import Target
+from schedules.analysis import (
+    blocks,
+    extents,
+    inline_all,
+    is_fresh,
+    is_reduction,
+    prod,
+    reverse_inline_all,
+    spatial_count,
+    vars_in,
+    write_dtype,
+)
+from schedules.cpu_common import injective, lanes
+
+MAX_COLS = 32
+# accumulator tile (fp32 elements) by the vector width LLVM uses for the target: 4x32 in 8 of the 32 zmm registers
+# measured best on znver4 (2x32 and 8x32 were 30-50% slower); 3x32 in 12 of the 16 ymm registers on AVX2
+TILE_ELEMS = {512: 128, 256: 96}
+PARALLEL_TILES = 2  # parallel tiles per core below which row tiles are parallelized too
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """The tiling decisions: iterator indices of the vector and row axes, their tile sizes, and the operand to pack.
+
+    `pack` is the index (in the block's reads) of the vector-axis operand to copy into a contiguous panel per
+    parallel tile, and `pack_perm` the permutation of its dimensions that puts the vector axis last."""
+
+    col: int
+    cols: int
+    row: int | None
+    rows: int
+    pack: int | None
+    pack_perm: tuple[int, ...]
+
+
+def _main_block(sch: Schedule):
+    """The group's single reduction block, or None."""
+    found = [b for b in blocks(sch) if is_reduction(sch, b)]
+    return found[0] if len(found) == 1 else None
+
+
+def applicable(sch: Schedule) -> bool:
+    """One fresh reduction block with spatial and reduce iterators whose last spatial iterator indexes the output's
+    last dimension."""
+    main = _main_block(sch)
+    if main is None or not is_fresh(sch, main):
+        return False
+    n = spatial_count(sch, main)
+    block = sch.get(main)
+    if n == 0 or n == len(block.iter_vars) or len(block.writes) != 1:
+        return False
+    last = block.writes[0].region[-1].min
+    return vars_in(last) == {block.iter_vars[n - 1].var}
+
+
+def _tile_cols(extent: int, width: int) -> int:
+    """The vector tile: the widest multiple of the lane count that divides the axis, else a divisor up to MAX_COLS."""
+    for cols in (MAX_COLS, 2 * width, width):
+        if cols <= MAX_COLS and extent % cols == 0:
+            return cols
+    return max(d for d in range(1, min(extent, MAX_COLS) + 1) if extent % d == 0)
+
+
+def _tile_rows(extent: int, budget: int) -> int:
+    """The largest row count within the accumulator budget that divides the axis (no predicated tails)."""
+    return max(r for r in range(1, min(extent, budget) + 1) if extent % r == 0)
+
+
+def tile_elems(target: Target) -> int:
+    """The accumulator tile size for the vector registers the target's code will use."""
+    from tvm.target import codegen
+
+    return TILE_ELEMS.get(int(codegen.llvm_get_vector_width(target.tvm())), TILE_ELEMS[256])
+
+
+def plan(sch: Schedule, main, target: Target) -> Tiling:
+    """Pick the vector axis, the register-row axis and their tile sizes for the reduction block."""
+    block = sch.get(main)
+    n = spatial_count(sch, main)
+    ext = [int(iv.dom.extent) for iv in block.iter_vars]
+    width = lanes(write_dtype(sch, main))
+    col = n - 1
+    cols = _tile_cols(ext[col], width)
+    col_var = block.iter_vars[col].var
+    vec_reads = [r for r in block.reads if any(col_var in vars_in(rg.min) for rg in r.region)]
+    used = set().union(*(vars_in(rg.min) for r in vec_reads for rg in r.region)) if vec_reads else set()
+    free = [i for i in range(col) if block.iter_vars[i].var not in used and ext[i] > 1]
+    row = free[-1] if free else (col - 1 if col > 0 else None)
+    budget = max(1, tile_elems(target) // cols)
+    rows = _tile_rows(ext[row], budget) if row is not None else 1
+    pack, perm = _packable(block, n, col, vec_reads) if free else (None, ())
+    return Tiling(col, cols, row, rows, pack, perm)
+
+
+def _packable(block, n: int, col: int, vec_reads: list) -> tuple[int | None, tuple[int, ...]]:
+    """The vector operand worth packing: read through plain iterators, one of them reduced and none of them the
+    row axis (so a panel serves every row tile); returns its read index and the dims permutation."""
+    if len(vec_reads) != 1:
+        return None, ()
+    region = vec_reads[0].region
+    ivars = [iv.var for iv in block.iter_vars]
+    index = [region[d].min for d in range(len(region))]
+    if not all(i in ivars and int(region[d].extent) == 1 for d, i in enumerate(index)):
+        return None, ()
+    if sum(1 for i in index if ivars.index(i) >= n) != 1:
+        return None, ()
+    p = index.index(ivars[col])
+    perm = tuple(d for d in range(len(index)) if d != p) + (p,)
+    return list(block.reads).index(vec_reads[0]), perm
+
+
+def schedule(sch: Schedule, target: Target) -> None:
+    """Tile the reduction into register blocks, fold the epilogue into the write-back, parallelize the tiles."""
+    main = _main_block(sch)
+    producers = {sch.get(b).name_hint for b in sch.get_producers(main)}
+    # the reduction's producers (e.g. padding) stay stages: inlined, they would put a branch in the inner loop
+    inline_all(sch, keep=lambda b: sch.get(b).name_hint in producers)
+    tiling = plan(sch, main, target)
+    write_back = sch.cache_write(main, 0, "global")
+    reverse_inline_all(sch, write_back)
+    wb_name = sch.get(write_back).name_hint
+    stages = [b for b in blocks(sch) if not is_reduction(sch, b) and sch.get(b).name_hint != wb_name]
+    par, row_outer, loops = _tile(sch, main, tiling, target)
+    pack_outer = tiling.pack is not None and row_outer is not None
+    if pack_outer:
+        _pack(sch, main, tiling, par)
+    sch.reverse_compute_at(write_back, row_outer if pack_outer else par)
+    sch.parallel(par)
+    _vectorize_write_back(sch, write_back, tiling)
+    *reduce_loops, inner_row, inner_col = loops
+    if inner_row is not None:
+        sch.unroll(inner_row)
+    if tiling.cols > 1:
+        sch.vectorize(inner_col)
+    init = sch.decompose_reduction(main, reduce_loops[0])
+    _vectorize_innermost(sch, init)
+    for stage in stages:  # producers (padding) and epilogues TVM would not inline
+        injective(sch, stage)
+
+
+def _tile(sch: Schedule, main, t: Tiling, target: Target):
+    """Split the vector and row axes and order the loops: parallel (other spatial, vector tiles), row tiles,
+    reduce, row tile, vector tile. Row tiles join the parallel loop when there are too few vector tiles."""
+    loops = sch.get_loops(main)
+    n = spatial_count(sch, main)
+    col_outer, col_inner = sch.split(loops[t.col], [None, t.cols])
+    row_outer = row_inner = None
+    if t.row is not None:
+        row_outer, row_inner = sch.split(loops[t.row], [None, t.rows])
+    outer = [col_outer if i == t.col else loops[i] for i in range(n) if i != t.row]
+    serial = [row_outer] if row_outer is not None else []
+    if prod(extents(sch, outer)) < PARALLEL_TILES * target.num_cores:
+        outer, serial = outer[:-1] + serial + outer[-1:], []
+    sch.reorder(*outer, *serial, *loops[n:], *([row_inner] if row_inner else []), col_inner)
+    par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    return par, (serial[0] if serial else None), [*loops[n:], row_inner, col_inner]
+
+
+def _pack(sch: Schedule, main, t: Tiling, par) -> None:
+    """Copy the vector operand's panel for this parallel tile into a contiguous buffer (vector axis last)."""
+    panel = sch.cache_read(main, t.pack, "global")
+    if t.pack_perm != tuple(range(len(t.pack_perm))):
+        sch.transform_layout(panel, ("write", 0), lambda *ix: [ix[d] for d in t.pack_perm])
+    sch.compute_at(panel, par)
+    if t.pack_perm[-1] == len(t.pack_perm) - 1:  # contiguous copy: vectorize it
+        _vectorize_innermost(sch, panel)
+
+
+def _vectorize_write_back(sch: Schedule, write_back, t: Tiling) -> None:
+    """Vectorize the write-back (with its epilogue) over the tile's vector axis."""
+    if t.cols > 1:
+        _vectorize_innermost(sch, write_back)
+
+
+def _vectorize_innermost(sch: Schedule, block) -> None:
+    """Vectorize a block's innermost loop when it is wider than one element."""
+    loops = sch.get_loops(block)
+    if loops and extents(sch, loops[-1:])[0] > 1:
+        sch.vectorize(loops[-1])

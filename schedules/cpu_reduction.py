@@ -1,0 +1,126 @@
+"""Row schedule for REDUCTION groups (softmax, layer_norm): one parallel loop over rows, everything per row inside.
+
+The group's single output block is the anchor; its leading loops are the rows that every reduction keeps. Each
+reduction and each shared intermediate is computed at the row loop, so a row is read from memory once and the
+intermediates live in per-row buffers; reductions are vectorized by rfactor over vector lanes.
+"""
+from __future__ import annotations
+
+from tvm.s_tir import Schedule, ScheduleError
+
+from cinn.target import Target
+from schedules.analysis import (
+    blocks,
+    extents,
+    inline_all,
+    is_fresh,
+    is_output,
+    is_reduction,
+    prod,
+    spatial_count,
+    write_dtype,
+)
+from schedules.cpu_common import PARALLEL_MIN, lanes
+
+
+def _anchor(sch: Schedule):
+    """The single output block, or None."""
+    outs = [b for b in blocks(sch) if is_output(sch, b)]
+    return outs[0] if len(outs) == 1 else None
+
+
+def _nonunit(values: list[int]) -> list[int]:
+    return [v for v in values if v != 1]
+
+
+def row_depth(sch: Schedule, anchor) -> int | None:
+    """How many leading anchor loops are rows: the non-unit spatial extents of every reduction block must equal
+    the anchor's leading extents, and the rest of the anchor must be reduced. None when they disagree."""
+    anchor_ext = extents(sch, sch.get_loops(anchor))
+    if is_reduction(sch, anchor):
+        anchor_ext = anchor_ext[: spatial_count(sch, anchor)]
+    depth = None
+    for block in blocks(sch):
+        if not is_reduction(sch, block):
+            continue
+        if not is_fresh(sch, block):
+            return None
+        spatial = _nonunit(extents(sch, sch.get_loops(block))[: spatial_count(sch, block)])
+        d = len(spatial)
+        while d <= len(anchor_ext) and _nonunit(anchor_ext[:d]) != spatial:
+            d += 1
+        if d > len(anchor_ext) or (depth is not None and depth != d):
+            return None
+        depth = d
+    return depth
+
+
+def applicable(sch: Schedule) -> bool:
+    """One fresh output block whose leading loops are the rows of every reduction (at least one row loop)."""
+    anchor = _anchor(sch)
+    if anchor is None or not is_fresh(sch, anchor):
+        return False
+    depth = row_depth(sch, anchor)
+    return bool(depth) and (is_reduction(sch, anchor) or depth < len(sch.get_loops(anchor)))
+
+
+def schedule(sch: Schedule, target: Target) -> None:
+    """Parallelize the rows of the anchor and compute every other block (vectorized) inside a row."""
+    anchor = _anchor(sch)
+    # a spatial block read by several consumers is kept (computed once per row) instead of recomputed per use
+    inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
+    depth = row_depth(sch, anchor)
+    partials = [p for b in blocks(sch) if is_reduction(sch, b) for p in _lane_partial(sch, b)]
+    loops = sch.get_loops(anchor)
+    row = sch.fuse(*loops[:depth]) if depth > 1 else loops[0]
+    anchor_name = sch.get(anchor).name_hint
+    others = [b for b in blocks(sch) if sch.get(b).name_hint != anchor_name]
+    for block in reversed(others):  # consumers first, so each producer lands before its consumers in the row
+        sch.compute_at(block, row, preserve_unit_loops=True)
+    for block in [*others, anchor]:
+        if not any(sch.get(block).name_hint == sch.get(p).name_hint for p in partials):
+            _vectorize_spatial(sch, block)
+    rows = int(sch.get(row).extent)
+    if rows > 1 and rows * prod(extents(sch, sch.get_loops(anchor)[1:])) >= PARALLEL_MIN:
+        sch.parallel(row)  # before decompose_reduction, which leaves blocks parallel() refuses
+    for partial in partials:
+        _vectorize_partial(sch, partial)
+
+
+def _vectorize_spatial(sch: Schedule, block) -> None:
+    """Vectorize the loops of a spatial block inside the row (reduction blocks keep their scalar loops)."""
+    inner = sch.get_loops(block)[1:]
+    if not inner or is_reduction(sch, block):
+        return
+    width = lanes(write_dtype(sch, block))
+    fused = sch.fuse(*inner) if len(inner) > 1 else inner[0]
+    extent = int(sch.get(fused).extent)
+    if extent >= width and extent % width == 0:
+        _, vec = sch.split(fused, [None, width])
+        sch.vectorize(vec)
+
+
+def _lane_partial(sch: Schedule, block) -> list:
+    """Split a fresh reduction's (fused) reduce loop into vector lanes and rfactor them: lane-wise partial results,
+    then a short reduction over the lanes. Returns the partial block ([] when the reduction stays scalar)."""
+    reduce_loops = sch.get_loops(block)[spatial_count(sch, block) :]
+    width = lanes(write_dtype(sch, block))
+    extent = prod(extents(sch, reduce_loops))
+    if extent < 2 * width or extent % width:
+        return []
+    fused = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]
+    _, lane = sch.split(fused, [None, width])
+    try:
+        return [sch.rfactor(lane, factor_axis=0)]
+    except ScheduleError:  # a reducer TVM cannot factor (e.g. a non-commutative combiner) stays scalar
+        return []
+
+
+def _vectorize_partial(sch: Schedule, partial) -> None:
+    """Put the lane loop of a partial (rfactor) block innermost, hoist its init and vectorize both."""
+    loops = sch.get_loops(partial)
+    lane, reduce_loop = loops[1], loops[-1]  # iterators: lane first, reduced chunk last
+    sch.reorder(reduce_loop, lane)
+    sch.vectorize(lane)  # before decompose_reduction: the update block alone is no longer a reduction
+    init = sch.decompose_reduction(partial, reduce_loop)
+    sch.vectorize(sch.get_loops(init)[-1])

@@ -1,0 +1,184 @@
+"""Default CPU schedules: every path builds and matches numpy on small PrimFuncs; unusual funcs fall back."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+tvm = pytest.importorskip("tvm")
+from tvm import te, topi  # noqa: E402
+from tvm.s_tir import Schedule  # noqa: E402
+
+from cinn.ops import PatternKind as K  # noqa: E402
+from cinn.target import parse_target  # noqa: E402
+from schedules import apply_default, cpu_matmul, cpu_reduction  # noqa: E402
+
+TARGET = parse_target("llvm")
+RNG = np.random.default_rng(0)
+
+
+def schedule_of(tensors) -> Schedule:
+    func = te.create_prim_func(tensors).with_attr("global_symbol", "main")
+    return Schedule(tvm.IRModule({"main": func}))
+
+
+def check(inputs, outputs, kind, expected, rtol=1e-4, atol=1e-4) -> Schedule:
+    """Schedule with the default schedule, build, run and compare each output with numpy."""
+    sch = schedule_of([*inputs, *outputs])
+    apply_default(sch, kind, TARGET)
+    ex = tvm.compile(sch.mod, target=TARGET.tvm())
+    dev = tvm.cpu()
+    arrays = [RNG.standard_normal([int(d) for d in t.shape]).astype("float32") for t in inputs]
+    outs = [tvm.runtime.empty([int(d) for d in t.shape], "float32", dev) for t in outputs]
+    ex["main"](*[tvm.runtime.tensor(a, dev) for a in arrays], *outs)
+    for got, want in zip(outs, expected(*arrays)):
+        np.testing.assert_allclose(got.numpy(), want, rtol=rtol, atol=atol)
+    return sch
+
+
+def matmul(shape_a, shape_b, trans_y=False, epilogue=True):
+    """C = A @ B (B given transposed when trans_y), then + bias and relu when epilogue."""
+    a = te.placeholder(shape_a, name="A")
+    b = te.placeholder(shape_b, name="B")
+    k = te.reduce_axis((0, shape_a[-1]), name="k")
+    n = shape_b[-2] if trans_y else shape_b[-1]
+
+    def body(*idx):
+        *batch, i, j = idx
+        return te.sum(a(*batch, i, k) * (b(*batch, j, k) if trans_y else b(*batch, k, j)), axis=k)
+
+    c = te.compute((*shape_a[:-1], n), body, name="C")
+    if not epilogue:
+        return [a, b], c, lambda x, y: [x @ (np.swapaxes(y, -1, -2) if trans_y else y)]
+    bias = te.placeholder((n,), name="bias")
+    d = te.compute(c.shape, lambda *i: c(*i) + bias(i[-1]), name="D")
+    e = te.compute(c.shape, lambda *i: te.max(d(*i), 0.0), name="E")
+    return [a, b, bias], e, lambda x, y, z: [np.maximum(x @ (np.swapaxes(y, -1, -2) if trans_y else y) + z, 0)]
+
+
+@pytest.mark.parametrize(
+    "shape_a, shape_b, trans_y, epilogue",
+    [
+        ((8, 16), (16, 128), False, True),  # packed panels, epilogue in the write-back
+        ((16, 24), (24, 32), False, False),  # no epilogue
+        ((7, 13), (13, 10), False, True),  # awkward sizes
+        ((5, 3), (3, 1), False, True),  # a single column
+        ((2, 8, 16), (2, 16, 24), False, True),  # batched
+        ((2, 8, 16), (2, 40, 16), True, False),  # batched, B transposed
+    ],
+)
+def test_matmul(shape_a, shape_b, trans_y, epilogue):
+    inputs, out, ref = matmul(shape_a, shape_b, trans_y, epilogue)
+    sch = schedule_of([*inputs, out])
+    assert cpu_matmul.applicable(sch)
+    check(inputs, [out], K.OUT_FUSIBLE, ref)
+
+
+def conv_ref(x, w, stride, pad, groups):
+    """Direct NCHW/OIHW convolution in numpy."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow), "float32")
+    per = o // groups
+    for f in range(o):
+        g = f // per
+        for ry in range(kh):
+            for rx in range(kw):
+                patch = xp[:, g * cg : (g + 1) * cg, ry : ry + stride * oh : stride, rx : rx + stride * ow : stride]
+                out[:, f] += np.einsum("nchw,c->nhw", patch, w[f, :, ry, rx])
+    return out
+
+
+@pytest.mark.parametrize(
+    "c, o, hw, stride, groups",
+    [(4, 8, 8, 1, 1), (3, 6, 9, 2, 1), (8, 8, 10, 1, 8)],
+    ids=["conv", "stride2", "depthwise"],
+)
+def test_conv_epilogue(c, o, hw, stride, groups):
+    x = te.placeholder((1, c, hw, hw), name="x")
+    w = te.placeholder((o, c // groups, 3, 3), name="w")
+    scale = te.placeholder((o,), name="scale")
+    shift = te.placeholder((o,), name="shift")
+    y = topi.nn.group_conv2d_nchw(x, w, stride, 1, 1, groups) if groups > 1 else topi.nn.conv2d_nchw(x, w, stride, 1, 1)
+    z = te.compute(y.shape, lambda n, f, i, j: te.max(y[n, f, i, j] * scale[f] + shift[f], 0.0), name="z")
+
+    def ref(xa, wa, sa, ha):
+        conv = conv_ref(xa, wa, stride, 1, groups)
+        return [np.maximum(conv * sa[:, None, None] + ha[:, None, None], 0)]
+
+    assert cpu_matmul.applicable(schedule_of([x, w, scale, shift, z]))
+    check([x, w, scale, shift], [z], K.OUT_FUSIBLE, ref)
+
+
+def softmax(shape):
+    x = te.placeholder(shape, name="x")
+    m = topi.max(x, axis=-1, keepdims=True)
+    e = te.compute(shape, lambda b, i, j: te.exp(x[b, i, j] - m[b, i, 0]), name="e")
+    s = topi.sum(e, axis=-1, keepdims=True)
+    y = te.compute(shape, lambda b, i, j: e[b, i, j] / s[b, i, 0], name="y")
+
+    def ref(a):
+        z = np.exp(a - a.max(-1, keepdims=True))
+        return [z / z.sum(-1, keepdims=True)]
+
+    return [x], y, ref
+
+
+def layer_norm_gelu(rows, cols):
+    x = te.placeholder((rows, cols), name="x")
+    gamma = te.placeholder((cols,), name="gamma")
+    beta = te.placeholder((cols,), name="beta")
+    mean = te.compute((rows, 1), lambda i, _: topi.sum(x, axis=-1, keepdims=True)[i, 0] / cols, name="mean")
+    d = te.compute((rows, cols), lambda i, j: x[i, j] - mean[i, 0], name="d")
+    var = topi.sum(te.compute((rows, cols), lambda i, j: d[i, j] * d[i, j], name="sq"), axis=-1, keepdims=True)
+    r = te.compute((rows, 1), lambda i, j: te.rsqrt(var[i, j] / cols + 1e-5), name="r")
+    y = te.compute((rows, cols), lambda i, j: d[i, j] * r[i, 0] * gamma[j] + beta[j], name="y")
+    z = te.compute((rows, cols), lambda i, j: 0.5 * y[i, j] * (1 + te.tanh(y[i, j] * 0.7978845608)), name="z")
+
+    def ref(a, g, b):
+        mu = a.mean(-1, keepdims=True)
+        yy = (a - mu) / np.sqrt(((a - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * g + b
+        return [0.5 * yy * (1 + np.tanh(yy * math.sqrt(2 / math.pi)))]
+
+    return [x, gamma, beta], z, ref
+
+
+@pytest.mark.parametrize("make", [lambda: softmax((2, 4, 16)), lambda: layer_norm_gelu(4, 40), lambda: softmax((3, 5, 6))])
+def test_row_reduction(make):
+    inputs, out, ref = make()
+    assert cpu_reduction.applicable(schedule_of([*inputs, out]))
+    check(inputs, [out], K.REDUCTION, ref)
+
+
+def test_plain_reduction_output():
+    x = te.placeholder((6, 32), name="x")
+    s = topi.sum(x, axis=1)
+    assert cpu_reduction.applicable(schedule_of([x, s]))
+    check([x], [s], K.REDUCTION, lambda a: [a.sum(1)])
+
+
+def test_elementwise_multi_output():
+    x = te.placeholder((16, 40), name="x")
+    y = te.placeholder((40,), name="y")
+    s = te.compute(x.shape, lambda i, j: x[i, j] + y[j], name="s")
+    a = te.compute(x.shape, lambda i, j: te.max(s[i, j], 0.0), name="a")
+    b = te.compute(x.shape, lambda i, j: s[i, j] * 2.0, name="b")
+    check([x, y], [a, b], K.ELEMENTWISE, lambda xa, ya: [np.maximum(xa + ya, 0), (xa + ya) * 2])
+
+
+def test_fallbacks():
+    """Funcs the specialised schedules do not fit (a column reduction, two matmuls) take the generic path."""
+    x = te.placeholder((12, 8), name="x")
+    col = topi.sum(x, axis=0, keepdims=True)
+    out = te.compute(x.shape, lambda i, j: x[i, j] - col[0, j], name="out")
+    assert not cpu_reduction.applicable(schedule_of([x, out]))
+    check([x], [out], K.REDUCTION, lambda a: [a - a.sum(0, keepdims=True)])
+
+    inputs, c, _ = matmul((4, 6), (6, 8), epilogue=False)
+    k = te.reduce_axis((0, 8), name="k2")
+    d = te.compute((4, 4), lambda i, j: te.sum(c[i, k] * c[j, k], axis=k), name="D")
+    assert not cpu_matmul.applicable(schedule_of([*inputs, d]))
+    check(inputs, [d], K.OUT_FUSIBLE, lambda a, b: [(a @ b) @ (a @ b).T])
