@@ -69,8 +69,6 @@ def register_elementwise(
 
     te_fn(*scalar_exprs[, attrs]) builds one output element; np_fn(*arrays[, attrs]) is the reference.
     """
-    from cinn.ops.te_util import elementwise_compute
-
     with_attrs = attrs is not None
 
     def reference(arrays: Sequence[np.ndarray], a: Attrs) -> list[np.ndarray]:
@@ -80,6 +78,8 @@ def register_elementwise(
         return [np.broadcast_to(np.asarray(out), shape).astype(dtype)]
 
     def compute(tensors, a: Attrs, out_types: Sequence[TensorType]):
+        from cinn.ops.te_util import elementwise_compute  # tvm is needed only when lowering
+
         fn = (lambda *xs: te_fn(*xs, a)) if with_attrs else te_fn
         return [elementwise_compute(name, tensors, out_types[0], fn)]
 
