@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
 from benchmarks.harness import BenchConfig, run_benchmarks
 from benchmarks.models import MODELS
 from benchmarks.report import format_table, write_csv, write_plot
+from cinn.target import parse_target
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,6 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.repeat < 1 or args.warmup < 0:
         p.error("--repeat must be >= 1 and --warmup >= 0")
+    if args.log is not None and not os.path.isfile(args.log):
+        p.error(f"--log {args.log}: no such schedule log (create one with cinn-tune)")
+    try:
+        parse_target(args.target)
+    except ValueError as err:
+        p.error(f"--target: {err}")
     config = BenchConfig(target=args.target, repeat=args.repeat, warmup=args.warmup, tuning_log=args.log, small=args.small, timeout=args.timeout)
     results = run_benchmarks(_model_names(args, p), config)
     tuned = args.log is not None

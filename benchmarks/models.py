@@ -58,15 +58,10 @@ class _Builder:
         """Layer norm over the last axis with random affine parameters."""
         h = x.shape[-1]
         scale, bias = self.uniform((h,), f"{name}_scale", 0.5, 1.5), self.weight((h,), f"{name}_bias")
-        return _first(self.b.layer_norm(x, scale, bias, begin_norm_axis=len(x.shape) - 1, epsilon=1e-5))
+        return self.b.layer_norm(x, scale, bias, begin_norm_axis=len(x.shape) - 1, epsilon=1e-5)
 
     def finish(self, name: str, outputs: list[Value]) -> BenchModel:
         return BenchModel(name, self.b.build(outputs), self.feeds)
-
-
-def _first(out):
-    """The main output of an op that may also return statistics (layer_norm, batchnorm)."""
-    return out[0] if isinstance(out, tuple) else out
 
 
 def mlp(small: bool = False) -> BenchModel:
@@ -89,7 +84,7 @@ def conv_bn_relu(small: bool = False) -> BenchModel:
     w = m.weight((c, c, 3, 3), "conv_w", fan_in=c * 9)
     y = m.b.conv2d(x, w, strides=[1, 1], paddings=[1, 1], dilations=[1, 1], groups=1)
     stats = [m.uniform((c,), "bn_scale", 0.5, 1.5), m.weight((c,), "bn_bias"), m.weight((c,), "bn_mean"), m.uniform((c,), "bn_var", 0.5, 1.5)]
-    y = _first(m.b.batchnorm(y, *stats, epsilon=1e-5))
+    y = m.b.batchnorm(y, *stats, epsilon=1e-5)
     return m.finish("conv_bn_relu", [m.b.relu(y)])
 
 

@@ -50,8 +50,18 @@ class _Emitter:
 
 Converter = Callable[[_Emitter, Node], None]
 
-_UNARY = {"relu": "Relu", "exp": "Exp", "sqrt": "Sqrt", "tanh": "Tanh", "sigmoid": "Sigmoid", "abs": "Abs", "negative": "Neg"}
-_BINARY = {"add": "Add", "subtract": "Sub", "multiply": "Mul", "divide": "Div", "max": "Max", "min": "Min", "pow": "Pow"}
+# cinn ops whose semantics (numpy broadcasting included) are exactly one attribute-less ONNX op
+_UNARY = {
+    "relu": "Relu", "exp": "Exp", "log": "Log", "sqrt": "Sqrt", "tanh": "Tanh", "sigmoid": "Sigmoid", "erf": "Erf",
+    "abs": "Abs", "negative": "Neg", "reciprocal": "Reciprocal", "sin": "Sin", "cos": "Cos", "floor": "Floor",
+    "ceil": "Ceil", "round": "Round", "sign": "Sign", "identity": "Identity", "logical_not": "Not",
+    "is_nan": "IsNaN", "is_inf": "IsInf",
+}
+_BINARY = {
+    "add": "Add", "subtract": "Sub", "multiply": "Mul", "divide": "Div", "max": "Max", "min": "Min", "pow": "Pow",
+    "equal": "Equal", "greater_than": "Greater", "less_than": "Less", "greater_equal": "GreaterOrEqual",
+    "less_equal": "LessOrEqual", "logical_and": "And", "logical_or": "Or", "logical_xor": "Xor",
+}
 
 
 def _simple(op_type: str) -> Converter:
@@ -95,21 +105,20 @@ def _scale(e: _Emitter, n: Node) -> None:
         e.emit("Mul", [e.emit("Add", [x.name, b], prefix="biased"), s], out.name)
 
 
-def _conv_pads(paddings: Sequence[int], ndim: int) -> list[int]:
-    """CINN paddings (one per spatial dim, or begin/end pairs) as ONNX pads (all begins, then all ends)."""
-    p = list(paddings)
-    if len(p) == ndim:
-        return p + p
-    if len(p) == 2 * ndim:
-        return p[0::2] + p[1::2]
-    raise ValueError(f"conv2d: cannot export paddings {tuple(p)} for {ndim} spatial dims")
+def _conv_pad_attrs(a) -> dict:
+    """cinn's padding (algorithm, or 2 symmetric / 4 (top, left, bottom, right) values) as ONNX attributes."""
+    if a.padding_algorithm == "SAME":
+        return {"auto_pad": "SAME_UPPER"}  # extra padding at the bottom/right, as cinn
+    if a.padding_algorithm == "VALID":
+        return {"auto_pad": "VALID"}
+    p = [int(v) for v in a.paddings]
+    return {"pads": p + p if len(p) == 2 else p}  # 4 values are already ONNX's begins-then-ends
 
 
 def _conv2d(e: _Emitter, n: Node) -> None:
     a = n.attrs
-    layout = getattr(a, "data_format", "NCHW")
-    if layout != "NCHW":
-        raise NotImplementedError(f"onnx export: conv2d with data_format {layout!r} (only NCHW)")
+    if a.data_format != "NCHW":
+        raise NotImplementedError(f"onnx export: conv2d with data_format {a.data_format!r} (only NCHW)")
     x, w = n.inputs
     e.emit(
         "Conv",
@@ -117,14 +126,15 @@ def _conv2d(e: _Emitter, n: Node) -> None:
         n.outputs[0].name,
         kernel_shape=list(w.shape[2:]),
         strides=list(a.strides),
-        pads=_conv_pads(a.paddings, len(w.shape) - 2),
         dilations=list(a.dilations),
         group=int(a.groups),
+        **_conv_pad_attrs(a),
     )
 
 
 def _batchnorm(e: _Emitter, n: Node) -> None:
-    # Inference batch norm: extra outputs (saved statistics), if any, are not produced.
+    if n.attrs.data_layout != "NCHW":
+        raise NotImplementedError(f"onnx export: batchnorm with data_layout {n.attrs.data_layout!r} (only NCHW)")
     e.emit("BatchNormalization", [v.name for v in n.inputs], n.outputs[0].name, epsilon=float(n.attrs.epsilon))
 
 
@@ -138,11 +148,16 @@ def _layer_norm(e: _Emitter, n: Node) -> None:
     e.emit("LayerNormalization", inputs, n.outputs[0].name, axis=int(a.begin_norm_axis), epsilon=float(a.epsilon))
 
 
-def _softmax(e: _Emitter, n: Node) -> None:
-    axes = tuple(n.attrs.axes)
-    if len(axes) != 1:
-        raise NotImplementedError(f"onnx export: softmax over several axes {axes} (ONNX Softmax takes one)")
-    e.emit("Softmax", [n.inputs[0].name], n.outputs[0].name, axis=int(axes[0]))
+def _softmax_like(op_type: str) -> Converter:
+    """softmax/log_softmax: ONNX (opset >= 13) normalizes over exactly one axis."""
+
+    def convert(e: _Emitter, n: Node) -> None:
+        axes = tuple(n.attrs.axes)
+        if len(axes) != 1:
+            raise NotImplementedError(f"onnx export: {n.op} over several axes {axes} (ONNX {op_type} takes one)")
+        e.emit(op_type, [n.inputs[0].name], n.outputs[0].name, axis=int(axes[0]))
+
+    return convert
 
 
 def _reshape(e: _Emitter, n: Node) -> None:
@@ -164,7 +179,8 @@ CONVERTERS: dict[str, Converter] = {
     "conv2d": _conv2d,
     "batchnorm": _batchnorm,
     "layer_norm": _layer_norm,
-    "softmax": _softmax,
+    "softmax": _softmax_like("Softmax"),
+    "log_softmax": _softmax_like("LogSoftmax"),
     "reshape": _reshape,
     "transpose": _transpose,
 }

@@ -1,0 +1,114 @@
+"""Benchmark harness: ONNX export of the built-in models agrees with cinn; the CLI runs end to end."""
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+import cinn
+from benchmarks.harness import ATOL, RTOL, Engine, EngineResult, ModelResult, compare, ort_session
+from benchmarks.models import MODELS, get_model
+from benchmarks.onnx_export import CONVERTERS, IR_VERSION, to_onnx
+from benchmarks.report import format_table
+from frontend import NetBuilder
+
+pytest.importorskip("onnxruntime")
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_onnx_export_matches_cinn(name, tmp_cache):
+    model = get_model(name, small=True)
+    onnx_model = to_onnx(model.program)
+    assert onnx_model.ir_version == IR_VERSION
+    want = cinn.compile(model.program, cache_dir=tmp_cache).run(dict(model.feeds))
+    got = ort_session(onnx_model).run(None, dict(model.feeds))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
+
+
+def _attr_variants() -> tuple:
+    """A program using the attribute variants the built-in models do not: trans_x, tanh gelu, SAME/4-value pads..."""
+    rng = np.random.default_rng(1)
+    b = NetBuilder("variants")
+    x = b.create_input("float32", (2, 3, 4), "x")
+    w = b.create_constant(rng.standard_normal((2, 5, 3), dtype=np.float32), "w")
+    y = b.matmul(x, w, trans_x=True, trans_y=True, alpha=0.5)  # (2, 4, 5)
+    y = b.scale(b.gelu(y, approximate=True), scale=2.0, bias=0.1, bias_after_scale=False)
+    img = b.create_input("float32", (1, 2, 7, 7), "img")
+    k = b.create_constant(rng.standard_normal((4, 1, 3, 3), dtype=np.float32), "k")
+    c1 = b.conv2d(img, k, strides=[2, 2], paddings=[0, 1, 2, 1], dilations=[1, 1], groups=2)
+    c2 = b.conv2d(img, k, strides=[2, 2], groups=2, padding_algorithm="SAME")
+    z = b.log_softmax(b.reshape(y, [8, 5]), axes=[0])
+    feeds = {"x": rng.standard_normal((2, 3, 4), dtype=np.float32), "img": rng.standard_normal((1, 2, 7, 7), dtype=np.float32)}
+    return b.build([z, c1, c2]), feeds
+
+
+def test_export_attribute_variants(tmp_cache):
+    program, feeds = _attr_variants()
+    want = cinn.compile(program, cache_dir=tmp_cache).run(feeds)
+    got = ort_session(to_onnx(program)).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
+
+
+def test_export_unsupported_op_names_it():
+    b = NetBuilder("unsupported")
+    x = b.create_input("float32", (2, 3), "x")
+    y = b.slice(x, axes=[1], starts=[0], ends=[2])
+    assert "slice" not in CONVERTERS
+    with pytest.raises(NotImplementedError, match="'slice'"):
+        to_onnx(b.build([y]))
+
+
+def test_unknown_model_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown model 'nope'"):
+        get_model("nope")
+
+
+def test_compare_flags_mismatch():
+    a = np.ones((2, 2), np.float32)
+    assert compare(Engine.FUSED, [a], [a + 1e-5]).ok
+    bad = compare(Engine.FUSED, [a], [a + 0.1])
+    assert not bad.ok and bad.max_abs_err == pytest.approx(0.1, rel=1e-3)
+    assert not compare(Engine.FUSED, [a], [a[:1]]).ok
+
+
+def test_table_shows_ratios_and_failures():
+    res = {
+        Engine.FUSED: EngineResult(Engine.FUSED, "m", 1.0, 2, 3, 0.5, 0.1),
+        Engine.UNFUSED: EngineResult(Engine.UNFUSED, "m", 2.0, 2),
+        Engine.ORT: EngineResult(Engine.ORT, "m", 4.0, 2),
+    }
+    table = format_table([ModelResult("m", res), ModelResult("n", {}, errors={Engine.ORT: "boom"})], tuned=True)
+    header, _, row, failed = table.splitlines()
+    assert "tuned ms" in header and "ORT/fused" in header
+    assert "2.00x" in row and "4.00x" in row
+    assert "FAILED: onnxruntime" in failed
+
+
+@pytest.mark.slow
+def test_cli_end_to_end(tmp_path, tmp_cache, monkeypatch, capsys):
+    from benchmarks.cli import main
+
+    monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_cache))
+    csv_path, png_path = tmp_path / "out" / "bench.csv", tmp_path / "out" / "bench.png"
+    rc = main(["mlp", "--small", "--repeat", "2", "--warmup", "1", "--csv", str(csv_path), "--plot", str(png_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "mlp" in out and "ORT/fused" in out
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    assert [r["model"] for r in rows] == ["mlp"]
+    assert float(rows[0]["fused ms"]) > 0 and float(rows[0]["ORT ms"]) > 0 and rows[0]["check"] == "ok"
+    assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_rejects_unknown_model(capsys):
+    from benchmarks.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["nope"])
+    assert exc.value.code != 0
+    assert "unknown model" in capsys.readouterr().err
