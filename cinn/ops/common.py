@@ -63,11 +63,15 @@ def register_elementwise(
     dtypes: DtypeClass = DtypeClass.FLOAT,
     out_dtype: str | None = None,
     attrs: type[Attrs] | None = None,
+    fast_f32: Callable | None = None,
     doc: str = "",
 ) -> OpDef:
     """Register a (broadcasting) elementwise op from a scalar TE function and a numpy function.
 
     te_fn(*scalar_exprs[, attrs]) builds one output element; np_fn(*arrays[, attrs]) is the reference.
+    fast_f32(tensor) -> te.Tensor, when given, replaces te_fn for float32 unary inputs: LLVM calls libm
+    one element at a time for exp/erf/tanh, while topi's polynomial forms vectorize (8-40x faster,
+    relative error < 4e-7).
     """
     with_attrs = attrs is not None
 
@@ -80,6 +84,8 @@ def register_elementwise(
     def compute(tensors, a: Attrs, out_types: Sequence[TensorType]):
         from cinn.ops.te_util import elementwise_compute  # tvm is needed only when lowering
 
+        if fast_f32 is not None and tensors[0].dtype == "float32":
+            return [fast_f32(*tensors, a) if with_attrs else fast_f32(*tensors)]
         fn = (lambda *xs: te_fn(*xs, a)) if with_attrs else te_fn
         return [elementwise_compute(name, tensors, out_types[0], fn)]
 

@@ -185,6 +185,36 @@ def _where_positive_te(negative_branch):
     return body
 
 
+# -- float32 fast paths: vectorizable polynomial approximations from topi -------------------------
+def _topi():
+    from tvm import topi
+
+    return topi
+
+
+def _fast_sigmoid(x):
+    t = _topi()
+    return t.divide(1.0, t.add(1.0, t.fast_exp(t.negative(x))))
+
+
+def _fast_gelu(x, a: GeluAttrs):
+    t = _topi()
+    if a.approximate:
+        inner = t.multiply(t.add(x, t.multiply(t.multiply(t.multiply(x, x), x), 0.044715)), _SQRT_2_OVER_PI)
+        return t.multiply(t.multiply(x, 0.5), t.add(1.0, t.fast_tanh(inner)))
+    return t.multiply(t.multiply(x, 0.5), t.add(1.0, t.fast_erf(t.multiply(x, 1 / math.sqrt(2.0)))))
+
+
+_FAST_F32 = {
+    "exp": lambda x: _topi().fast_exp(x),
+    "erf": lambda x: _topi().fast_erf(x),
+    "tanh": lambda x: _topi().fast_tanh(x),
+    "sigmoid": _fast_sigmoid,
+    "silu": lambda x: _topi().multiply(x, _fast_sigmoid(x)),
+    "gelu": _fast_gelu,
+}
+
+
 # -- unary ops ------------------------------------------------------------------------------
 # name -> (scalar TE body, numpy reference, accepted dtypes); float-only unless stated
 _UNARY = {
@@ -215,7 +245,7 @@ _UNARY = {
     "identity": (lambda x: x, np.copy, D.ANY),
 }
 for _name, (_te, _ref, _dtypes) in _UNARY.items():
-    register_elementwise(_name, _te, _ref, dtypes=_dtypes)
+    register_elementwise(_name, _te, _ref, dtypes=_dtypes, fast_f32=_FAST_F32.get(_name))
 
 register_elementwise("is_nan", _tir_fn("isnan"), np.isnan, out_dtype="bool")
 register_elementwise("is_inf", _tir_fn("isinf"), np.isinf, out_dtype="bool")
@@ -245,7 +275,7 @@ _UNARY_ATTRS = {
     "scale": (ScaleAttrs, _scale_te, _scale_np, D.NUMBER),
 }
 for _name, (_attrs, _te, _ref, _dtypes) in _UNARY_ATTRS.items():
-    register_elementwise(_name, _te, _ref, attrs=_attrs, dtypes=_dtypes)
+    register_elementwise(_name, _te, _ref, attrs=_attrs, dtypes=_dtypes, fast_f32=_FAST_F32.get(_name))
 
 
 # -- broadcasting binary ops ----------------------------------------------------------------
