@@ -19,6 +19,11 @@ class Target:
     def is_cuda(self) -> bool:
         return self.kind == "cuda"
 
+    @property
+    def vector_bits(self) -> int:
+        """Width of the CPU's widest float vector registers (512 with AVX-512F, 256 with AVX2, else 128)."""
+        return _vector_bits(self.mcpu)
+
     def tvm(self):
         """The tvm.target.Target for this target."""
         import tvm
@@ -33,6 +38,18 @@ class Target:
 
 def _llvm_dict(mcpu: str, cores: int) -> dict:
     return {"kind": "llvm", "mcpu": mcpu, "num-cores": cores}
+
+
+@functools.lru_cache(maxsize=None)
+def _vector_bits(mcpu: str) -> int:
+    import tvm
+    from tvm.target import codegen
+
+    target = tvm.target.Target(_llvm_dict(mcpu, 1))
+    for feature, bits in (("avx512f", 512), ("avx2", 256)):
+        if codegen.target_has_features(feature, target):
+            return bits
+    return 128
 
 
 @functools.lru_cache(maxsize=None)

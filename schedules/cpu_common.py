@@ -6,14 +6,13 @@ from tvm.s_tir import Schedule
 from cinn.target import Target
 from schedules.analysis import blocks, inline_all, is_reduction, spatial_count, write_dtype
 
-VECTOR_BYTES = 32  # AVX2: the host may report AVX-512, but 256-bit vectors are what we rely on
 PARALLEL_MIN = 4096  # elements below which a thread fork costs more than it saves
 
 
-def lanes(dtype: str) -> int:
-    """Vector lanes of one AVX2 register for a dtype."""
-    bits = int("".join(ch for ch in dtype if ch.isdigit()) or 32)
-    return max(1, VECTOR_BYTES * 8 // bits)
+def lanes(dtype: str, target: Target) -> int:
+    """Vector lanes of one of the target's widest registers for a dtype (bool counts as 8 bits)."""
+    bits = int("".join(ch for ch in dtype if ch.isdigit()) or 8)
+    return max(1, target.vector_bits // bits)
 
 
 def generic(sch: Schedule, target: Target) -> None:
@@ -23,17 +22,17 @@ def generic(sch: Schedule, target: Target) -> None:
         if is_reduction(sch, block):
             parallel_spatial(sch, block)
         else:
-            injective(sch, block)
+            injective(sch, block, target)
 
 
-def injective(sch: Schedule, block) -> None:
+def injective(sch: Schedule, block, target: Target) -> None:
     """Fuse a spatial block's loops, vectorize the inner lanes and parallelize the rest when large."""
     loops = sch.get_loops(block)
     if not loops:
         return
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     extent = int(sch.get(fused).extent)
-    width = lanes(write_dtype(sch, block))
+    width = lanes(write_dtype(sch, block), target)
     if extent >= 4 * width and extent % width == 0:
         fused, inner = sch.split(fused, [None, width])
         sch.vectorize(inner)

@@ -83,9 +83,7 @@ def _tile_rows(extent: int, budget: int) -> int:
 
 def tile_elems(target: Target) -> int:
     """The accumulator tile size for the vector registers the target's code will use."""
-    from tvm.target import codegen
-
-    return TILE_ELEMS.get(int(codegen.llvm_get_vector_width(target.tvm())), TILE_ELEMS[256])
+    return TILE_ELEMS.get(target.vector_bits, TILE_ELEMS[256])
 
 
 def plan(sch: Schedule, main, target: Target) -> Tiling:
@@ -93,7 +91,7 @@ def plan(sch: Schedule, main, target: Target) -> Tiling:
     block = sch.get(main)
     n = spatial_count(sch, main)
     ext = [int(iv.dom.extent) for iv in block.iter_vars]
-    width = lanes(write_dtype(sch, main))
+    width = lanes(write_dtype(sch, main), target)
     col = n - 1
     cols = _tile_cols(ext[col], width)
     col_var = block.iter_vars[col].var
@@ -150,7 +148,7 @@ def schedule(sch: Schedule, target: Target) -> None:
     init = sch.decompose_reduction(main, reduce_loops[0])
     _vectorize_innermost(sch, init)
     for stage in stages:  # producers (padding) and epilogues TVM would not inline
-        injective(sch, stage)
+        injective(sch, stage, target)
 
 
 def _tile(sch: Schedule, main, t: Tiling, target: Target):

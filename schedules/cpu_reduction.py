@@ -70,7 +70,7 @@ def schedule(sch: Schedule, target: Target) -> None:
     # a spatial block read by several consumers is kept (computed once per row) instead of recomputed per use
     inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
     depth = row_depth(sch, anchor)
-    partials = [p for b in blocks(sch) if is_reduction(sch, b) for p in _lane_partial(sch, b)]
+    partials = [p for b in blocks(sch) if is_reduction(sch, b) for p in _lane_partial(sch, b, target)]
     loops = sch.get_loops(anchor)
     row = sch.fuse(*loops[:depth]) if depth > 1 else loops[0]
     anchor_name = sch.get(anchor).name_hint
@@ -79,7 +79,7 @@ def schedule(sch: Schedule, target: Target) -> None:
         sch.compute_at(block, row, preserve_unit_loops=True)
     for block in [*others, anchor]:
         if not any(sch.get(block).name_hint == sch.get(p).name_hint for p in partials):
-            _vectorize_spatial(sch, block)
+            _vectorize_spatial(sch, block, target)
     rows = int(sch.get(row).extent)
     if rows > 1 and rows * prod(extents(sch, sch.get_loops(anchor)[1:])) >= PARALLEL_MIN:
         sch.parallel(row)  # before decompose_reduction, which leaves blocks parallel() refuses
@@ -87,12 +87,12 @@ def schedule(sch: Schedule, target: Target) -> None:
         _vectorize_partial(sch, partial)
 
 
-def _vectorize_spatial(sch: Schedule, block) -> None:
+def _vectorize_spatial(sch: Schedule, block, target: Target) -> None:
     """Vectorize the loops of a spatial block inside the row (reduction blocks keep their scalar loops)."""
     inner = sch.get_loops(block)[1:]
     if not inner or is_reduction(sch, block):
         return
-    width = lanes(write_dtype(sch, block))
+    width = lanes(write_dtype(sch, block), target)
     fused = sch.fuse(*inner) if len(inner) > 1 else inner[0]
     extent = int(sch.get(fused).extent)
     if extent >= width and extent % width == 0:
@@ -100,11 +100,11 @@ def _vectorize_spatial(sch: Schedule, block) -> None:
         sch.vectorize(vec)
 
 
-def _lane_partial(sch: Schedule, block) -> list:
+def _lane_partial(sch: Schedule, block, target: Target) -> list:
     """Split a fresh reduction's (fused) reduce loop into vector lanes and rfactor them: lane-wise partial results,
     then a short reduction over the lanes. Returns the partial block ([] when the reduction stays scalar)."""
     reduce_loops = sch.get_loops(block)[spatial_count(sch, block) :]
-    width = lanes(write_dtype(sch, block))
+    width = lanes(write_dtype(sch, block), target)
     extent = prod(extents(sch, reduce_loops))
     if extent < 2 * width or extent % width:
         return []
