@@ -48,9 +48,14 @@ def compile(  # noqa: A001 - the public name of the contract
     cache = pathlib.Path(cache_dir) if cache_dir is not None else default_cache_dir()
     modules = build_all(specs, tgt, cache, workers if workers is not None else (os.cpu_count() or 1), progress)
     _configure_threads(tgt)
-    kernels = [Kernel(lg.group.name, b.module["main"], b.module, lg.params, b.source) for lg, b in zip(lowered, modules)]
+    kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source) for lg, b in zip(lowered, modules)]
     device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
     return Executable(program, kernels, device)
+
+
+def _entry(module):
+    """A kernel library's entry function (None for a CUDA library built on a machine without a GPU)."""
+    return module["main"] if module is not None else None
 
 
 def _tuning_records(log, target: Target) -> dict[str, str]:

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 import tvm
 import tvm_ffi
 
+from cinn import cuda_module
 from cinn.ops import PatternKind
 from cinn.target import Target
 
@@ -32,7 +33,7 @@ class KernelSpec:
 class BuiltKernel:
     """A loaded kernel library and its source text."""
 
-    module: object  # tvm.runtime.Module
+    module: object  # tvm.runtime.Module; None for CUDA kernels where no GPU can load them
     source: str
 
 
@@ -80,16 +81,38 @@ def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
         import json
 
         Trace.apply_json_to_schedule(json.loads(spec.trace), sch)
-    ex = tvm.compile(sch.mod, target=target.tvm())
+    if target.is_cuda:
+        _check_bound(sch, spec)
+        if cuda_module.runtime_loaded():
+            cuda_module.use_nvcc(target)
+    with target.tvm():  # CUDA compilation reads the architecture from the current target
+        ex = tvm.compile(sch.mod, target=target.tvm())
     _atomic_write(source_path(path), lambda tmp: pathlib.Path(tmp).write_text(kernel_source(sch.mod, ex)))
-    _atomic_write(path, ex.export_library)
+    _atomic_write(path, lambda tmp: _export(ex, tmp, target))
     return path
+
+
+def _check_bound(sch, spec: KernelSpec) -> None:
+    """Fail loudly on a CUDA kernel with unbound blocks: TVM would silently compile them as host code."""
+    from schedules.cuda_common import unbound_blocks
+
+    unbound = unbound_blocks(sch)
+    if unbound:
+        raise RuntimeError(f"cinn: CUDA kernel {spec.workload} has blocks not bound to blockIdx/threadIdx: {unbound}")
+
+
+def _export(ex, path: str, target: Target) -> None:
+    """Write the kernel library; without TVM's CUDA runtime, nvcc compiles the kernels to PTX for it."""
+    if target.is_cuda and not cuda_module.runtime_loaded():
+        source = cuda_module.cuda_source(ex)
+        cuda_module.export(ex, path, source, cuda_module.compile_ptx(source, target))
+    else:
+        ex.export_library(path)
 
 
 def kernel_source(scheduled: tvm.IRModule, ex) -> str:
     """What kernel_sources() shows: CUDA C for GPU kernels, the scheduled TIR for CPU kernels."""
-    cuda = [m for m in ex.mod.imports if m.kind == "cuda"]
-    return cuda[0].inspect_source("cu") if cuda else scheduled.script()
+    return cuda_module.cuda_source(ex) or scheduled.script()
 
 
 def source_path(lib_path: str) -> str:
@@ -122,31 +145,32 @@ def build_all(
     modules: dict[KernelSpec, BuiltKernel] = {}
     missing = []
     for spec, path in paths.items():
-        mod = _load_cached(path)
+        mod = _load_cached(path, target)
         if mod is None:
             missing.append(spec)
         else:
             modules[spec] = mod
     done = len(modules)
     for spec in _build_missing(missing, target, paths, workers):
-        modules[spec] = _read(paths[spec])
+        modules[spec] = _read(paths[spec], target)
         done += 1
         if progress:
             progress(done, len(paths))
     return [modules[s] for s in specs]
 
 
-def _read(path: str) -> BuiltKernel:
-    """Load a kernel library and its source from the cache."""
-    return BuiltKernel(tvm.runtime.load_module(path), pathlib.Path(source_path(path)).read_text())
+def _read(path: str, target: Target) -> BuiltKernel:
+    """Load a kernel library and its source from the cache (CUDA libraries only where a GPU can run them)."""
+    loadable = not target.is_cuda or cuda_module.device_present()
+    return BuiltKernel(tvm.runtime.load_module(path) if loadable else None, pathlib.Path(source_path(path)).read_text())
 
 
-def _load_cached(path: str) -> BuiltKernel | None:
+def _load_cached(path: str, target: Target) -> BuiltKernel | None:
     """A cached kernel, or None when absent; a corrupt entry is deleted (and rebuilt by the caller)."""
     if not (os.path.exists(path) and os.path.exists(source_path(path))):
         return None
     try:
-        return _read(path)
+        return _read(path, target)
     except Exception as err:  # noqa: BLE001 - any load failure means the entry is unusable
         warnings.warn(f"cinn: corrupt cache entry {path} ({type(err).__name__}: {err}); rebuilding", stacklevel=3)
         os.unlink(path)

@@ -7,6 +7,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import tvm
 
+from cinn.cuda_module import NO_DEVICE
 from cinn.ir import Program, TensorType, Value
 
 
@@ -59,13 +60,16 @@ class Executable:
         self.program = program
         self._kernels = list(kernels)
         slot_of, slot_types = plan_buffers(program, [k.params for k in kernels])
+        self.peak_bytes = sum(t.nbytes for t in slot_types)
+        self._device_missing = not device.exist
+        if self._device_missing:  # CUDA kernels built without a GPU: sources and counts only, run() raises
+            return
         storage = [tvm.runtime.empty((t.nbytes,), "uint8", device) for t in slot_types]
         values = list(program.inputs) + list(program.const_values) + [v for k in kernels for v in k.params]
         self._views = {v.name: storage[slot_of[v.name]]._create_view(v.shape, v.dtype) for v in values}
         for name, array in program.constants.items():
             self._views[name].copyfrom(np.asarray(array, order="C"))
         self._args = [[self._views[v.name] for v in k.params] for k in self._kernels]
-        self.peak_bytes = sum(t.nbytes for t in slot_types)
 
     @property
     def num_kernels(self) -> int:
@@ -82,6 +86,8 @@ class Executable:
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Execute with named input arrays; returns the outputs in program order."""
+        if self._device_missing:
+            raise RuntimeError(NO_DEVICE)
         self._check_feeds(feeds)
         for v in self.program.inputs:
             self._views[v.name].copyfrom(np.asarray(feeds[v.name], dtype=v.dtype, order="C"))

@@ -5,11 +5,9 @@ from tvm.s_tir import Schedule
 
 from cinn.ops import PatternKind
 from cinn.target import Target
-from schedules import cpu
+from schedules import cpu, cuda
 
 
 def apply_default(sch: Schedule, kind: PatternKind, target: Target) -> None:
     """Apply the hand-written default schedule for a group of this kind."""
-    if target.is_cuda:
-        raise NotImplementedError("CUDA schedules are not implemented yet")
-    cpu.schedule(sch, kind, target)
+    (cuda if target.is_cuda else cpu).schedule(sch, kind, target)

@@ -1,0 +1,69 @@
+"""Row schedule for REDUCTION groups on CUDA (softmax, layer_norm): one thread block per row.
+
+The rows are those of cpu_reduction's analysis (the anchor's leading loops, kept by every reduction). Each row is a
+thread block: every reduction of the row is a cross-thread reduction over the block's threads (TVM lowers it to
+warp shuffles), the intermediates shared by several consumers live in shared memory, and the elementwise tail
+writes the row, all in one kernel that reads the row once.
+"""
+from __future__ import annotations
+
+from tvm.s_tir import Schedule
+
+from cinn.target import Target
+from schedules.analysis import blocks, extents, inline_all, is_output, is_reduction, prod, write_dtype
+from schedules.cpu_reduction import row_depth
+from schedules.cuda_common import FEW_OUTPUTS, STAGE_BLOCKS, TWO_STAGE_MIN, cross_thread_ok, thread_inner, threads_for
+
+SHARED_BYTES = 48 * 1024  # static shared memory a block may use without opting in
+
+
+def _anchor(sch: Schedule):
+    """The group's single output block (cpu_reduction.applicable has checked there is one)."""
+    return next(b for b in blocks(sch) if is_output(sch, b))
+
+
+def _row_elems(sch: Schedule, anchor) -> int:
+    """Elements of one row: the anchor's extent below its row loops (its reduce extent when it reduces)."""
+    loops = sch.get_loops(anchor)
+    return prod(extents(sch, loops[row_depth(sch, anchor) :]))
+
+
+def fits(sch: Schedule) -> bool:
+    """Whether every reduction can go across threads, there are enough rows to fill the GPU (else the generic
+    schedule's two-stage reductions), and a row's intermediates fit in shared memory (assuming every block keeps a
+    row-sized buffer)."""
+    if not all(cross_thread_ok(sch, b) for b in blocks(sch) if is_reduction(sch, b)):
+        return False
+    anchor = _anchor(sch)
+    row = _row_elems(sch, anchor)
+    rows = prod(extents(sch, sch.get_loops(anchor)[: row_depth(sch, anchor)]))
+    if row >= TWO_STAGE_MIN and rows * STAGE_BLOCKS <= FEW_OUTPUTS:  # few long rows: two-stage reductions instead
+        return False
+    per_row = sum(row * _bytes(write_dtype(sch, b)) for b in blocks(sch) if not is_output(sch, b))
+    return per_row <= SHARED_BYTES
+
+
+def _bytes(dtype: str) -> int:
+    """Bytes per element of a dtype (bool counts as one)."""
+    return max(1, int("".join(ch for ch in dtype if ch.isdigit()) or 8) // 8)
+
+
+def schedule(sch: Schedule, target: Target) -> None:
+    """Bind the anchor's rows to blocks and compute every other block inside its row over the same threads."""
+    anchor = _anchor(sch)
+    # a spatial block read by several consumers is kept (computed once per row, in shared memory) instead of
+    # recomputed per use
+    inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
+    depth = row_depth(sch, anchor)
+    threads = threads_for(_row_elems(sch, anchor))
+    loops = sch.get_loops(anchor)
+    row = sch.fuse(*loops[:depth]) if depth > 1 else loops[0]
+    anchor_name = sch.get(anchor).name_hint
+    others = [b for b in blocks(sch) if sch.get(b).name_hint != anchor_name]
+    for block in reversed(others):  # consumers first, so each producer lands before its consumers in the row
+        sch.compute_at(block, row, preserve_unit_loops=True)
+    sch.bind(row, "blockIdx.x")
+    for block in [*others, anchor]:
+        thread_inner(sch, block, sch.get_loops(block)[1:], threads)
+    for block in others:
+        sch.set_scope(block, 0, "shared")
