@@ -87,3 +87,16 @@ def reverse_inline_all(sch: Schedule, block) -> None:
 def write_dtype(sch: Schedule, block) -> str:
     """The dtype of the (first) buffer a block writes."""
     return str(sch.get(block).writes[0].source.dtype)
+
+
+def compute_at_row(sch: Schedule, anchor, depth: int) -> tuple:
+    """Fuse the anchor's leading `depth` loops into one row loop and compute every other block inside it.
+
+    Returns the row loop and the other blocks (in program order)."""
+    loops = sch.get_loops(anchor)
+    row = sch.fuse(*loops[:depth]) if depth > 1 else loops[0]
+    anchor_name = sch.get(anchor).name_hint
+    others = [b for b in blocks(sch) if sch.get(b).name_hint != anchor_name]
+    for block in reversed(others):  # consumers first, so each producer lands before its consumers in the row
+        sch.compute_at(block, row, preserve_unit_loops=True)
+    return row, others

@@ -11,6 +11,7 @@ from tvm.s_tir import Schedule, ScheduleError
 from cinn.target import Target
 from schedules.analysis import (
     blocks,
+    compute_at_row,
     extents,
     inline_all,
     is_fresh,
@@ -71,12 +72,7 @@ def schedule(sch: Schedule, target: Target) -> None:
     inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
     depth = row_depth(sch, anchor)
     partials = [p for b in blocks(sch) if is_reduction(sch, b) for p in _lane_partial(sch, b, target)]
-    loops = sch.get_loops(anchor)
-    row = sch.fuse(*loops[:depth]) if depth > 1 else loops[0]
-    anchor_name = sch.get(anchor).name_hint
-    others = [b for b in blocks(sch) if sch.get(b).name_hint != anchor_name]
-    for block in reversed(others):  # consumers first, so each producer lands before its consumers in the row
-        sch.compute_at(block, row, preserve_unit_loops=True)
+    row, others = compute_at_row(sch, anchor, depth)
     for block in [*others, anchor]:
         if not any(sch.get(block).name_hint == sch.get(p).name_hint for p in partials):
             _vectorize_spatial(sch, block, target)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from tvm.s_tir import Schedule
 
 from cinn.target import Target
-from schedules.analysis import blocks, extents, inline_all, is_output, is_reduction, prod, write_dtype
+from schedules.analysis import blocks, compute_at_row, extents, inline_all, is_output, is_reduction, prod, write_dtype
 from schedules.cpu_reduction import row_depth
 from schedules.cuda_common import FEW_OUTPUTS, STAGE_BLOCKS, TWO_STAGE_MIN, cross_thread_ok, thread_inner, threads_for
 
@@ -56,12 +56,7 @@ def schedule(sch: Schedule, target: Target) -> None:
     inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
     depth = row_depth(sch, anchor)
     threads = threads_for(_row_elems(sch, anchor))
-    loops = sch.get_loops(anchor)
-    row = sch.fuse(*loops[:depth]) if depth > 1 else loops[0]
-    anchor_name = sch.get(anchor).name_hint
-    others = [b for b in blocks(sch) if sch.get(b).name_hint != anchor_name]
-    for block in reversed(others):  # consumers first, so each producer lands before its consumers in the row
-        sch.compute_at(block, row, preserve_unit_loops=True)
+    row, others = compute_at_row(sch, anchor, depth)
     sch.bind(row, "blockIdx.x")
     for block in [*others, anchor]:
         thread_inner(sch, block, sch.get_loops(block)[1:], threads)
