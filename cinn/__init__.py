@@ -3,7 +3,7 @@ from cinn.api import compile  # noqa: A004
 from cinn.ir import Node, Program, TensorType, Value
 from cinn.runtime import Executable
 
-__all__ = ["Executable", "NetBuilder", "Node", "Program", "TensorType", "Value", "compile"]
+__all__ = ["Executable", "NetBuilder", "load_onnx", "Node", "Program", "TensorType", "Value", "compile"]
 
 
 def __getattr__(name: str):
@@ -12,4 +12,8 @@ def __getattr__(name: str):
         from frontend.net_builder import NetBuilder
 
         return NetBuilder
+    if name == "load_onnx":  # importing onnx costs time: only when a model is loaded
+        from frontend.onnx import load_onnx
+
+        return load_onnx
     raise AttributeError(f"module 'cinn' has no attribute {name!r}")

@@ -1,0 +1,163 @@
+"""cinn.load_onnx: each ONNX node becomes NetBuilder calls (as CINN's op mappers), giving a Program."""
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+import onnx
+
+from cinn.ir import Node, Program, Value
+from frontend.onnx import ops_elementwise, ops_nn, ops_reduce, ops_shape  # noqa: F401  (register converters)
+from frontend.onnx.builder import FoldingBuilder
+from frontend.onnx.registry import CONVERTERS, NodeContext, OnnxImportError, onnx_dtype, tensor_to_array
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+# 7-21 is the contract; the newer opsets only added element types to the ops converted here (the
+# conformance test runs their cases)
+MIN_OPSET, MAX_OPSET = 7, 28
+
+
+def load_onnx(model: "str | os.PathLike | onnx.ModelProto", input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program:
+    """Convert an ONNX model (a path or a ModelProto) to a Program; initializers become constants.
+
+    input_shapes gives the shape of graph inputs with symbolic dims (or overrides static ones).
+    """
+    proto = _read(model)
+    graph = proto.graph
+    _check_supported(graph)
+    opset = _opset(proto)
+    b = FoldingBuilder(graph.name or "onnx_model")
+    env = _graph_inputs(b, graph, dict(input_shapes or {}))
+    for node in graph.node:
+        _convert(b, node, env, opset)
+    missing = [o.name for o in graph.output if o.name not in env]
+    if missing:
+        raise OnnxImportError(f"graph outputs {missing} are not produced by any node")
+    return _named_outputs(b, [(o.name, env[o.name]) for o in graph.output])
+
+
+def _read(model) -> onnx.ModelProto:
+    """The ModelProto of a path or proto; unreadable or malformed files raise naming the file."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    path = os.fspath(model)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such ONNX file")
+    try:
+        proto = onnx.load(path)
+    except Exception as e:  # protobuf's DecodeError, RuntimeWarning-as-error, external-data OSError...
+        raise OnnxImportError(f"{path}: not a valid ONNX model ({type(e).__name__}: {e})") from None
+    if not proto.HasField("graph") or not proto.graph.node and not proto.graph.output:
+        raise OnnxImportError(f"{path}: not a valid ONNX model (no graph)")
+    return proto
+
+
+def _opset(proto: onnx.ModelProto) -> int:
+    versions = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
+    version = versions[0] if versions else MAX_OPSET
+    if not MIN_OPSET <= version <= MAX_OPSET:
+        # older opsets differ in ways this importer does not model; newer ones may change ops silently
+        raise OnnxImportError(f"opset {version} is not supported (supported: {MIN_OPSET} to {MAX_OPSET})")
+    return version
+
+
+def _check_supported(graph: onnx.GraphProto) -> None:
+    """One error listing every unsupported op type with the nodes that use it, before converting anything."""
+    unsupported: dict[str, list[str]] = {}
+    for i, node in enumerate(graph.node):
+        if node.domain not in DEFAULT_DOMAINS or node.op_type not in CONVERTERS:
+            key = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+            unsupported.setdefault(key, []).append(node.name or f"#{i}")
+    if unsupported:
+        detail = "; ".join(f"{op} (nodes {', '.join(repr(n) for n in nodes)})" for op, nodes in sorted(unsupported.items()))
+        raise NotImplementedError(f"unsupported ONNX op{'s' if len(unsupported) > 1 else ''}: {detail}")
+
+
+def _graph_inputs(b: FoldingBuilder, graph: onnx.GraphProto, shapes: dict[str, Sequence[int]]) -> dict[str, Value]:
+    """Initializers become constants (also when listed as inputs, as old exports do); the rest are inputs."""
+    env = {t.name: b.create_constant(tensor_to_array(t), t.name, onnx_dtype(t.data_type, f"initializer {t.name!r}"))
+           for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in env]
+    unknown = sorted(set(shapes) - {i.name for i in inputs})
+    if unknown:
+        raise OnnxImportError(f"input_shapes names {unknown}, which are not graph inputs; inputs: {[i.name for i in inputs]}")
+    for i in inputs:
+        tensor = i.type.tensor_type
+        dtype = onnx_dtype(tensor.elem_type, f"graph input {i.name!r}")
+        env[i.name] = b.create_input(dtype, _input_shape(i.name, tensor, shapes.get(i.name)), i.name)
+        _check_not_empty(b, env[i.name], f"graph input {i.name!r}")
+    return env
+
+
+def _check_not_empty(b: FoldingBuilder, v: Value, what: str) -> None:
+    """Zero-size tensors computed at run time have no kernels (empty constants, such as no axes, are fine)."""
+    if 0 in v.shape and b.constant_of(v) is None:
+        raise OnnxImportError(f"{what} has shape {v.shape}: zero-size tensors are not supported")
+
+
+def _input_shape(name: str, tensor: onnx.TypeProto.Tensor, given: Sequence[int] | None) -> tuple[int, ...]:
+    """A graph input's static shape: from input_shapes when given, else the model's dims (all must be known)."""
+    dims = tensor.shape.dim if tensor.HasField("shape") else None
+    if given is not None:
+        if dims is not None and len(dims) != len(given):
+            raise OnnxImportError(f"input_shapes[{name!r}] = {tuple(given)} has rank {len(given)}, the model's input has rank {len(dims)}")
+        return tuple(int(d) for d in given)
+    if dims is None:
+        raise OnnxImportError(f"graph input {name!r} has no shape in the model; pass input_shapes={{{name!r}: (...)}}")
+    shape = []
+    for k, d in enumerate(dims):
+        if not d.HasField("dim_value"):
+            symbol = f" ({d.dim_param!r})" if d.dim_param else ""
+            raise OnnxImportError(f"graph input {name!r} dim {k}{symbol} is symbolic; pass input_shapes={{{name!r}: (...)}}")
+        shape.append(d.dim_value)
+    return tuple(shape)
+
+
+def _convert(b: FoldingBuilder, node: onnx.NodeProto, env: dict[str, Value], opset: int) -> None:
+    """Convert one node, binding its outputs; errors name the node."""
+    where = f"ONNX node {node.name or '(unnamed)'!r} ({node.op_type})"
+    undefined = [n for n in node.input if n and n not in env]
+    if undefined:
+        raise OnnxImportError(f"{where}: reads undefined values {undefined}")
+    ctx = NodeContext(b, node, tuple(env[n] if n else None for n in node.input), opset)
+    try:
+        outputs = list(CONVERTERS[node.op_type](ctx))
+    except (ValueError, TypeError, NotImplementedError) as e:
+        raise type(e)(f"{where}: {e}") from None
+    for k, name in enumerate(node.output):
+        if not name:
+            continue
+        if k >= len(outputs):
+            raise NotImplementedError(f"{where}: output {k} ({name!r}) is not supported")
+        _check_not_empty(b, outputs[k], f"{where}: output {name!r}")
+        env[name] = outputs[k]
+
+
+def _named_outputs(b: FoldingBuilder, outputs: list[tuple[str, Value]]) -> Program:
+    """Build the Program with its outputs renamed to the ONNX output names (inputs and repeats are copied)."""
+    seen: set[str] = set()
+    values = []
+    for _, v in outputs:
+        if v.name in seen or b.is_input(v):  # an output must be its own buffer
+            v = b.identity(v)
+        seen.add(v.name)
+        values.append(v)
+    program = b.build(values)
+    taken = {v.name for v in program.inputs} | set(program.constants) | {v.name for n in program.nodes for v in n.outputs}
+    renames = {v.name: name for (name, _), v in zip(outputs, values) if name not in taken}
+    return _rename(program, renames)
+
+
+def _rename(program: Program, renames: dict[str, str]) -> Program:
+    """A copy of the program with some node-produced or constant values renamed."""
+    def value(v: Value) -> Value:
+        return Value(renames[v.name], v.type) if v.name in renames else v
+
+    def node(n: Node) -> Node:
+        return Node(n.op, tuple(map(value, n.inputs)), tuple(map(value, n.outputs)), n.attrs, n.name)
+
+    return program.replace(
+        nodes=tuple(map(node, program.nodes)),
+        outputs=tuple(map(value, program.outputs)),
+        constants={renames.get(k, k): a for k, a in program.constants.items()},
+    )

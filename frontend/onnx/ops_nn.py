@@ -1,0 +1,237 @@
+"""Converters of ONNX neural-network ops: Conv, ConvTranspose, pooling, normalizations, Gemm, MatMul, LRN."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cinn.ir import Value
+from frontend.onnx.registry import NodeContext, OnnxImportError, converter
+
+
+def _as_2d(ctx: NodeContext, x: Value) -> Value:
+    """1-D spatial ops run as 2-D ones with a height of 1: [N, C, L] -> [N, C, 1, L]."""
+    if len(x.shape) == 3:
+        return ctx.b.expand_dims(x, [2])
+    if len(x.shape) != 4:
+        raise OnnxImportError(f"only 1-D and 2-D spatial inputs are supported, got shape {x.shape}")
+    return x
+
+
+def _back(ctx: NodeContext, y: Value, spatial: int) -> Value:
+    """Undo _as_2d on an output."""
+    return ctx.b.squeeze(y, [2]) if spatial == 1 else y
+
+
+@dataclass(frozen=True)
+class _Window:
+    """The 2-D window attributes of a Conv/Pool node, resolved to explicit (top, left, bottom, right) pads."""
+
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads: tuple[int, int, int, int]
+
+
+def _per_dim(values, spatial: int, default: int) -> tuple[int, int]:
+    """A per-spatial-dim attribute in 2-D form: a 1-D op gets the neutral `default` for its unit height."""
+    values = tuple(int(v) for v in values) if values is not None else (default,) * spatial
+    return (default,) * (2 - spatial) + values
+
+
+def _window(ctx: NodeContext, in_hw: tuple[int, int], kernel, spatial: int) -> _Window:
+    """Kernel, strides, dilations and pads (auto_pad resolved as ONNX defines it) in 2-D form."""
+    kernel = _per_dim(kernel, spatial, 1)
+    strides = _per_dim(ctx.attr("strides", None), spatial, 1)
+    dilations = _per_dim(ctx.attr("dilations", None), spatial, 1)
+    pads = ctx.attr("pads", None)
+    pads = tuple(int(p) for p in pads) if pads is not None else (0,) * (2 * spatial)
+    begin, end = ((0,) + pads[:1], (0,) + pads[1:]) if spatial == 1 else (pads[:2], pads[2:])
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    if auto_pad == "VALID":
+        begin, end = (0, 0), (0, 0)
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        totals = [max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0) for n, k, s, d in zip(in_hw, kernel, strides, dilations)]
+        small = [t // 2 for t in totals]
+        big = [t - t // 2 for t in totals]
+        begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    elif auto_pad != "NOTSET":
+        raise OnnxImportError(f"auto_pad {auto_pad!r} is not supported")
+    return _Window(kernel, strides, dilations, (begin[0], begin[1], end[0], end[1]))
+
+
+def _channel_vector(ctx: NodeContext, v: Value, rank: int) -> Value:
+    """A per-channel [C] vector shaped to broadcast against an [N, C, ...] tensor."""
+    return ctx.b.reshape(v, [v.shape[0]] + [1] * (rank - 2))
+
+
+@converter("Conv")
+def conv(ctx: NodeContext):
+    x, w, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    spatial = len(x.shape) - 2
+    x2, w2 = _as_2d(ctx, x), _as_2d(ctx, w)
+    win = _window(ctx, x2.shape[2:], ctx.attr("kernel_shape", w.shape[2:]), spatial)
+    y = ctx.b.conv2d(x2, w2, list(win.strides), list(win.pads), list(win.dilations), ctx.attr("group", 1))
+    if bias is not None:
+        y = ctx.b.add(y, _channel_vector(ctx, bias, 4))
+    return [_back(ctx, y, spatial)]
+
+
+@converter("ConvTranspose")
+def conv_transpose(ctx: NodeContext):
+    """A transposed convolution is a convolution of the stride-dilated input with the flipped kernel."""
+    x, w, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    spatial = len(x.shape) - 2
+    x2, w2 = _as_2d(ctx, x), _as_2d(ctx, w)
+    groups = ctx.attr("group", 1)
+    (n, c, h, wd), (_, m, kh, kw) = x2.shape, w2.shape
+    strides = _per_dim(ctx.attr("strides", None), spatial, 1)
+    dil = _per_dim(ctx.attr("dilations", None), spatial, 1)
+    extra = _per_dim(ctx.attr("output_padding", None), spatial, 0)
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    pads = ctx.attr("pads", None)
+    pads = tuple(int(p) for p in pads) if pads is not None else (0,) * (2 * spatial)
+    begin, end = ((0,) + pads[:1], (0,) + pads[1:]) if spatial == 1 else (pads[:2], pads[2:])
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER") or ctx.has_attr("output_shape"):
+        # pads that give output_shape (default: input size * stride), split as ONNX defines
+        target = _per_dim(ctx.attr("output_shape", None), spatial, 1) if ctx.has_attr("output_shape") else (h * strides[0], wd * strides[1])
+        totals = [s * (size - 1) + o + (k - 1) * d + 1 - t
+                  for s, size, o, k, d, t in zip(strides, (h, wd), extra, (kh, kw), dil, target)]
+        small, big = [t // 2 for t in totals], [t - t // 2 for t in totals]
+        begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    elif auto_pad == "VALID":
+        begin, end = (0, 0), (0, 0)
+    # insert stride - 1 zeros between input pixels: [.., H, 1, W, 1] padded to [.., H, s, W, s], trailing zeros cut
+    up = ctx.b.reshape(x2, [n, c, h, 1, wd, 1])
+    up = ctx.b.pad(up, [(0, 0), (0, 0), (0, 0), (0, strides[0] - 1), (0, 0), (0, strides[1] - 1)])
+    up = ctx.b.reshape(up, [n, c, h * strides[0], wd * strides[1]])
+    span = [(k - 1) * d for k, d in zip((kh, kw), dil)]
+    full = [(s - (p or 0)) for s, p in zip(span, begin)]
+    tail = [s - e + o - (st - 1) for s, e, o, st in zip(span, end, extra, strides)]
+    # weights [C, M/g, kh, kw] -> [M, C/g, kh, kw], spatially flipped
+    wt = ctx.b.reshape(w2, [groups, c // groups, m, kh, kw])
+    wt = ctx.b.reshape(ctx.b.transpose(wt, [0, 2, 1, 3, 4]), [groups * m, c // groups, kh, kw])
+    wt = ctx.b.reverse(wt, [2, 3])
+    grow = [max(v, 0) for v in full + tail]
+    y = ctx.b.conv2d(ctx.b.pad(up, [(0, 0), (0, 0), (grow[0], grow[2]), (grow[1], grow[3])]), wt, [1, 1], [0, 0], list(dil), groups)
+    cut = [max(-v, 0) for v in full + tail]
+    if any(cut):
+        _, _, oh, ow = y.shape
+        y = ctx.b.slice(y, [2, 3], [cut[0], cut[1]], [oh - cut[2], ow - cut[3]])
+    if bias is not None:
+        y = ctx.b.add(y, _channel_vector(ctx, bias, 4))
+    return [_back(ctx, y, spatial)]
+
+
+def _pool(ctx: NodeContext, pooling_type: str):
+    x = ctx.input(0)
+    spatial = len(x.shape) - 2
+    x2 = _as_2d(ctx, x)
+    win = _window(ctx, x2.shape[2:], ctx.attr("kernel_shape", None), spatial)
+    if win.dilations != (1, 1):
+        raise OnnxImportError(f"pooling dilations {win.dilations} are not supported")
+    ceil_mode = bool(ctx.attr("ceil_mode", 0))
+    if ceil_mode:
+        _check_last_window(x2.shape[2:], win)
+    exclusive = not ctx.attr("count_include_pad", 0)
+    y = ctx.b.pool2d(x2, pooling_type, list(win.kernel), list(win.strides), list(win.pads), ceil_mode, exclusive)
+    return [_back(ctx, y, spatial)]
+
+
+def _check_last_window(in_hw, win: _Window) -> None:
+    """ONNX drops a ceil-mode window that starts in the end padding; pool2d keeps it: refuse that case."""
+    for n, k, s, b, e in zip(in_hw, win.kernel, win.strides, win.pads[:2], win.pads[2:]):
+        out = -(-(n + b + e - k) // s) + 1
+        if (out - 1) * s >= n + b:
+            raise OnnxImportError("ceil_mode with a last window starting in the padding is not supported")
+
+
+@converter("MaxPool")
+def max_pool(ctx: NodeContext):
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:
+        raise OnnxImportError("MaxPool's Indices output is not supported")
+    return _pool(ctx, "max")
+
+
+@converter("AveragePool")
+def average_pool(ctx: NodeContext):
+    return _pool(ctx, "avg")
+
+
+@converter("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(ctx: NodeContext):
+    x = ctx.input(0)
+    axes = list(range(2, len(x.shape)))
+    op = ctx.b.reduce_mean if ctx.node.op_type == "GlobalAveragePool" else ctx.b.reduce_max
+    return [op(x, axes, keep_dim=True)]
+
+
+@converter("BatchNormalization")
+def batch_norm(ctx: NodeContext):
+    if ctx.attr("training_mode", 0):
+        raise OnnxImportError("training_mode=1 is not supported (inference only)")
+    x, scale, bias, mean, var = ctx.inputs[:5]
+    return [ctx.b.batchnorm(x, scale, bias, mean, var, epsilon=ctx.attr("epsilon", 1e-5))]
+
+
+@converter("InstanceNormalization")
+def instance_norm(ctx: NodeContext):
+    x, scale, bias = ctx.inputs
+    eps = ctx.attr("epsilon", 1e-5)
+    axes = list(range(2, len(x.shape)))
+    centered = ctx.b.subtract(x, ctx.b.reduce_mean(x, axes, keep_dim=True))
+    var = ctx.b.reduce_mean(ctx.b.multiply(centered, centered), axes, keep_dim=True)
+    y = ctx.b.multiply(centered, ctx.b.rsqrt(ctx.b.add(var, ctx.b.fill_constant((), eps, x.dtype))))
+    rank = len(x.shape)
+    return [ctx.b.add(ctx.b.multiply(y, _channel_vector(ctx, scale, rank)), _channel_vector(ctx, bias, rank))]
+
+
+@converter("LayerNormalization")
+def layer_norm(ctx: NodeContext):
+    x, scale, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    axis = ctx.attr("axis", -1) % len(x.shape)
+    eps = ctx.attr("epsilon", 1e-5)
+    norm = list(x.shape[axis:])
+    scale, bias = (ctx.b.broadcast_to(v, norm) if v.shape != tuple(norm) else v
+                   for v in (scale, bias if bias is not None else ctx.b.fill_constant(norm, 0, x.dtype)))
+    if not any(ctx.node.output[1:]):
+        return [ctx.b.layer_norm(x, scale, bias, begin_norm_axis=axis, epsilon=eps)]
+    # Mean and InvStdDev are wanted too: the same decomposition, spelled out to expose them
+    axes = list(range(axis, len(x.shape)))
+    mean = ctx.b.reduce_mean(x, axes, keep_dim=True)
+    centered = ctx.b.subtract(x, mean)
+    var = ctx.b.reduce_mean(ctx.b.multiply(centered, centered), axes, keep_dim=True)
+    inv_std = ctx.b.rsqrt(ctx.b.add(var, ctx.b.fill_constant((), eps, x.dtype)))
+    y = ctx.b.add(ctx.b.multiply(ctx.b.multiply(centered, inv_std), scale), bias)
+    return [y, mean, inv_std]
+
+
+@converter("Gemm")
+def gemm(ctx: NodeContext):
+    a, b, c = ctx.input(0), ctx.input(1), ctx.input(2)
+    alpha, beta = ctx.attr("alpha", 1.0), ctx.attr("beta", 1.0)
+    y = ctx.b.matmul(a, b, bool(ctx.attr("transA", 0)), bool(ctx.attr("transB", 0)), alpha)
+    if c is None or beta == 0.0:
+        return [y]
+    return [ctx.b.add(y, c if beta == 1.0 else ctx.b.scale(c, scale=beta))]
+
+
+@converter("MatMul")
+def matmul(ctx: NodeContext):
+    return [ctx.b.matmul(ctx.input(0), ctx.input(1))]
+
+
+@converter("LRN")
+def lrn(ctx: NodeContext):
+    x = ctx.input(0)
+    size = ctx.attr("size", None)
+    alpha, beta, bias = ctx.attr("alpha", 1e-4), ctx.attr("beta", 0.75), ctx.attr("bias", 1.0)
+    c, rank = x.shape[1], len(x.shape)
+    # sum of squares over a window of channels: zero-pad the channel axis, add `size` shifted slices
+    lo = (size - 1) // 2
+    padded = ctx.b.pad(ctx.b.multiply(x, x), [(0, 0), (lo, size - 1 - lo)] + [(0, 0)] * (rank - 2))
+    windows = [ctx.b.slice(padded, [1], [k], [k + c]) for k in range(size)]
+    total = windows[0]
+    for w in windows[1:]:
+        total = ctx.b.add(total, w)
+    denom = ctx.b.scale(total, scale=alpha / size, bias=bias)
+    return [ctx.b.divide(x, ctx.b.pow(denom, ctx.b.fill_constant((), beta, x.dtype)))]
+

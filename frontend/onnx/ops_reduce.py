@@ -1,0 +1,105 @@
+"""Converters of ONNX reductions, ArgMax/ArgMin, Softmax/LogSoftmax and CumSum."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cinn.ir import Value
+from frontend.onnx.registry import NodeContext, converter
+
+# ONNX op -> (cinn reduction, elementwise op applied before it or None, after it or None)
+_REDUCE = {
+    "ReduceSum": ("reduce_sum", None, None),
+    "ReduceMean": ("reduce_mean", None, None),
+    "ReduceMax": ("reduce_max", None, None),
+    "ReduceMin": ("reduce_min", None, None),
+    "ReduceProd": ("reduce_prod", None, None),
+    "ReduceL1": ("reduce_sum", "abs", None),
+    "ReduceL2": ("reduce_sum", "square", "sqrt"),
+    "ReduceSumSquare": ("reduce_sum", "square", None),
+    "ReduceLogSum": ("reduce_sum", None, "log"),
+    "ReduceLogSumExp": ("reduce_sum", "exp", "log"),
+}
+# max/min of booleans are any/all
+_BOOL_REDUCE = {"reduce_max": "reduce_any", "reduce_min": "reduce_all"}
+# the opset from which `axes` is an input instead of an attribute
+_AXES_INPUT_SINCE = {"ReduceSum": 13}
+
+
+def _elementwise(ctx: NodeContext, op: str | None, x: Value) -> Value:
+    if op is None:
+        return x
+    return ctx.b.multiply(x, x) if op == "square" else getattr(ctx.b, op)(x)
+
+
+@converter(*_REDUCE)
+def reduce(ctx: NodeContext):
+    op, before, after = _REDUCE[ctx.node.op_type]
+    x = ctx.input(0)
+    axes = ctx.ints(1, "axes", _AXES_INPUT_SINCE.get(ctx.node.op_type, 18), "axes") or ()
+    if not axes and ctx.attr("noop_with_empty_axes", 0):
+        return [ctx.b.identity(x)]
+    keep = bool(ctx.attr("keepdims", 1))
+    if x.dtype == "bool" and op in _BOOL_REDUCE:
+        op = _BOOL_REDUCE[op]
+    if ctx.node.op_type == "ReduceLogSumExp":  # shift by the max so exp does not overflow
+        peak = ctx.b.reduce_max(x, list(axes), keep_dim=True)
+        total = ctx.b.reduce_sum(ctx.b.exp(ctx.b.subtract(x, peak)), list(axes), keep_dim=keep)
+        peak = peak if keep else ctx.b.reshape(peak, list(total.shape))
+        return [ctx.b.add(ctx.b.log(total), peak)]
+    y = getattr(ctx.b, op)(_elementwise(ctx, before, x), list(axes), keep_dim=keep)
+    return [_elementwise(ctx, after, y)]
+
+
+@converter("ArgMax", "ArgMin")
+def arg_reduce(ctx: NodeContext):
+    x = ctx.input(0)
+    axis = ctx.attr("axis", 0) % max(len(x.shape), 1)
+    keep = bool(ctx.attr("keepdims", 1))
+    op = getattr(ctx.b, ctx.node.op_type.lower())
+    if not ctx.attr("select_last_index", 0):
+        return [ctx.b.cast(op(x, axis=axis, keep_dim=keep), dtype="int64")]
+    # the last extreme: the first one of the reversed axis, mapped back
+    index = op(ctx.b.reverse(x, [axis]), axis=axis, keep_dim=keep)
+    last = ctx.b.fill_constant((), x.shape[axis] - 1, "int32")
+    return [ctx.b.cast(ctx.b.subtract(last, index), dtype="int64")]
+
+
+def _softmax(ctx: NodeContext, op: str):
+    x = ctx.input(0)
+    rank = len(x.shape)
+    if ctx.opset >= 13:
+        return [getattr(ctx.b, op)(x, [ctx.attr("axis", -1)])]
+    # before opset 13 the input is coerced to 2-D [prod(dims < axis), prod(dims >= axis)]
+    axis = ctx.attr("axis", 1) % max(rank, 1)
+    flat = ctx.b.reshape(x, [math.prod(x.shape[:axis]), math.prod(x.shape[axis:])])
+    return [ctx.b.reshape(getattr(ctx.b, op)(flat, [-1]), list(x.shape))]
+
+
+@converter("Softmax")
+def softmax(ctx: NodeContext):
+    return _softmax(ctx, "softmax")
+
+
+@converter("LogSoftmax")
+def log_softmax(ctx: NodeContext):
+    return _softmax(ctx, "log_softmax")
+
+
+@converter("CumSum")
+def cumsum(ctx: NodeContext):
+    x = ctx.input(0)
+    rank = len(x.shape)
+    axis = int(ctx.require_const(1, "axis").reshape(())) % rank
+    n = x.shape[axis]
+    # a prefix sum is a product with a triangular matrix of ones (exclusive: strictly; reverse: flipped)
+    i, j = np.indices((n, n))
+    keep = i < j if ctx.attr("exclusive", 0) else i <= j
+    if ctx.attr("reverse", 0):
+        keep = keep.T
+    tri = ctx.b.create_constant(keep.astype(x.dtype), dtype=x.dtype)
+    perm = [k for k in range(rank) if k != axis] + [axis]
+    moved = x if axis == rank - 1 else ctx.b.transpose(x, perm)
+    out = ctx.b.matmul(moved, tri)
+    return [out if axis == rank - 1 else ctx.b.transpose(out, list(np.argsort(perm)))]

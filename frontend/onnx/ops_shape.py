@@ -1,0 +1,214 @@
+"""Converters of ONNX shape and data-movement ops; shape arguments must be constants (folded)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cinn.ir import Value
+from frontend.onnx.registry import NodeContext, OnnxImportError, converter
+
+
+def _axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise OnnxImportError(f"axis {axis} out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+@converter("Reshape")
+def reshape(ctx: NodeContext):
+    x = ctx.input(0)
+    shape = ctx.ints(1, "shape", 5, "the target shape")
+    allow_zero = ctx.attr("allowzero", 0)
+    # 0 copies the input dim (unless allowzero)
+    target = [x.shape[k] if d == 0 and not allow_zero else d for k, d in enumerate(shape)]
+    return [ctx.b.reshape(x, target)]
+
+
+@converter("Flatten")
+def flatten(ctx: NodeContext):
+    x = ctx.input(0)
+    axis = ctx.attr("axis", 1)
+    axis = axis + len(x.shape) if axis < 0 else axis  # in [-rank, rank]
+    return [ctx.b.reshape(x, [math.prod(x.shape[:axis]), math.prod(x.shape[axis:])])]
+
+
+@converter("Transpose")
+def transpose(ctx: NodeContext):
+    x = ctx.input(0)
+    perm = ctx.attr("perm", list(reversed(range(len(x.shape)))))
+    return [ctx.b.transpose(x, list(perm))]
+
+
+@converter("Squeeze")
+def squeeze(ctx: NodeContext):
+    x = ctx.input(0)
+    axes = ctx.ints(1, "axes", 13, "axes") or ()
+    bad = [a for a in axes if x.shape[_axis(a, len(x.shape))] != 1]
+    if bad:
+        raise OnnxImportError(f"cannot squeeze axes {bad} of shape {x.shape} (size is not 1)")
+    return [ctx.b.squeeze(x, list(axes))]
+
+
+@converter("Unsqueeze")
+def unsqueeze(ctx: NodeContext):
+    return [ctx.b.expand_dims(ctx.input(0), list(ctx.ints(1, "axes", 13, "axes")))]
+
+
+@converter("Concat")
+def concat(ctx: NodeContext):
+    return [ctx.b.concat([v for v in ctx.inputs if v is not None], axis=ctx.attr("axis", 0))]
+
+
+@converter("Split")
+def split(ctx: NodeContext):
+    x = ctx.input(0)
+    axis = _axis(ctx.attr("axis", 0), len(x.shape))
+    sizes = ctx.ints(1, "split", 13, "split sizes")
+    if sizes is None:
+        parts = ctx.attr("num_outputs", len(ctx.node.output))
+        chunk = -(-x.shape[axis] // parts)  # opset 18: the last part may be smaller
+        sizes = [min(chunk, x.shape[axis] - k * chunk) for k in range(parts)]
+    outs = ctx.b.split(x, list(sizes), axis=axis)
+    return list(outs) if isinstance(outs, tuple) else [outs]
+
+
+@converter("Slice")
+def slice_(ctx: NodeContext):
+    x = ctx.input(0)
+    if ctx.opset < 10:
+        starts, ends = ctx.attr("starts", None), ctx.attr("ends", None)
+        axes, steps = ctx.attr("axes", None), None
+    else:
+        starts, ends = ctx.ints(1, "", 10, "starts"), ctx.ints(2, "", 10, "ends")
+        axes, steps = ctx.ints(3, "", 10, "axes"), ctx.ints(4, "", 10, "steps")
+    axes = list(axes) if axes is not None else list(range(len(starts)))
+    steps = list(steps) if steps is not None else [1] * len(starts)
+    return [ctx.b.slice(x, axes, list(starts), list(ends), steps)]
+
+
+@converter("Expand")
+def expand(ctx: NodeContext):
+    x = ctx.input(0)
+    shape = ctx.ints(1, "", 8, "the target shape")
+    out = tuple(np.broadcast_shapes(x.shape, tuple(shape)))
+    return [ctx.b.identity(x) if out == x.shape else ctx.b.broadcast_to(x, list(out))]
+
+
+@converter("Tile")
+def tile(ctx: NodeContext):
+    return [ctx.b.tile(ctx.input(0), list(ctx.ints(1, "", 6, "repeats")))]
+
+
+def _pad_value(ctx: NodeContext) -> float:
+    if ctx.opset < 11:
+        return float(ctx.attr("value", 0.0))
+    value = ctx.const(2)
+    if ctx.input(2) is not None and value is None:
+        raise OnnxImportError("constant_value (input 2) must be a constant")
+    return 0.0 if value is None else value.reshape(()).item()
+
+
+@converter("Pad")
+def pad(ctx: NodeContext):
+    x = ctx.input(0)
+    rank = len(x.shape)
+    pads = ctx.ints(1, "pads" if ctx.opset >= 2 else "paddings", 11, "pads")
+    axes = ctx.ints(3, "", 18, "axes") if ctx.opset >= 18 else None
+    axes = [_axis(a, rank) for a in axes] if axes is not None else list(range(rank))
+    if len(pads) != 2 * len(axes):
+        raise OnnxImportError(f"pads {pads} need 2 values per padded axis ({len(axes)}) of shape {x.shape}")
+    begin, end = [0] * rank, [0] * rank
+    for k, a in enumerate(axes):
+        begin[a], end[a] = pads[k], pads[k + len(axes)]
+    mode = ctx.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge"):
+        raise OnnxImportError(f"pad mode {mode!r} is not supported (constant, reflect, edge)")
+    grow = [(max(p, 0), max(q, 0)) for p, q in zip(begin, end)]
+    if any(p or q for p, q in grow):
+        x = ctx.b.pad(x, grow, pad_value=_pad_value(ctx), mode=mode)
+    crop = [k for k in range(rank) if begin[k] < 0 or end[k] < 0]  # negative pads remove elements
+    if crop:
+        x = ctx.b.slice(x, crop, [-min(begin[k], 0) for k in crop], [x.shape[k] + min(end[k], 0) for k in crop])
+    return [x if any(p or q for p, q in grow) or crop else ctx.b.identity(x)]
+
+
+@converter("Gather")
+def gather(ctx: NodeContext):
+    return [ctx.b.gather(ctx.input(0), ctx.input(1), axis=ctx.attr("axis", 0))]
+
+
+@converter("Shape")
+def shape(ctx: NodeContext):
+    dims = ctx.input(0).shape
+    start, end = ctx.attr("start", 0), ctx.attr("end", None)
+    return [ctx.b.create_constant(np.array(dims[start:end], np.int64), dtype="int64")]
+
+
+@converter("Size")
+def size(ctx: NodeContext):
+    return [ctx.b.create_constant(np.array(math.prod(ctx.input(0).shape), np.int64), dtype="int64")]
+
+
+@converter("ConstantOfShape")
+def constant_of_shape(ctx: NodeContext):
+    value = ctx.attr("value", np.zeros(1, np.float32))
+    dims = tuple(int(d) for d in ctx.require_const(0, "shape"))
+    return [ctx.b.create_constant(np.full(dims, value.reshape(()), value.dtype), dtype=str(value.dtype))]
+
+
+# Constant's value attributes and how each becomes an array
+_CONSTANT_ATTRS = {
+    "value": lambda v: v,
+    "value_float": lambda v: np.array(v, np.float32),
+    "value_floats": lambda v: np.array(v, np.float32),
+    "value_int": lambda v: np.array(v, np.int64),
+    "value_ints": lambda v: np.array(v, np.int64),
+}
+
+
+@converter("Constant")
+def constant(ctx: NodeContext):
+    for name, to_array in _CONSTANT_ATTRS.items():
+        if ctx.has_attr(name):
+            data = to_array(ctx.attr(name, None))
+            return [ctx.b.create_constant(data, dtype=str(data.dtype))]
+    given = [a.name for a in ctx.node.attribute]
+    raise OnnxImportError(f"Constant with attribute {given} is not supported (use value, value_float(s), value_int(s))")
+
+
+@converter("Range")
+def range_(ctx: NodeContext):
+    start, limit, delta = (ctx.require_const(i, name).reshape(()) for i, name in enumerate(("start", "limit", "delta")))
+    data = np.arange(start, limit, delta).astype(start.dtype)
+    return [ctx.b.create_constant(data, dtype=str(start.dtype))]
+
+
+@converter("DepthToSpace")
+def depth_to_space(ctx: NodeContext):
+    x = ctx.input(0)
+    n, c, h, w = _nchw(x)
+    bs = ctx.attr("blocksize", None)
+    if ctx.attr("mode", "DCR") == "DCR":
+        y = ctx.b.transpose(ctx.b.reshape(x, [n, bs, bs, c // bs**2, h, w]), [0, 3, 4, 1, 5, 2])
+    else:
+        y = ctx.b.transpose(ctx.b.reshape(x, [n, c // bs**2, bs, bs, h, w]), [0, 1, 4, 2, 5, 3])
+    return [ctx.b.reshape(y, [n, c // bs**2, h * bs, w * bs])]
+
+
+@converter("SpaceToDepth")
+def space_to_depth(ctx: NodeContext):
+    x = ctx.input(0)
+    n, c, h, w = _nchw(x)
+    bs = ctx.attr("blocksize", None)
+    # DCR: output channel (bh * bs + bw) * C + c; CRD (opset 28): c * bs * bs + bh * bs + bw
+    perm = [0, 3, 5, 1, 2, 4] if ctx.attr("mode", "DCR") == "DCR" else [0, 1, 3, 5, 2, 4]
+    y = ctx.b.transpose(ctx.b.reshape(x, [n, c, h // bs, bs, w // bs, bs]), perm)
+    return [ctx.b.reshape(y, [n, c * bs * bs, h // bs, w // bs])]
+
+
+def _nchw(x: Value) -> tuple[int, int, int, int]:
+    if len(x.shape) != 4:
+        raise OnnxImportError(f"input must be 4-D NCHW, got shape {x.shape}")
+    return x.shape
+

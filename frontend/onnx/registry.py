@@ -1,0 +1,99 @@
+"""The ONNX op-mapper table: one converter per ONNX op type, and the context a converter reads."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import onnx
+
+from cinn.ir import DTYPES, Value
+from frontend.onnx.builder import FoldingBuilder
+
+
+class OnnxImportError(ValueError):
+    """A model that cannot be converted (bad file, missing shapes, an op used in an unsupported way)."""
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """One ONNX node being converted: its inputs as Values (None for omitted optional ones), attributes, opset."""
+
+    b: FoldingBuilder
+    node: onnx.NodeProto
+    inputs: tuple[Value | None, ...]
+    opset: int
+
+    def attr(self, name: str, default: Any) -> Any:
+        """An attribute's value (strings decoded, tensors as numpy arrays), or `default` when absent."""
+        for a in self.node.attribute:
+            if a.name == name:
+                value = onnx.helper.get_attribute_value(a)
+                if isinstance(value, bytes):
+                    return value.decode()
+                if isinstance(value, onnx.TensorProto):
+                    return tensor_to_array(value)
+                return value
+        return default
+
+    def has_attr(self, name: str) -> bool:
+        return any(a.name == name for a in self.node.attribute)
+
+    def input(self, i: int) -> Value | None:
+        """Input i, or None when it is omitted (absent or empty name)."""
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def const(self, i: int) -> np.ndarray | None:
+        """The data of input i when it is a (folded) constant, else None."""
+        return self.b.constant_of(self.input(i))
+
+    def require_const(self, i: int, what: str) -> np.ndarray:
+        """The data of input i, which this importer needs at conversion time (a shape, axes, pads...)."""
+        data = self.const(i)
+        if data is None:
+            raise OnnxImportError(f"{what} (input {i}) must be a constant or computable from static shapes")
+        return data
+
+    def ints(self, i: int, attr: str, since: int, what: str) -> tuple[int, ...] | None:
+        """A list of ints that is attribute `attr` before opset `since` and constant input i from it."""
+        if self.opset < since:
+            value = self.attr(attr, None)
+            return None if value is None else tuple(int(v) for v in value)
+        if self.input(i) is None:
+            return None
+        return tuple(int(v) for v in np.asarray(self.require_const(i, what)).reshape(-1))
+
+
+Converter = Callable[[NodeContext], Sequence[Value]]
+CONVERTERS: dict[str, Converter] = {}
+
+
+def converter(*op_types: str) -> Callable[[Converter], Converter]:
+    """Register a function as the converter of some ONNX op types."""
+
+    def register(fn: Converter) -> Converter:
+        for t in op_types:
+            if t in CONVERTERS:
+                raise ValueError(f"ONNX op {t} has two converters")
+            CONVERTERS[t] = fn
+        return fn
+
+    return register
+
+
+def onnx_dtype(elem_type: int, what: str) -> str:
+    """The cinn dtype of an ONNX TensorProto element type, or a clear error."""
+    try:
+        dtype = str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, ValueError, TypeError):
+        dtype = None
+    if dtype not in DTYPES:
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else elem_type
+        raise OnnxImportError(f"{what}: element type {name} is not supported (supported: {', '.join(DTYPES)})")
+    return dtype
+
+
+def tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
+    """An ONNX tensor (initializer, Constant value) as a numpy array of a supported dtype."""
+    onnx_dtype(t.data_type, f"tensor {t.name!r}")
+    return onnx.numpy_helper.to_array(t)

@@ -1,0 +1,381 @@
+"""ONNX importer tests: small hand-built models compared with onnxruntime, error cases, cinn-run."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import cinn  # noqa: E402
+from cinn import cli  # noqa: E402
+from frontend.onnx import OnnxImportError  # noqa: E402
+
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+RNG = np.random.default_rng(0)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def make_model(nodes, inputs, outputs, initializers=(), opset=17) -> onnx.ModelProto:
+    """A model from nodes; inputs/outputs are (name, elem_type, shape) triples (shape None: inferred)."""
+    graph = helper.make_graph(
+        nodes, "test",
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in initializers],
+    )
+    # ir_version 10: onnxruntime rejects the newer ones the latest onnx writes
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    # spinning ORT threads slow TVM's kernels down when both run in one process
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def assert_matches_ort(model, feeds, cache, rtol=1e-4, atol=1e-5, input_shapes=None):
+    program = cinn.load_onnx(model, input_shapes=input_shapes)
+    got = cinn.compile(program, cache_dir=cache).run(feeds)
+    want = ort_run(model, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+def rand(*shape, dtype="float32"):
+    return RNG.uniform(-1, 1, shape).astype(dtype)
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """One ONNX node over float inputs x0, x1, ... (constant initializers given separately)."""
+
+    name: str
+    op: str
+    shapes: tuple
+    attrs: dict = field(default_factory=dict)
+    opset: int = 17
+    consts: tuple = ()  # (name, array) initializers appended to the node's inputs
+    n_out: int = 1
+    positive: bool = False  # inputs in (0.1, 2) for log/sqrt/pow
+
+    def model(self):
+        ins = [f"x{i}" for i in range(len(self.shapes))] + [n if n else "" for n, _ in self.consts]
+        outs = [f"y{i}" for i in range(self.n_out)]
+        node = helper.make_node(self.op, ins, outs, **self.attrs)
+        inputs = [(f"x{i}", F32, s) for i, s in enumerate(self.shapes)]
+        return make_model([node], inputs, [(o, F32, None) for o in outs], [c for c in self.consts if c[0]], self.opset)
+
+    def feeds(self):
+        def one(s):
+            return RNG.uniform(0.1, 2, s).astype("float32") if self.positive else rand(*s)
+
+        return {f"x{i}": one(s) for i, s in enumerate(self.shapes)}
+
+
+def i64(*v):
+    return np.array(v, np.int64)
+
+
+_W = rand(4, 2, 3, 3)
+CASES = [
+    # elementwise
+    *[OpCase(op.lower(), op, ((2, 3, 4),)) for op in
+      ("Relu", "Sigmoid", "Tanh", "Exp", "Abs", "Neg", "Erf", "Floor", "Ceil", "Round", "Sign", "Softplus",
+       "HardSwish", "Softsign", "Identity")],
+    OpCase("mish", "Mish", ((2, 3, 4),), opset=18),
+    *[OpCase(op.lower(), op, ((2, 3, 4),), positive=True) for op in ("Log", "Sqrt", "Reciprocal")],
+    *[OpCase(op.lower(), op, ((2, 3, 4), (3, 4))) for op in ("Add", "Sub", "Mul", "Max", "Min", "Sum", "Mean")],
+    OpCase("div", "Div", ((2, 3, 4), (4,)), positive=True),
+    OpCase("pow", "Pow", ((2, 3), (2, 3)), positive=True),
+    OpCase("pow_square", "Pow", ((2, 3),), consts=(("e", np.array(2.0, np.float32)),)),
+    OpCase("leaky_relu", "LeakyRelu", ((2, 5),), {"alpha": 0.2}),
+    OpCase("elu", "Elu", ((2, 5),), {"alpha": 0.5}),
+    OpCase("selu", "Selu", ((2, 5),)),
+    OpCase("celu", "Celu", ((2, 5),), {"alpha": 2.0}),
+    OpCase("hard_sigmoid", "HardSigmoid", ((2, 5),), {"alpha": 0.3, "beta": 0.4}),
+    OpCase("prelu", "PRelu", ((2, 3, 4),), consts=(("slope", rand(3, 1)),)),
+    OpCase("gelu", "Gelu", ((2, 5),), opset=20),
+    OpCase("gelu_tanh", "Gelu", ((2, 5),), {"approximate": "tanh"}, opset=20),
+    OpCase("clip_inputs", "Clip", ((3, 4),), consts=(("lo", np.float32(-0.3)), ("hi", np.float32(0.5)))),
+    OpCase("clip_min_only", "Clip", ((3, 4),), consts=(("lo", np.float32(-0.3)),)),
+    OpCase("clip_attrs", "Clip", ((3, 4),), {"min": -0.2, "max": 0.1}, opset=10),
+    # nn
+    OpCase("conv_group_dilation", "Conv", ((1, 4, 9, 9),), {"group": 2, "dilations": [2, 2], "pads": [1, 2, 1, 0]},
+           consts=(("w", _W), ("b", rand(4)))),
+    OpCase("conv_same_upper", "Conv", ((1, 2, 7, 8),), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}, consts=(("w", rand(3, 2, 3, 3)),)),
+    OpCase("conv_same_lower", "Conv", ((1, 2, 7, 8),), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}, consts=(("w", rand(3, 2, 2, 2)),)),
+    OpCase("conv_1d", "Conv", ((1, 2, 9),), {"pads": [1, 1], "strides": [2]}, consts=(("w", rand(3, 2, 3)),)),
+    OpCase("conv_transpose", "ConvTranspose", ((1, 2, 4, 5),), {"strides": [2, 2], "pads": [1, 0, 0, 1], "output_padding": [1, 0]},
+           consts=(("w", rand(2, 3, 3, 3)), ("b", rand(3)))),
+    OpCase("conv_transpose_group", "ConvTranspose", ((1, 4, 3, 3),), {"group": 2, "dilations": [2, 1]}, consts=(("w", rand(4, 1, 2, 2)),)),
+    OpCase("max_pool_ceil", "MaxPool", ((1, 2, 7, 7),), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    OpCase("max_pool_pads", "MaxPool", ((1, 2, 6, 6),), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    OpCase("avg_pool_include_pad", "AveragePool", ((1, 2, 6, 6),), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    OpCase("avg_pool_exclude_pad", "AveragePool", ((1, 2, 6, 6),), {"kernel_shape": [2, 3], "strides": [2, 1], "pads": [1, 1, 0, 1]}),
+    OpCase("avg_pool_same", "AveragePool", ((1, 2, 5, 5),), {"kernel_shape": [2, 2], "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    OpCase("global_avg_pool", "GlobalAveragePool", ((2, 3, 4, 5),)),
+    OpCase("global_max_pool", "GlobalMaxPool", ((2, 3, 4, 5),)),
+    OpCase("batch_norm", "BatchNormalization", ((2, 3, 4, 4),), {"epsilon": 1e-3},
+           consts=(("s", rand(3)), ("bias", rand(3)), ("m", rand(3)), ("v", RNG.uniform(0.5, 1, 3).astype("float32")))),
+    OpCase("instance_norm", "InstanceNormalization", ((2, 3, 4, 4),), consts=(("s", rand(3)), ("bias", rand(3)))),
+    OpCase("layer_norm", "LayerNormalization", ((2, 3, 8),), {"axis": -1}, consts=(("s", rand(8)), ("bias", rand(8)))),
+    OpCase("layer_norm_axis1", "LayerNormalization", ((2, 3, 4),), {"axis": 1}, consts=(("s", rand(3, 4)),)),
+    OpCase("lrn", "LRN", ((1, 5, 3, 3),), {"size": 3, "alpha": 0.01}),
+    OpCase("gemm", "Gemm", ((3, 4),), {"transB": 1, "alpha": 0.5, "beta": 2.0}, consts=(("w", rand(5, 4)), ("c", rand(5)))),
+    OpCase("gemm_trans_a", "Gemm", ((4, 3), (4, 5)), {"transA": 1}),
+    OpCase("matmul_batched", "MatMul", ((2, 3, 4), (4, 5))),
+    OpCase("softmax_13", "Softmax", ((2, 3, 4),), {"axis": 1}, opset=13),
+    OpCase("softmax_11_coerced", "Softmax", ((2, 3, 4),), {"axis": 1}, opset=11),
+    OpCase("log_softmax_11", "LogSoftmax", ((2, 3, 4),), opset=11),
+    OpCase("log_softmax", "LogSoftmax", ((2, 3, 4),)),
+    # reductions
+    OpCase("reduce_sum_input", "ReduceSum", ((2, 3, 4),), {"keepdims": 0}, consts=(("axes", i64(1, -1)),), opset=13),
+    OpCase("reduce_sum_attr", "ReduceSum", ((2, 3, 4),), {"axes": [1]}, opset=11),
+    OpCase("reduce_mean_attr", "ReduceMean", ((2, 3, 4),), {"axes": [0, 2]}),
+    OpCase("reduce_max_input", "ReduceMax", ((2, 3, 4),), consts=(("axes", i64(2)),), opset=18),
+    OpCase("reduce_min_all", "ReduceMin", ((2, 3, 4),), {"keepdims": 0}),
+    OpCase("reduce_prod", "ReduceProd", ((2, 3),), {"axes": [1]}),
+    OpCase("reduce_l2", "ReduceL2", ((2, 3, 4),), {"axes": [2]}),
+    OpCase("reduce_log_sum_exp", "ReduceLogSumExp", ((2, 3, 4),), {"axes": [1], "keepdims": 0}),
+    OpCase("cumsum", "CumSum", ((2, 5),), consts=(("axis", np.array(1, np.int64)),)),
+    OpCase("cumsum_reverse_exclusive", "CumSum", ((3, 2),), {"reverse": 1, "exclusive": 1}, consts=(("axis", np.array(0, np.int64)),)),
+    # shape
+    OpCase("reshape_zero_and_minus_one", "Reshape", ((2, 3, 4),), consts=(("s", i64(0, -1)),)),
+    OpCase("flatten", "Flatten", ((2, 3, 4),), {"axis": 2}),
+    OpCase("flatten_negative", "Flatten", ((2, 3, 4),), {"axis": -1}),
+    OpCase("transpose_default", "Transpose", ((2, 3, 4),)),
+    OpCase("squeeze_11", "Squeeze", ((2, 1, 4),), {"axes": [1]}, opset=11),
+    OpCase("squeeze_13", "Squeeze", ((2, 1, 4),), consts=(("a", i64(1)),), opset=13),
+    OpCase("unsqueeze_11", "Unsqueeze", ((2, 4),), {"axes": [0, 3]}, opset=11),
+    OpCase("unsqueeze_13", "Unsqueeze", ((2, 4),), consts=(("a", i64(-1)),), opset=13),
+    OpCase("concat", "Concat", ((2, 3), (2, 1)), {"axis": -1}),
+    OpCase("split_attr", "Split", ((6, 2),), {"split": [2, 4]}, opset=11, n_out=2),
+    OpCase("split_input", "Split", ((6, 2),), consts=(("s", i64(1, 5)),), opset=13, n_out=2),
+    OpCase("split_num_outputs", "Split", ((7, 2),), {"num_outputs": 3}, opset=18, n_out=3),
+    OpCase("slice_attrs", "Slice", ((5, 6),), {"starts": [1, -4], "ends": [4, 100], "axes": [0, 1]}, opset=9),
+    OpCase("slice_inputs", "Slice", ((5, 6),), consts=(("st", i64(4)), ("en", i64(-100)), ("ax", i64(1)), ("sp", i64(-2)))),
+    OpCase("expand", "Expand", ((3, 1),), consts=(("s", i64(2, 3, 4)),)),
+    OpCase("tile", "Tile", ((2, 3),), consts=(("r", i64(2, 1)),)),
+    OpCase("pad_reflect", "Pad", ((3, 4),), {"mode": "reflect"}, consts=(("p", i64(1, 2, 1, 0)),)),
+    OpCase("pad_constant_crop", "Pad", ((3, 4),), consts=(("p", i64(1, -1, 0, 2)), ("v", np.float32(0.5)))),
+    OpCase("pad_attrs", "Pad", ((3, 4),), {"pads": [0, 1, 2, 0], "mode": "edge"}, opset=10),
+    OpCase("gather", "Gather", ((5, 3),), {"axis": 0}, consts=(("i", i64([[0, -1], [2, 4]])),)),
+    OpCase("depth_to_space", "DepthToSpace", ((1, 8, 2, 3),), {"blocksize": 2}),
+    OpCase("depth_to_space_crd", "DepthToSpace", ((1, 8, 2, 3),), {"blocksize": 2, "mode": "CRD"}),
+    OpCase("space_to_depth", "SpaceToDepth", ((1, 2, 4, 6),), {"blocksize": 2}),
+    OpCase("dropout", "Dropout", ((2, 3),)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_op_matches_onnxruntime(case, tmp_cache):
+    assert_matches_ort(case.model(), case.feeds(), tmp_cache)
+
+
+def test_logic_compare_cast_where(tmp_cache):
+    nodes = [
+        helper.make_node("Less", ["a", "b"], ["lt"]),
+        helper.make_node("Greater", ["a", "b"], ["gt"]),
+        helper.make_node("Equal", ["i", "j"], ["eq"]),
+        helper.make_node("Or", ["lt", "eq"], ["or"]),
+        helper.make_node("And", ["gt", "or"], ["and"]),
+        helper.make_node("Not", ["or"], ["not"]),
+        helper.make_node("Where", ["not", "a", "b"], ["w"]),
+        helper.make_node("Cast", ["lt"], ["c"], to=F32),
+        helper.make_node("ArgMax", ["a"], ["am"], axis=1),
+        helper.make_node("ArgMin", ["a"], ["an"], axis=0, keepdims=0, select_last_index=1),
+        helper.make_node("Div", ["i", "j"], ["idiv"]),
+    ]
+    model = make_model(nodes, [("a", F32, (3, 4)), ("b", F32, (3, 4)), ("i", I64, (3, 4)), ("j", I64, (3, 4))],
+                       [(n, t, None) for n, t in [("and", TensorProto.BOOL), ("w", F32), ("c", F32), ("am", I64),
+                                                  ("an", I64), ("idiv", I64)]])
+    a = np.round(rand(3, 4), 1)
+    feeds = {"a": a, "b": rand(3, 4), "i": RNG.integers(-9, 9, (3, 4)), "j": RNG.choice([-3, -2, 2, 3], (3, 4))}
+    assert_matches_ort(model, feeds, tmp_cache)
+
+
+def test_shape_subgraph_folds_to_constants(tmp_cache):
+    """Shape -> Gather -> Unsqueeze -> Concat -> Reshape, ConstantOfShape and Range leave no shape ops behind."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("ConstantOfShape", ["target_pos"], ["ones"], value=numpy_helper.from_array(np.ones(1, np.float32))),
+        helper.make_node("Size", ["x"], ["size"]),
+        helper.make_node("Cast", ["size"], ["limit"], to=I64),
+        helper.make_node("Range", ["start", "limit", "step"], ["r"]),
+        helper.make_node("Cast", ["r"], ["rf"], to=F32),
+        helper.make_node("Constant", [], ["two"], value_float=2.0),
+        helper.make_node("Mul", ["flat", "two"], ["y"]),
+    ]
+    inits = [("zero", np.array(0, np.int64)), ("ax0", i64(0)), ("minus_one", i64(-1)), ("target_pos", i64(2, 12)),
+             ("start", np.array(0, np.int64)), ("step", np.array(5, np.int64))]
+    model = make_model(nodes, [("x", F32, (2, 3, 4))], [("y", F32, None), ("ones", F32, None), ("rf", F32, None)], inits)
+    program = cinn.load_onnx(model)
+    assert [n.op for n in program.nodes] == ["reshape", "multiply"]
+    assert_matches_ort(model, {"x": rand(2, 3, 4)}, tmp_cache)
+
+
+def test_bert_style_encoder_matches_onnxruntime(tmp_cache):
+    """One transformer encoder layer: attention with head reshapes, softmax, residuals, LayerNorm, Erf-GELU MLP."""
+    s, d, h = 8, 16, 2
+    w = {n: rand(*shape) * 0.3 for n, shape in
+         [("wq", (d, d)), ("wk", (d, d)), ("wv", (d, d)), ("wo", (d, d)), ("w1", (d, 2 * d)), ("w2", (2 * d, d))]}
+    inits = list(w.items()) + [("bq", rand(d)), ("g1", rand(d)), ("b1", rand(d)), ("heads", i64(1, s, h, d // h)),
+                               ("merged", i64(1, s, d)), ("scale", np.float32(np.sqrt(d // h))),
+                               ("half", np.float32(0.5)), ("one", np.float32(1.0)), ("rsqrt2", np.float32(2 ** -0.5))]
+    n = helper.make_node
+    nodes = [
+        n("MatMul", ["x", "wq"], ["q0"]), n("Add", ["q0", "bq"], ["q1"]),
+        n("MatMul", ["x", "wk"], ["k0"]), n("MatMul", ["x", "wv"], ["v0"]),
+        *[n("Reshape", [f"{t}", "heads"], [f"{t}h"]) for t in ("q1", "k0", "v0")],
+        n("Transpose", ["q1h"], ["q"], perm=[0, 2, 1, 3]), n("Transpose", ["k0h"], ["k"], perm=[0, 2, 3, 1]),
+        n("Transpose", ["v0h"], ["v"], perm=[0, 2, 1, 3]),
+        n("MatMul", ["q", "k"], ["qk"]), n("Div", ["qk", "scale"], ["qks"]), n("Softmax", ["qks"], ["p"], axis=-1),
+        n("MatMul", ["p", "v"], ["ctx"]), n("Transpose", ["ctx"], ["ctxt"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["ctxt", "merged"], ["ctxm"]), n("MatMul", ["ctxm", "wo"], ["att"]), n("Add", ["att", "x"], ["r1"]),
+        n("LayerNormalization", ["r1", "g1", "b1"], ["ln1"], axis=-1, epsilon=1e-5),
+        n("MatMul", ["ln1", "w1"], ["f1"]), n("Mul", ["f1", "rsqrt2"], ["f2"]), n("Erf", ["f2"], ["f3"]),
+        n("Add", ["f3", "one"], ["f4"]), n("Mul", ["f1", "f4"], ["f5"]), n("Mul", ["f5", "half"], ["gelu"]),
+        n("MatMul", ["gelu", "w2"], ["f6"]), n("Add", ["f6", "ln1"], ["y"]),
+    ]
+    model = make_model(nodes, [("x", F32, (1, s, d))], [("y", F32, None)], inits)
+    assert_matches_ort(model, {"x": rand(1, s, d)}, tmp_cache, rtol=1e-3, atol=1e-4)
+
+
+def test_cnn_block_matches_onnxruntime(tmp_cache):
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        n("BatchNormalization", ["c", "s", "bb", "m", "v"], ["bn"]),
+        n("Relu", ["bn"], ["r"]), n("MaxPool", ["r"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]),
+        n("Add", ["mp", "mp"], ["res"]), n("GlobalAveragePool", ["res"], ["g"]), n("Flatten", ["g"], ["f"]),
+        n("Gemm", ["f", "fc", "fcb"], ["y"], transB=1),
+    ]
+    inits = [("w", rand(4, 3, 3, 3)), ("b", rand(4)), ("s", rand(4)), ("bb", rand(4)), ("m", rand(4)),
+             ("v", RNG.uniform(0.5, 1, 4).astype("float32")), ("fc", rand(5, 4)), ("fcb", rand(5))]
+    model = make_model(nodes, [("x", F32, (1, 3, 8, 8))], [("y", F32, None)], inits)
+    assert_matches_ort(model, {"x": rand(1, 3, 8, 8)}, tmp_cache)
+
+
+# -- inputs, initializers, errors ---------------------------------------------------------------
+def _relu_model(shape=("batch", 3)) -> onnx.ModelProto:
+    return make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, shape)], [("y", F32, None)])
+
+
+def test_symbolic_dim_needs_input_shapes(tmp_cache):
+    with pytest.raises(OnnxImportError, match=r"'x' dim 0 \('batch'\) is symbolic.*input_shapes"):
+        cinn.load_onnx(_relu_model())
+    program = cinn.load_onnx(_relu_model(), input_shapes={"x": (4, 3)})
+    assert program.inputs[0].shape == (4, 3)
+    with pytest.raises(OnnxImportError, match="not graph inputs"):
+        cinn.load_onnx(_relu_model(), input_shapes={"nope": (1,)})
+
+
+def test_initializer_listed_as_input_is_a_constant():
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [("x", F32, (2,)), ("w", F32, (2,))],
+                       [("y", F32, None)], [("w", np.ones(2, np.float32))])
+    program = cinn.load_onnx(model)
+    assert [v.name for v in program.inputs] == ["x"] and "w" in program.constants
+    assert [v.name for v in program.outputs] == ["y"]
+
+
+def test_unsupported_ops_listed_in_one_error():
+    n = helper.make_node
+    nodes = [n("Relu", ["x"], ["a"]), n("Foo", ["a"], ["b"], name="foo1"), n("Bar", ["b"], ["c"], name="bar1"),
+             n("Foo", ["c"], ["y"], name="foo2")]
+    model = make_model(nodes, [("x", F32, (2,))], [("y", F32, None)])
+    with pytest.raises(NotImplementedError) as err:
+        cinn.load_onnx(model)
+    message = str(err.value)
+    assert "Bar (nodes 'bar1')" in message and "Foo (nodes 'foo1', 'foo2')" in message
+
+
+def test_truncated_file_names_the_file(tmp_path):
+    path = tmp_path / "broken.onnx"
+    data = _relu_model((2, 3)).SerializeToString()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(OnnxImportError, match="broken.onnx: not a valid ONNX model"):
+        cinn.load_onnx(path)
+    with pytest.raises(FileNotFoundError, match="missing.onnx"):
+        cinn.load_onnx(tmp_path / "missing.onnx")
+
+
+def test_bad_use_of_an_op_names_the_node():
+    model = make_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r1")], [("x", F32, (2, 3)), ("s", I64, (2,))],
+                       [("y", F32, None)])
+    with pytest.raises(OnnxImportError, match=r"node 'r1' \(Reshape\): the target shape \(input 1\) must be a constant"):
+        cinn.load_onnx(model)
+
+
+def test_importing_cinn_does_not_import_onnx():
+    code = "import sys, cinn; assert 'onnx' not in sys.modules; cinn.load_onnx; assert 'onnx' in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- cinn-run -----------------------------------------------------------------------------------
+def test_cinn_run_prints_outputs_and_latency(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_path / "cache"))  # empty: progress is shown for built kernels
+    path = tmp_path / "tiny.onnx"
+    onnx.save(_relu_model(), path)
+    assert cli.main([str(path), "--input-shape", "x=2,3", "--repeat", "2"]) == 0
+    out = capsys.readouterr()
+    assert "output y: shape (2, 3) float32" in out.out and "median latency" in out.out
+    assert "compiling: 1/1 kernels" in out.err
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "message"),
+    [
+        (["model.pdmodel"], 2, "Paddle models are not supported yet"),
+        (["model.txt"], 2, "unknown model format"),
+        (["missing.onnx"], 1, "no such ONNX file"),
+        (["tiny.onnx"], 1, "'x' dim 0 ('batch') is symbolic"),
+        (["tiny.onnx", "--input-shape", "x=2,a"], 1, "expected NAME=D0,D1"),
+    ],
+)
+def test_cinn_run_user_errors(args, status, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    onnx.save(_relu_model(), tmp_path / "tiny.onnx")
+    assert cli.main(args) == status
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_python_m_cinn_help():
+    result = subprocess.run([sys.executable, "-m", "cinn", "--help"], capture_output=True, text=True, check=True)
+    assert "cinn-run" in result.stdout and "--input-shape" in result.stdout
+
+
+# -- real CNNs shipped with the onnx package ---------------------------------------------------
+def _light_model(name: str):
+    import pathlib
+
+    path = pathlib.Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} is not installed")
+    return onnx.load(path)
+
+
+@pytest.mark.parametrize("name", ["squeezenet", pytest.param("resnet50", marks=pytest.mark.slow),
+                                  pytest.param("vgg19", marks=pytest.mark.slow)])
+def test_light_cnn_matches_onnxruntime(name, tmp_cache):
+    """The CNNs shipped with onnx (their weights are constant fills, so this checks import and compile)."""
+    model = _light_model(name)
+    model.ir_version = min(model.ir_version, 10)
+    inp = next(i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer})
+    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    assert_matches_ort(model, {inp.name: RNG.uniform(0, 1, shape).astype("float32")}, tmp_cache, rtol=1e-3, atol=1e-4)
