@@ -4,6 +4,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import hashlib
+import json
 import os
 import pathlib
 import tempfile
@@ -78,15 +79,14 @@ def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
     if spec.trace is None:
         apply_default(sch, spec.kind, target)
     else:
-        import json
-
         Trace.apply_json_to_schedule(json.loads(spec.trace), sch)
     if target.is_cuda:
         _check_bound(sch, spec)
         if cuda_module.runtime_loaded():
             cuda_module.use_nvcc(target)
-    with target.tvm():  # CUDA compilation reads the architecture from the current target
-        ex = tvm.compile(sch.mod, target=target.tvm())
+    tvm_target = target.tvm()
+    with tvm_target:  # CUDA compilation reads the architecture from the current target
+        ex = tvm.compile(sch.mod, target=tvm_target)
     _atomic_write(source_path(path), lambda tmp: pathlib.Path(tmp).write_text(kernel_source(sch.mod, ex)))
     _atomic_write(path, lambda tmp: _export(ex, tmp, target))
     return path

@@ -44,8 +44,10 @@ def plan_buffers(program: Program, kernels_params: Sequence[Sequence[Value]]) ->
             if v.name in slot_of:
                 continue
             pool = free.get(v.type.nbytes) if v.name not in pinned else None
-            slot_of[v.name] = pool.pop() if pool else len(slot_types)
-            if slot_of[v.name] == len(slot_types):
+            if pool:
+                slot_of[v.name] = pool.pop()
+            else:
+                slot_of[v.name] = len(slot_types)
                 slot_types.append(v.type)
         for v in dict.fromkeys(params):
             if last_use[v.name] == i and v.name not in pinned:
