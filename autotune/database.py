@@ -1,12 +1,13 @@
 """The schedule log: JSON lines, one record per measured candidate; compile applies the best per workload."""
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from cinn.target import Target
 
@@ -40,6 +41,33 @@ class Record:
             versions=tuple((str(k), str(v)) for k, v in d.get("versions", ())),
             error=str(d.get("error", "")),
         )
+
+
+def append_records(path: str | os.PathLike, records: Sequence[Record]) -> None:
+    """Append records as whole lines under an exclusive lock, so concurrent tuners never interleave, and fsync;
+    after a torn last line (a writer killed mid-line) a newline is written first, so only that line is lost."""
+    if not records:
+        return
+    data = "".join(r.to_json() + "\n" for r in records).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if _ends_torn(path):
+            data = b"\n" + data
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _ends_torn(path: str | os.PathLike) -> bool:
+    """Whether a non-empty file lacks its final newline."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
 
 
 def read_records(path: str | os.PathLike) -> Iterator[Record]:

@@ -1,15 +1,17 @@
 """cinn.compile: Program -> passes -> fusion -> lowering -> build -> Executable."""
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import warnings
 from typing import Callable
 
 import tvm
 
 from cinn.build import KernelSpec, build_all, default_cache_dir, workload_key
 from cinn.ir import Program
-from cinn.lower import lower_group
+from cinn.lower import LoweredGroup, lower_group
 from cinn.passes.fusion import fuse as fuse_groups
 from cinn.passes.fusion import unfused
 from cinn.passes.pipeline import optimize
@@ -36,15 +38,12 @@ def compile(  # noqa: A001 - the public name of the contract
     graph simplifications (composite ops are still decomposed), so every op reaches a kernel as written.
     """
     tgt = parse_target(target)
-    verify(program)
-    program = optimize(program, passes)
-    groups = fuse_groups(program) if fuse else unfused(program)
-    lowered = [lower_group(g, program.constants) for g in groups]
+    program, lowered = lower_program(program, fuse, passes)
     records = _tuning_records(tuning_log, tgt)
     specs = []
     for lg in lowered:
         key = workload_key(lg.func)
-        specs.append(KernelSpec(key, tvm.ir.save_json(lg.func), lg.group.kind, records.get(key)))
+        specs.append(KernelSpec(key, tvm.ir.save_json(lg.func), lg.group.kind, _applicable(records.get(key), lg)))
     cache = pathlib.Path(cache_dir) if cache_dir is not None else default_cache_dir()
     modules = build_all(specs, tgt, cache, workers if workers is not None else (os.cpu_count() or 1), progress)
     _configure_threads(tgt)
@@ -53,13 +52,37 @@ def compile(  # noqa: A001 - the public name of the contract
     return Executable(program, kernels, device)
 
 
+def lower_program(program: Program, fuse: bool = True, passes: bool = True) -> tuple[Program, list[LoweredGroup]]:
+    """Verify, optimize and fuse a Program; returns the optimized Program and one PrimFunc per kernel, in order."""
+    verify(program)
+    program = optimize(program, passes)
+    groups = fuse_groups(program) if fuse else unfused(program)
+    return program, [lower_group(g, program.constants) for g in groups]
+
+
 def _entry(module):
     """A kernel library's entry function (None for a CUDA library built on a machine without a GPU)."""
     return module["main"] if module is not None else None
 
 
+def _applicable(trace: str | None, lg: LoweredGroup) -> str | None:
+    """A tuned trace if it still applies to the group's PrimFunc; else None (the default) with a warning, e.g. for a
+    log made by an older cinn whose schedules took other decisions."""
+    if trace is None:
+        return None
+    from tvm.s_tir import Schedule, Trace
+
+    try:
+        Trace.apply_json_to_schedule(json.loads(trace), Schedule(tvm.IRModule({"main": lg.func})))
+    except (RuntimeError, ValueError, TypeError, KeyError, IndexError) as err:  # TVM raises RuntimeError subclasses
+        warnings.warn(f"cinn: the tuned schedule of kernel {lg.group.name} does not apply ({type(err).__name__}); "
+                      "using the default schedule", stacklevel=3)
+        return None
+    return trace
+
+
 def _tuning_records(log, target: Target) -> dict[str, str]:
-    """Best tuned trace per workload from a schedule log (applied by the auto-tuner issue)."""
+    """Best tuned trace per workload from a schedule log."""
     if log is None:
         return {}
     from autotune.database import best_traces

@@ -49,7 +49,7 @@ def default_cache_dir() -> pathlib.Path:
 
 
 @functools.lru_cache(maxsize=None)
-def _code_version() -> str:
+def code_version() -> str:
     """A hash of the code that decides what a kernel becomes, so schedule changes invalidate the cache."""
     import cinn
     import schedules
@@ -64,7 +64,7 @@ def _code_version() -> str:
 
 def cache_key(spec: KernelSpec, target: Target) -> str:
     """Cache file stem: workload, schedule, target, TVM and compiler code versions."""
-    text = "|".join([spec.workload, spec.trace or "default", str(target), _code_version()])
+    text = "|".join([spec.workload, spec.trace or "default", str(target), code_version()])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -7,13 +7,14 @@ from cinn.ops import PatternKind
 from cinn.target import Target
 from schedules import cpu_matmul, cpu_reduction
 from schedules.cpu_common import generic
+from schedules.knobs import DEFAULT, Knobs
 
 
-def schedule(sch: Schedule, kind: PatternKind, target: Target) -> None:
+def schedule(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Apply the specialised schedule of the group's kind when it matches, else the generic one."""
     if kind == PatternKind.OUT_FUSIBLE and cpu_matmul.applicable(sch):
-        cpu_matmul.schedule(sch, target)
+        cpu_matmul.schedule(sch, target, knobs)
     elif kind == PatternKind.REDUCTION and cpu_reduction.applicable(sch):
-        cpu_reduction.schedule(sch, target)
+        cpu_reduction.schedule(sch, target, knobs)
     else:
-        generic(sch, target)
+        generic(sch, target, knobs)

@@ -5,6 +5,7 @@ from tvm.s_tir import Schedule
 
 from cinn.target import Target
 from schedules.analysis import blocks, inline_all, is_reduction, spatial_count, write_dtype
+from schedules.knobs import DEFAULT, Knobs, unroll
 
 PARALLEL_MIN = 4096  # elements below which a thread fork costs more than it saves
 
@@ -15,29 +16,37 @@ def lanes(dtype: str, target: Target) -> int:
     return max(1, target.vector_bits // bits)
 
 
-def generic(sch: Schedule, target: Target) -> None:
+def generic(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Inline producers, then parallelize every remaining block and vectorize the injective ones."""
     inline_all(sch)
     for block in blocks(sch):
         if is_reduction(sch, block):
             parallel_spatial(sch, block)
         else:
-            injective(sch, block, target)
+            injective(sch, block, target, knobs)
 
 
-def injective(sch: Schedule, block, target: Target) -> None:
+def injective(sch: Schedule, block, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Fuse a spatial block's loops, vectorize the inner lanes and parallelize the rest when large."""
     loops = sch.get_loops(block)
     if not loops:
         return
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     extent = int(sch.get(fused).extent)
-    width = lanes(write_dtype(sch, block), target)
-    if extent >= 4 * width and extent % width == 0:
+    width = vector_width(sch, knobs, lanes(write_dtype(sch, block), target), extent, 4)
+    if width:
         fused, inner = sch.split(fused, [None, width])
         sch.vectorize(inner)
-    if extent >= PARALLEL_MIN:
+    if extent > 1 and knobs.choose(sch, "parallel", [0, 1], int(extent >= PARALLEL_MIN)):
         sch.parallel(fused)
+    unroll(sch, knobs, fused)
+
+
+def vector_width(sch: Schedule, knobs: Knobs, width: int, extent: int, min_vectors: int = 1) -> int:
+    """The vector width of a loop: one register by default, up to four for the tuner; 0 when the loop is too short
+    (under `min_vectors` registers) or not a multiple of the lanes."""
+    fits = [w for w in (width, 2 * width, 4 * width) if extent >= min_vectors * w and extent % w == 0]
+    return knobs.choose(sch, "vector", [0, *fits], fits[0]) if fits else 0
 
 
 def parallel_spatial(sch: Schedule, block) -> None:

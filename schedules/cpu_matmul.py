@@ -25,8 +25,10 @@ from schedules.analysis import (
     write_dtype,
 )
 from schedules.cpu_common import injective, lanes
+from schedules.knobs import DEFAULT, Knobs, divisors, unroll
 
 MAX_COLS = 32
+MAX_ROWS = 16  # register-tile rows the tuner may try
 # accumulator tile (fp32 elements) by the vector width LLVM uses for the target: 4x32 in 8 of the 32 zmm registers
 # measured best on znver4 (2x32 and 8x32 were 30-50% slower); 3x32 in 12 of the 16 ymm registers on AVX2
 TILE_ELEMS = {512: 128, 256: 96}
@@ -73,12 +75,18 @@ def _tile_cols(extent: int, width: int) -> int:
     for cols in (MAX_COLS, 2 * width, width):
         if cols <= MAX_COLS and extent % cols == 0:
             return cols
-    return max(d for d in range(1, min(extent, MAX_COLS) + 1) if extent % d == 0)
+    return max(divisors(extent, MAX_COLS))
+
+
+def _col_candidates(extent: int, width: int, default: int) -> list[int]:
+    """Vector tiles the tuner may pick: multiples of the lane count up to 4 registers that divide the axis."""
+    found = [c for c in range(width, 4 * width + 1, width) if extent % c == 0]
+    return sorted(set(found or divisors(extent, MAX_COLS)) | {default})
 
 
 def _tile_rows(extent: int, budget: int) -> int:
     """The largest row count within the accumulator budget that divides the axis (no predicated tails)."""
-    return max(r for r in range(1, min(extent, budget) + 1) if extent % r == 0)
+    return max(divisors(extent, budget))
 
 
 def tile_elems(target: Target) -> int:
@@ -86,22 +94,27 @@ def tile_elems(target: Target) -> int:
     return TILE_ELEMS.get(target.vector_bits, TILE_ELEMS[256])
 
 
-def plan(sch: Schedule, main, target: Target) -> Tiling:
+def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     """Pick the vector axis, the register-row axis and their tile sizes for the reduction block."""
     block = sch.get(main)
     n = spatial_count(sch, main)
     ext = [int(iv.dom.extent) for iv in block.iter_vars]
     width = lanes(write_dtype(sch, main), target)
     col = n - 1
-    cols = _tile_cols(ext[col], width)
+    default_cols = _tile_cols(ext[col], width)
+    cols = knobs.choose(sch, "cols", _col_candidates(ext[col], width, default_cols), default_cols)
     col_var = block.iter_vars[col].var
     vec_reads = [r for r in block.reads if any(col_var in vars_in(rg.min) for rg in r.region)]
     used = set().union(*(vars_in(rg.min) for r in vec_reads for rg in r.region)) if vec_reads else set()
     free = [i for i in range(col) if block.iter_vars[i].var not in used and ext[i] > 1]
     row = free[-1] if free else (col - 1 if col > 0 else None)
-    budget = max(1, tile_elems(target) // cols)
-    rows = _tile_rows(ext[row], budget) if row is not None else 1
+    rows = 1
+    if row is not None:
+        default_rows = _tile_rows(ext[row], max(1, tile_elems(target) // default_cols))
+        rows = knobs.choose(sch, "rows", sorted(set(divisors(ext[row], MAX_ROWS)) | {default_rows}), default_rows)
     pack, perm = _packable(block, n, col, vec_reads) if free else (None, ())
+    if pack is not None and not knobs.choose(sch, "pack", [0, 1], 1):
+        pack, perm = None, ()
     return Tiling(col, cols, row, rows, pack, perm)
 
 
@@ -122,23 +135,24 @@ def _packable(block, n: int, col: int, vec_reads: list) -> tuple[int | None, tup
     return list(block.reads).index(vec_reads[0]), perm
 
 
-def schedule(sch: Schedule, target: Target) -> None:
+def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Tile the reduction into register blocks, fold the epilogue into the write-back, parallelize the tiles."""
     main = _main_block(sch)
     producers = {sch.get(b).name_hint for b in sch.get_producers(main)}
     # the reduction's producers (e.g. padding) stay stages: inlined, they would put a branch in the inner loop
     inline_all(sch, keep=lambda b: sch.get(b).name_hint in producers)
-    tiling = plan(sch, main, target)
+    tiling = plan(sch, main, target, knobs)
     write_back = sch.cache_write(main, 0, "global")
     reverse_inline_all(sch, write_back)
     wb_name = sch.get(write_back).name_hint
     stages = [b for b in blocks(sch) if not is_reduction(sch, b) and sch.get(b).name_hint != wb_name]
-    par, row_outer, loops = _tile(sch, main, tiling, target)
+    par, row_outer, loops = _tile(sch, main, tiling, target, knobs)
     pack_outer = tiling.pack is not None and row_outer is not None
     if pack_outer:
         _pack(sch, main, tiling, par)
     sch.reverse_compute_at(write_back, row_outer if pack_outer else par)
     sch.parallel(par)
+    unroll(sch, knobs, par)
     _vectorize_write_back(sch, write_back, tiling)
     *reduce_loops, inner_row, inner_col = loops
     if inner_row is not None:
@@ -151,22 +165,36 @@ def schedule(sch: Schedule, target: Target) -> None:
         injective(sch, stage, target)
 
 
-def _tile(sch: Schedule, main, t: Tiling, target: Target):
-    """Split the vector and row axes and order the loops: parallel (other spatial, vector tiles), row tiles,
-    reduce, row tile, vector tile. Row tiles join the parallel loop when there are too few vector tiles."""
+def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):
+    """Split the axes SSRSRS-style and order the loops: parallel (other spatial, vector tiles), row tiles, outer
+    reduce, middle row and vector tiles, inner reduce, row tile, vector tile. Row tiles join the parallel loop when
+    there are too few vector tiles. The defaults leave the middle tiles and the outer reduce at extent 1."""
     loops = sch.get_loops(main)
     n = spatial_count(sch, main)
     col_outer, col_inner = sch.split(loops[t.col], [None, t.cols])
-    row_outer = row_inner = None
+    col_outer, col_mid = _split2(sch, knobs, "col", col_outer)
+    row_outer = row_mid = row_inner = None
     if t.row is not None:
         row_outer, row_inner = sch.split(loops[t.row], [None, t.rows])
+        row_outer, row_mid = _split2(sch, knobs, "row", row_outer)
+    reduce_outer, reduce_inner = _split2(sch, knobs, "reduce", loops[n], outer_default=False)
     outer = [col_outer if i == t.col else loops[i] for i in range(n) if i != t.row]
     serial = [row_outer] if row_outer is not None else []
-    if prod(extents(sch, outer)) < PARALLEL_TILES * target.num_cores:
+    few = prod(extents(sch, outer)) < PARALLEL_TILES * target.num_cores
+    if serial and knobs.choose(sch, "parallel_rows", [0, 1], int(few)):
         outer, serial = outer[:-1] + serial + outer[-1:], []
-    sch.reorder(*outer, *serial, *loops[n:], *([row_inner] if row_inner else []), col_inner)
+    middle = [lp for lp in (row_mid, col_mid) if lp is not None]
+    inner = [lp for lp in (row_inner, col_inner) if lp is not None]
+    sch.reorder(*outer, *serial, reduce_outer, *middle, reduce_inner, *loops[n + 1 :], *inner)
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-    return par, (serial[0] if serial else None), [*loops[n:], row_inner, col_inner]
+    return par, (serial[0] if serial else None), [reduce_outer, reduce_inner, *loops[n + 1 :], row_inner, col_inner]
+
+
+def _split2(sch: Schedule, knobs: Knobs, name: str, loop, outer_default: bool = True) -> list:
+    """Split a loop in two tunable levels; by default all of it stays in the outer (or, for reductions, inner)."""
+    extent = int(sch.get(loop).extent)
+    default = [extent, 1] if outer_default else [1, extent]
+    return sch.split(loop, knobs.tile(sch, name, loop, 2, default, extent))
 
 
 def _pack(sch: Schedule, main, t: Tiling, par) -> None:

@@ -21,7 +21,8 @@ from schedules.analysis import (
     spatial_count,
     write_dtype,
 )
-from schedules.cpu_common import PARALLEL_MIN, lanes
+from schedules.cpu_common import PARALLEL_MIN, lanes, vector_width
+from schedules.knobs import DEFAULT, Knobs, unroll
 
 
 def _anchor(sch: Schedule):
@@ -65,44 +66,44 @@ def applicable(sch: Schedule) -> bool:
     return bool(depth) and (is_reduction(sch, anchor) or depth < len(sch.get_loops(anchor)))
 
 
-def schedule(sch: Schedule, target: Target) -> None:
+def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Parallelize the rows of the anchor and compute every other block (vectorized) inside a row."""
     anchor = _anchor(sch)
     # a spatial block read by several consumers is kept (computed once per row) instead of recomputed per use
     inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
     depth = row_depth(sch, anchor)
-    partials = [p for b in blocks(sch) if is_reduction(sch, b) for p in _lane_partial(sch, b, target)]
+    partials = [p for b in blocks(sch) if is_reduction(sch, b) for p in _lane_partial(sch, b, target, knobs)]
     row, others = compute_at_row(sch, anchor, depth)
     for block in [*others, anchor]:
         if not any(sch.get(block).name_hint == sch.get(p).name_hint for p in partials):
-            _vectorize_spatial(sch, block, target)
+            _vectorize_spatial(sch, block, target, knobs)
     rows = int(sch.get(row).extent)
-    if rows > 1 and rows * prod(extents(sch, sch.get_loops(anchor)[1:])) >= PARALLEL_MIN:
+    big = rows > 1 and rows * prod(extents(sch, sch.get_loops(anchor)[1:])) >= PARALLEL_MIN
+    if rows > 1 and knobs.choose(sch, "parallel", [0, 1], int(big)):
         sch.parallel(row)  # before decompose_reduction, which leaves blocks parallel() refuses
+    unroll(sch, knobs, row)
     for partial in partials:
         _vectorize_partial(sch, partial)
 
 
-def _vectorize_spatial(sch: Schedule, block, target: Target) -> None:
+def _vectorize_spatial(sch: Schedule, block, target: Target, knobs: Knobs) -> None:
     """Vectorize the loops of a spatial block inside the row (reduction blocks keep their scalar loops)."""
     inner = sch.get_loops(block)[1:]
     if not inner or is_reduction(sch, block):
         return
-    width = lanes(write_dtype(sch, block), target)
     fused = sch.fuse(*inner) if len(inner) > 1 else inner[0]
-    extent = int(sch.get(fused).extent)
-    if extent >= width and extent % width == 0:
+    width = vector_width(sch, knobs, lanes(write_dtype(sch, block), target), int(sch.get(fused).extent))
+    if width:
         _, vec = sch.split(fused, [None, width])
         sch.vectorize(vec)
 
 
-def _lane_partial(sch: Schedule, block, target: Target) -> list:
+def _lane_partial(sch: Schedule, block, target: Target, knobs: Knobs) -> list:
     """Split a fresh reduction's (fused) reduce loop into vector lanes and rfactor them: lane-wise partial results,
     then a short reduction over the lanes. Returns the partial block ([] when the reduction stays scalar)."""
     reduce_loops = sch.get_loops(block)[spatial_count(sch, block) :]
-    width = lanes(write_dtype(sch, block), target)
-    extent = prod(extents(sch, reduce_loops))
-    if extent < 2 * width or extent % width:
+    width = vector_width(sch, knobs, lanes(write_dtype(sch, block), target), prod(extents(sch, reduce_loops)), 2)
+    if not width:
         return []
     fused = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]
     _, lane = sch.split(fused, [None, width])

@@ -7,13 +7,14 @@ from cinn.ops import PatternKind
 from cinn.target import Target
 from schedules import cpu_matmul, cpu_reduction, cuda_matmul, cuda_reduction
 from schedules.cuda_common import generic
+from schedules.knobs import DEFAULT, Knobs
 
 
-def schedule(sch: Schedule, kind: PatternKind, target: Target) -> None:
+def schedule(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Apply the specialised schedule of the group's kind when it matches, else the generic one."""
     if kind == PatternKind.OUT_FUSIBLE and cpu_matmul.applicable(sch):
-        cuda_matmul.schedule(sch, target)
+        cuda_matmul.schedule(sch, target, knobs)
     elif kind == PatternKind.REDUCTION and cpu_reduction.applicable(sch) and cuda_reduction.fits(sch):
-        cuda_reduction.schedule(sch, target)
+        cuda_reduction.schedule(sch, target, knobs)
     else:
-        generic(sch, target)
+        generic(sch, target, knobs)

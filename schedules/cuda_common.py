@@ -9,6 +9,7 @@ from tvm.s_tir import Schedule, ScheduleError
 
 from cinn.target import Target
 from schedules.analysis import blocks, extents, inline_all, is_reduction, prod, spatial_count, write_dtype
+from schedules.knobs import DEFAULT, Knobs
 
 THREADS = 256  # threads per block for injective kernels and cross-thread reductions
 WARP = 32
@@ -19,6 +20,7 @@ CROSS_THREAD_MIN = 64  # reduce extent from which threads share one output's red
 FEW_OUTPUTS = 2048  # outputs below which a thread per output leaves the GPU mostly idle
 TWO_STAGE_MIN = 8192  # reduce extent per output from which a single block is too little parallelism
 STAGE_BLOCKS = 64  # blocks of the first stage of a two-stage reduction
+TUNE_THREADS = (64, 128, 256, 512, 1024)  # block sizes the tuner may pick
 
 
 def threads_for(extent: int, cap: int = THREADS) -> int:
@@ -26,24 +28,32 @@ def threads_for(extent: int, cap: int = THREADS) -> int:
     return min(cap, max(WARP, -(-extent // WARP) * WARP))
 
 
-def generic(sch: Schedule, target: Target) -> None:
+def tuned_threads(sch: Schedule, knobs: Knobs, extent: int) -> int:
+    """Threads per block for `extent` parallel items: a whole number of warps (threads_for) or a tuned count."""
+    default = threads_for(extent)
+    options = {t for t in TUNE_THREADS if t <= max(WARP, extent)} | {default}
+    return knobs.choose(sch, "threads", sorted(options), default)
+
+
+def generic(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Inline producers, then bind every remaining block: injective ones over threads, reductions per output or
     across threads."""
     inline_all(sch)
     for block in blocks(sch):
         if is_reduction(sch, block):
-            reduction(sch, block)
+            reduction(sch, block, knobs)
         else:
-            injective(sch, block)
+            injective(sch, block, knobs)
 
 
-def injective(sch: Schedule, block) -> None:
+def injective(sch: Schedule, block, knobs: Knobs = DEFAULT) -> None:
     """Fuse a spatial block's loops and split them into blocks of THREADS threads (float4 lanes when aligned)."""
     loops = sch.get_loops(block)
     fused = _fuse(sch, block, loops)
     extent = int(sch.get(fused).extent)
-    lanes = VECTOR if write_dtype(sch, block) in VECTOR_DTYPES and extent % (VECTOR * WARP) == 0 else 1
-    threads = threads_for(extent // lanes)
+    aligned = write_dtype(sch, block) in VECTOR_DTYPES and extent % (VECTOR * WARP) == 0
+    lanes = knobs.choose(sch, "vector", [1, VECTOR], VECTOR) if aligned else 1
+    threads = tuned_threads(sch, knobs, extent // lanes)
     if lanes > 1:
         bx, tx, vec = sch.split(fused, [None, threads, lanes])
         sch.vectorize(vec)
@@ -53,7 +63,7 @@ def injective(sch: Schedule, block) -> None:
     sch.bind(tx, "threadIdx.x")
 
 
-def reduction(sch: Schedule, block) -> None:
+def reduction(sch: Schedule, block, knobs: Knobs = DEFAULT) -> None:
     """Bind a fresh reduction block: a thread per output when there are many outputs or short reductions, a block
     per output with a cross-thread reduction when there are few, and two stages when even that is too serial."""
     loops = sch.get_loops(block)
@@ -61,13 +71,13 @@ def reduction(sch: Schedule, block) -> None:
     outputs, reduce = prod(extents(sch, loops[:n])), prod(extents(sch, loops[n:]))
     if reduce < CROSS_THREAD_MIN or outputs >= FEW_OUTPUTS or not cross_thread_ok(sch, block):
         spatial = _fuse(sch, block, loops[:n])
-        bx, tx = sch.split(spatial, [None, threads_for(outputs)])
+        bx, tx = sch.split(spatial, [None, tuned_threads(sch, knobs, outputs)])
         sch.bind(bx, "blockIdx.x")
         sch.bind(tx, "threadIdx.x")
         return
     if reduce >= TWO_STAGE_MIN and outputs * STAGE_BLOCKS <= FEW_OUTPUTS and _two_stage(sch, block):
         return
-    cross_thread(sch, block, _fuse(sch, block, loops[:n]) if n else None, loops[n:])
+    cross_thread(sch, block, _fuse(sch, block, loops[:n]) if n else None, loops[n:], knobs)
 
 
 def cross_thread_ok(sch: Schedule, block) -> bool:
@@ -75,14 +85,14 @@ def cross_thread_ok(sch: Schedule, block) -> bool:
     return write_dtype(sch, block) not in NO_CROSS_THREAD
 
 
-def cross_thread(sch: Schedule, block, outer, reduce_loops) -> None:
+def cross_thread(sch: Schedule, block, outer, reduce_loops, knobs: Knobs = DEFAULT) -> None:
     """Bind `outer` (or a new unit loop) to blockIdx.x and split the fused reduce loops over threadIdx.x: TVM lowers
     the partial results to a warp-shuffle / shared-memory all-reduce."""
     if outer is None:  # a full reduction: one thread block, its loop above the reduce loops
         outer = sch.add_unit_loop(reduce_loops[0])
     extent = prod(extents(sch, reduce_loops))
     fused = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]
-    _, tx = sch.split(fused, [None, threads_for(extent)])
+    _, tx = sch.split(fused, [None, tuned_threads(sch, knobs, extent)])
     sch.bind(outer, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
 

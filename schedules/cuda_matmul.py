@@ -15,10 +15,13 @@ from tvm.s_tir import Schedule, ScheduleError
 from cinn.target import Target
 from schedules.analysis import blocks, inline_all, is_reduction, reverse_inline_all, spatial_count, vars_in
 from schedules.cuda_common import injective, is_bound, thread_inner
+from schedules.knobs import DEFAULT, Knobs, unroll
 
 COL_THREADS, ROW_THREADS = 16, 16  # a 16x16 thread block
 REGS = 4  # register tile per thread along each tiled axis: 4x4 accumulators
 K_STEP = 8  # reduce elements staged per shared-memory step
+# what the tuner may pick instead: threads and registers per axis, reduce elements per shared-memory step
+TUNE_THREADS, TUNE_REGS, TUNE_K_STEPS = (4, 8, 16, 32), (1, 2, 4, 8), (4, 8, 16, 32)
 
 
 @dataclass(frozen=True)
@@ -41,13 +44,20 @@ def _largest_divisor(extent: int, cap: int) -> int:
     return max(d for d in range(1, min(extent, cap) + 1) if extent % d == 0)
 
 
-def _split(extent: int, threads: int) -> tuple[int, int]:
+def _split(sch: Schedule, knobs: Knobs, name: str, extent: int, threads: int) -> tuple[int, int]:
     """(threads, registers) along an axis: a register tile of up to REGS, then up to `threads` threads."""
-    regs = _largest_divisor(extent, REGS) if extent >= REGS * threads else 1
-    return _largest_divisor(extent // regs, threads), regs
+    default = _largest_divisor(extent, REGS) if extent >= REGS * threads else 1
+    regs = knobs.choose(sch, f"{name}_regs", _fitting(extent, TUNE_REGS, default), default)
+    default = _largest_divisor(extent // regs, threads)
+    return knobs.choose(sch, f"{name}_threads", _fitting(extent // regs, TUNE_THREADS, default), default), regs
 
 
-def plan(sch: Schedule, main) -> Tiling:
+def _fitting(extent: int, options: tuple[int, ...], default: int) -> list[int]:
+    """The options that divide the extent, and the default."""
+    return sorted({o for o in options if extent % o == 0} | {default})
+
+
+def plan(sch: Schedule, main, knobs: Knobs = DEFAULT) -> Tiling:
     """Columns: the last spatial axis; rows: the last other non-unit spatial axis the column operand does not read
     (so a thread's column loads serve all its rows)."""
     block = sch.get(main)
@@ -59,20 +69,20 @@ def plan(sch: Schedule, main) -> Tiling:
     used = set().union(*(vars_in(rg.min) for r in col_reads for rg in r.region))
     free = [i for i in range(col) if block.iter_vars[i].var not in used and ext[i] > 1]
     row = free[-1] if free else None
-    row_split = _split(ext[row], ROW_THREADS) if row is not None else (1, 1)
-    return Tiling(col, _split(ext[col], COL_THREADS), row, row_split)
+    row_split = _split(sch, knobs, "row", ext[row], ROW_THREADS) if row is not None else (1, 1)
+    return Tiling(col, _split(sch, knobs, "col", ext[col], COL_THREADS), row, row_split)
 
 
-def schedule(sch: Schedule, target: Target) -> None:
+def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Tile over blocks, threads and registers; stage operands in shared memory; fuse the epilogue."""
     main = _main_block(sch)
     producers = [sch.get(b).name_hint for b in sch.get_producers(main)]
     # the reduction's producers (padding) are inlined into the shared-memory fetch instead, below
     inline_all(sch, keep=lambda b: sch.get(b).name_hint in producers)
-    tiling = plan(sch, main)
+    tiling = plan(sch, main, knobs)
     write_back = sch.cache_write(main, 0, "local")
     reverse_inline_all(sch, write_back)
-    thread_loop, k_outer, regs = _tile(sch, main, tiling)
+    thread_loop, k_outer, regs = _tile(sch, main, tiling, knobs)
     sch.reverse_compute_at(write_back, thread_loop)
     threads = tiling.col_split[0] * tiling.row_split[0]
     _stage_shared(sch, main, k_outer, threads)
@@ -80,6 +90,7 @@ def schedule(sch: Schedule, target: Target) -> None:
         _inline_or_bind(sch, sch.get_sblock(name))
     for loop in regs:
         sch.unroll(loop)
+    unroll(sch, knobs, thread_loop)
     sch.decompose_reduction(main, k_outer)
     _unroll_inner(sch, write_back)
     wb = sch.get(write_back).name_hint
@@ -88,7 +99,7 @@ def schedule(sch: Schedule, target: Target) -> None:
             injective(sch, block)
 
 
-def _tile(sch: Schedule, main, t: Tiling):
+def _tile(sch: Schedule, main, t: Tiling, knobs: Knobs):
     """Split and order the loops: [other spatial, row/col block tiles] -> blockIdx.x, [row, col threads] ->
     threadIdx.x, outer reduce, inner reduce, row and column registers."""
     loops = sch.get_loops(main)
@@ -100,7 +111,10 @@ def _tile(sch: Schedule, main, t: Tiling):
         outer, thread, regs = [r_block, c_block], [r_thread, c_thread], [r_reg, c_reg]
     others = [loops[i] for i in range(n) if i not in (t.col, t.row)]
     reduce_loops = loops[n:]
-    k_outer, k_inner = sch.split(reduce_loops[0], [None, _largest_divisor(int(sch.get(reduce_loops[0]).extent), K_STEP)])
+    k_extent = int(sch.get(reduce_loops[0]).extent)
+    default = _largest_divisor(k_extent, K_STEP)
+    k_step = knobs.choose(sch, "k_step", _fitting(k_extent, TUNE_K_STEPS, default), default)
+    k_outer, k_inner = sch.split(reduce_loops[0], [None, k_step])
     sch.reorder(*others, *outer, *thread, k_outer, k_inner, *reduce_loops[1:], *regs)
     block_loop = sch.fuse(*others, *outer)
     thread_loop = sch.fuse(*thread) if len(thread) > 1 else thread[0]

@@ -12,7 +12,8 @@ from tvm.s_tir import Schedule
 from cinn.target import Target
 from schedules.analysis import blocks, compute_at_row, extents, inline_all, is_output, is_reduction, prod, write_dtype
 from schedules.cpu_reduction import row_depth
-from schedules.cuda_common import FEW_OUTPUTS, STAGE_BLOCKS, TWO_STAGE_MIN, cross_thread_ok, thread_inner, threads_for
+from schedules.cuda_common import FEW_OUTPUTS, STAGE_BLOCKS, TWO_STAGE_MIN, cross_thread_ok, thread_inner, tuned_threads
+from schedules.knobs import DEFAULT, Knobs
 
 SHARED_BYTES = 48 * 1024  # static shared memory a block may use without opting in
 
@@ -48,14 +49,14 @@ def _bytes(dtype: str) -> int:
     return max(1, int("".join(ch for ch in dtype if ch.isdigit()) or 8) // 8)
 
 
-def schedule(sch: Schedule, target: Target) -> None:
+def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Bind the anchor's rows to blocks and compute every other block inside its row over the same threads."""
     anchor = _anchor(sch)
     # a spatial block read by several consumers is kept (computed once per row, in shared memory) instead of
     # recomputed per use
     inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
     depth = row_depth(sch, anchor)
-    threads = threads_for(_row_elems(sch, anchor))
+    threads = tuned_threads(sch, knobs, _row_elems(sch, anchor))
     row, others = compute_at_row(sch, anchor, depth)
     sch.bind(row, "blockIdx.x")
     for block in [*others, anchor]:

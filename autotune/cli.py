@@ -1,0 +1,129 @@
+"""cinn-tune: tune every kernel of a model, append the measured schedules to a log, print a per-task summary."""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Sequence
+
+from autotune.tuner import Progress, TaskSummary
+
+EXIT_FAILED = 1  # a task has no working schedule
+EXIT_USAGE = 2  # bad arguments or an unreadable model
+
+
+def _parser() -> argparse.ArgumentParser:
+    from benchmarks.models import MODELS
+
+    p = argparse.ArgumentParser(prog="cinn-tune", description="Tune the fused kernels of a model and append every "
+                                "measured schedule to a JSON-lines log that cinn.compile(..., tuning_log=LOG) applies.")
+    p.add_argument("model", help=f"a model file (.onnx, Paddle .pdmodel/.json or its directory) or a built-in model: "
+                   f"{', '.join(MODELS)}")
+    p.add_argument("--target", default="llvm", help="llvm (host CPU, default) or cuda")
+    p.add_argument("--trials", type=int, default=64, help="measured candidates over all tasks (default: 64)")
+    p.add_argument("--log", required=True, metavar="tuning.jsonl", help="schedule log to append to")
+    p.add_argument("--resume", action="store_true", help="continue from the log: its records count towards --trials")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds allowed per candidate run")
+    p.add_argument("--repeat", type=int, default=3, help="timed repeats per candidate (default: 3)")
+    p.add_argument("--batch", type=int, default=16, help="candidates measured per round (default: 16)")
+    p.add_argument("--seed", type=int, default=0, help="search seed")
+    p.add_argument("--cost-model", metavar="PATH", help="start from this saved cost model (if it exists) and save the "
+                   "trained one there")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="shape of a model input with symbolic dims (repeatable)")
+    p.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on devices from this TVM RPC tracker")
+    p.add_argument("--rpc-key", metavar="KEY", help="device key at the RPC tracker")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if bool(args.rpc_tracker) != bool(args.rpc_key):
+        print("cinn-tune: --rpc-tracker and --rpc-key go together", file=sys.stderr)
+        return EXIT_USAGE
+    if min(args.trials, args.batch, args.repeat) < 1 or args.timeout <= 0:
+        print("cinn-tune: --trials, --batch, --repeat and --timeout must be positive", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        summaries = _tune(args)
+    except (ValueError, TypeError, NotImplementedError, OSError) as err:
+        print(f"cinn-tune: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    print(format_summary(summaries))
+    failed = [s.task.name for s in summaries if not math.isfinite(s.best_cost)]
+    if failed:
+        print(f"cinn-tune: no working schedule measured for {', '.join(failed)}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+def _tune(args) -> list[TaskSummary]:
+    """Load the model, extract its tasks and tune them."""
+    import os
+
+    from autotune.cost_model import CostModel
+    from autotune.measure import LocalRunner, MeasureConfig, RpcRunner
+    from autotune.task import extract_tasks
+    from autotune.tuner import TuneConfig, tune
+    from cinn.target import parse_target
+
+    target = parse_target(args.target)
+    tasks = extract_tasks(_load(args.model, args.input_shape))
+    print(f"cinn-tune: {len(tasks)} tasks, {args.trials} trials, target {target}, log {args.log}", file=sys.stderr)
+    measure = MeasureConfig(run_timeout=args.timeout, repeat=args.repeat)
+    runner = RpcRunner(args.rpc_tracker, args.rpc_key, measure) if args.rpc_tracker else LocalRunner(measure)
+    model = CostModel.load(args.cost_model) if args.cost_model and os.path.exists(args.cost_model) else CostModel(seed=args.seed)
+    config = TuneConfig(trials=args.trials, batch=args.batch, seed=args.seed)
+    try:
+        summaries = tune(tasks, target, args.log, config, runner=runner, model=model, resume=args.resume,
+                         progress=_ProgressBar(len(tasks)))
+    finally:
+        runner.close()
+    if args.cost_model:
+        model.save(args.cost_model)
+    return summaries
+
+
+def _load(model: str, input_shapes: Sequence[str]):
+    """A built-in benchmark model by name, else a model file."""
+    from benchmarks.models import MODELS, get_model
+    from cinn.cli import load_model, parse_input_shapes
+
+    if model in MODELS:
+        return get_model(model, small=False).program
+    return load_model(model, parse_input_shapes(input_shapes))
+
+
+class _ProgressBar:
+    """One status line per round (redrawn in place on a terminal)."""
+
+    def __init__(self, num_tasks: int):
+        self.num_tasks = num_tasks
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, p: Progress) -> None:
+        done = int(20 * p.trials / max(1, p.total))
+        s = p.summary
+        line = (f"[{'#' * done}{'.' * (20 - done)}] {p.trials}/{p.total} trials | task {p.task_index + 1}/"
+                f"{self.num_tasks} {s.task.name}: default {_ms(s.default_cost)} best {_ms(s.best_cost)} ms")
+        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+        if self.tty and p.trials >= p.total:
+            print(file=sys.stderr)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.4f}" if math.isfinite(seconds) else "failed"
+
+
+def format_summary(summaries: Sequence[TaskSummary]) -> str:
+    """The per-task table: weight, trials, default and best latency, speed-up; then the weighted total."""
+    rows = [("#", "task", "weight", "trials", "default ms", "best ms", "speed-up")]
+    for i, s in enumerate(summaries, 1):
+        rows.append((str(i), s.task.name[:48], str(s.task.weight), str(s.trials), _ms(s.default_cost),
+                     _ms(s.best_cost), f"{s.speedup:.2f}x" if math.isfinite(s.speedup) else "-"))
+    total_default = sum(s.task.weight * s.default_cost for s in summaries)
+    total_best = sum(s.task.weight * min(s.best_cost, s.default_cost) for s in summaries)
+    rows.append(("", "total (weighted)", "", str(sum(s.trials for s in summaries)), _ms(total_default),
+                 _ms(total_best), f"{total_default / total_best:.2f}x" if total_best and math.isfinite(total_best) else "-"))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return "\n".join("  ".join(v.ljust(w) if c == 1 else v.rjust(w) for c, (v, w) in enumerate(zip(r, widths))) for r in rows)

@@ -1,0 +1,423 @@
+"""Measurement: build schedule candidates in worker processes, time them one at a time, check their outputs.
+
+Builds run in parallel in a pool of reused worker processes; timing runs go, one candidate at a time, to a
+separate single-worker pool (local) or to a device leased from a TVM RPC tracker (RpcRunner). A candidate that
+fails to build, crashes its worker, hangs past the timeout or computes a different result than the workload's
+default schedule gives a failed MeasureResult; measure() itself does not raise for a bad candidate. measure()
+returns after its last timing run, so the builds of the next batch never overlap a timing run.
+"""
+from __future__ import annotations
+
+import math
+import os
+import socket
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Generic, Protocol, Sequence, TypeVar
+
+import numpy as np
+
+from autotune.task import Task
+from cinn.build import KernelSpec, build_kernel
+from cinn.target import Target
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """How candidates are built, timed and checked."""
+
+    build_timeout: float = 30.0  # seconds per candidate build
+    run_timeout: float = 10.0  # seconds per candidate run: load, warm-up call, timing, output download
+    repeat: int = 3  # timed repeats; MeasureResult.costs has one entry per repeat
+    number: int = 1  # calls averaged within one repeat
+    min_repeat_ms: int = 20  # TVM raises `number` until one repeat lasts this long
+    build_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    check_correctness: bool = True  # compare outputs with the workload's default schedule
+    rtol: float = 1e-4
+    atol: float = 1e-4
+    seed: int = 0  # of the random kernel arguments
+
+    def __post_init__(self):
+        if self.build_timeout <= 0 or self.run_timeout <= 0:
+            raise ValueError(f"MeasureConfig: timeouts must be positive, got {self.build_timeout}, {self.run_timeout}")
+        if self.repeat < 1 or self.number < 1 or self.build_workers < 1:
+            raise ValueError(f"MeasureConfig: repeat, number and build_workers must be >= 1, got {self}")
+
+
+@dataclass(frozen=True)
+class MeasureInput:
+    """One candidate: a task and its schedule trace (JSON text as the schedule log stores it; None = default)."""
+
+    task: Task
+    trace: str | None
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """Seconds per timed repeat, or () and a short reason when the candidate failed."""
+
+    costs: tuple[float, ...]
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+    @property
+    def mean(self) -> float:
+        """Mean seconds per run; inf when failed."""
+        return sum(self.costs) / len(self.costs) if self.costs and self.ok else math.inf
+
+
+class Runner(Protocol):
+    """What the tuner measures candidates with."""
+
+    def measure(self, inputs: Sequence[MeasureInput], target: Target) -> list[MeasureResult]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ArgInfo:
+    """One kernel parameter: shape, dtype and whether the kernel writes it."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    is_output: bool
+
+
+@dataclass(frozen=True)
+class Timing:
+    """time_evaluator's settings."""
+
+    number: int
+    repeat: int
+    min_repeat_ms: int
+
+
+@dataclass(frozen=True)
+class RpcEndpoint:
+    """Where RpcRunner leases its device: a tracker address and device key."""
+
+    host: str
+    port: int
+    key: str
+    session_timeout: float  # the server ends a session that lasts longer
+
+    def __str__(self) -> str:
+        return f"{self.key}@{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What a run function needs: the library, its arguments, where and how to time it."""
+
+    lib_path: str
+    args: tuple[ArgInfo, ...]
+    target: Target
+    timing: Timing
+    seed: int
+    fetch_outputs: bool
+    trace: str | None  # the candidate's schedule (None = default), so a run function can tell candidates apart
+    remote: RpcEndpoint | None = None  # None: this machine
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """Seconds per repeat and the outputs of the warm-up call (empty unless requested)."""
+
+    costs: tuple[float, ...]
+    outputs: tuple[np.ndarray, ...]
+
+
+BuildFn = Callable[[KernelSpec, Target, str], str]
+RunFn = Callable[[RunRequest], RunOutput]
+
+
+def arg_infos(task: Task) -> tuple[ArgInfo, ...]:
+    """The kernel's parameters in call order (inputs, then outputs), from its unscheduled PrimFunc."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(task.module())
+    func = sch.mod["main"]  # the schedule's copy: its blocks write these very buffers
+    written = [r.source for b in sch.get_child_blocks(sch.get_sblock("root")) for r in sch.get(b).writes]
+    return tuple(
+        ArgInfo(tuple(int(d) for d in p.shape), str(p.dtype), any(w.same_as(p) for w in written)) for p in func.params
+    )
+
+
+def random_args(args: Sequence[ArgInfo], seed: int) -> list[np.ndarray]:
+    """Seeded arguments: floats uniform in [-1, 1], integers in [0, 4) (valid small indices), random bools."""
+    rng = np.random.default_rng(seed)
+    return [_random_array(rng, a) for a in args]
+
+
+def _random_array(rng: np.random.Generator, arg: ArgInfo) -> np.ndarray:
+    dtype = np.dtype(arg.dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, arg.shape).astype(bool)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(0, 4, arg.shape).astype(dtype)
+    return rng.uniform(-1.0, 1.0, arg.shape).astype(dtype)
+
+
+def run_kernel(request: RunRequest) -> RunOutput:
+    """Load a kernel library (here or on the RPC device), call it once on seeded arguments, then time it."""
+    import tvm
+
+    module, dev, config_threads = _open_local(request) if request.remote is None else _open_remote(request)
+    if not request.target.is_cuda:
+        config_threads(0, request.target.num_cores)  # TVM's pool defaults to one thread on some machines
+    args = [tvm.runtime.tensor(a, dev) for a in random_args(request.args, request.seed)]
+    module["main"](*args)
+    dev.sync()
+    outputs = tuple(t.numpy() for t, a in zip(args, request.args) if a.is_output) if request.fetch_outputs else ()
+    t = request.timing
+    timer = module.time_evaluator("main", dev, number=t.number, repeat=t.repeat, min_repeat_ms=t.min_repeat_ms)
+    return RunOutput(tuple(float(c) for c in timer(*args).results), outputs)
+
+
+def _open_local(request: RunRequest):
+    """The loaded library, its device and the thread-pool setter, on this machine."""
+    import tvm
+
+    if request.target.is_cuda:
+        from cinn.cuda_module import require_device
+
+        require_device()
+    dev = tvm.cuda(0) if request.target.is_cuda else tvm.cpu(0)
+    return tvm.runtime.load_module(request.lib_path), dev, tvm.get_global_func("runtime.config_threadpool")
+
+
+def _open_remote(request: RunRequest):
+    """The uploaded library, its device and the thread-pool setter, on a device leased from the tracker."""
+    from tvm import rpc
+
+    remote = request.remote
+    _probe(remote, min(remote.session_timeout, 5.0))
+    try:
+        session = rpc.connect_tracker(remote.host, remote.port).request(remote.key, session_timeout=remote.session_timeout)
+    except Exception as err:  # noqa: BLE001 - any connection failure gets the endpoint named
+        raise ConnectionError(f"RPC: no session for {remote}: {_short(err)}") from err
+    dev = session.cuda(0) if request.target.is_cuda else session.cpu(0)
+    if not dev.exist:
+        raise RuntimeError(f"RPC device {remote} has no {'CUDA' if request.target.is_cuda else 'CPU'} device 0")
+    session.upload(request.lib_path)
+    module = session.load_module(os.path.basename(request.lib_path))
+    return module, dev, session.get_function("runtime.config_threadpool")
+
+
+def compare_outputs(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], rtol: float, atol: float) -> str:
+    """'' when the outputs match (allclose for floats, exact otherwise), else where they differ most."""
+    if len(expected) != len(actual):
+        return f"{len(actual)} outputs, expected {len(expected)}"
+    for k, (e, a) in enumerate(zip(expected, actual)):
+        if e.shape != a.shape:
+            return f"output {k} has shape {a.shape}, expected {e.shape}"
+        if np.issubdtype(e.dtype, np.inexact):
+            bad = ~np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            bad = a != e
+        if bad.any():
+            err = np.where(bad, np.abs(a.astype(np.float64) - e.astype(np.float64)), 0.0)
+            idx = np.unravel_index(np.argmax(np.nan_to_num(err, nan=np.inf)), err.shape)
+            return f"max abs err {err[idx]:.3g} at {tuple(int(i) for i in idx)} of output {k} (expected {e[idx]}, got {a[idx]})"
+    return ""
+
+
+@dataclass(frozen=True)
+class _Outcome(Generic[T]):
+    """A worker's value, or why there is none."""
+
+    value: T | None
+    error: str = ""
+
+
+def _guarded(fn: Callable[..., T], *args) -> _Outcome[T]:
+    """Run in a worker: exceptions become short messages (the pool would ship whole tracebacks, or fail
+    to rebuild exception types with other constructors)."""
+    try:
+        return _Outcome(fn(*args))
+    except Exception as err:  # noqa: BLE001 - every failure of a candidate is a result, not a crash
+        return _Outcome(None, _short(err))
+
+
+def _short(err: BaseException) -> str:
+    """The exception's type, the first line of its message and TVM's 'Error message:' line (not the IR dump)."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    text = " ".join(lines[:1] + [ln for ln in lines[1:] if ln.startswith("Error message:")])
+    name = type(err).__name__
+    return (text if text.startswith(name) else f"{name}: {text}")[:300]
+
+
+def _collect(future, stage: str, timeout: float) -> _Outcome:
+    """A pool future's outcome, with its failure prefixed by the stage ('build' or 'run')."""
+    try:
+        out = future.result()
+    except TimeoutError:
+        return _Outcome(None, f"{stage}: timeout after {timeout} s")
+    except ChildProcessError:
+        return _Outcome(None, f"{stage}: worker crashed (the process died: segfault, abort or out of memory)")
+    except Exception as err:  # noqa: BLE001 - e.g. a function the pool could not pickle
+        return _Outcome(None, f"{stage}: {_short(err)}")
+    return out if not out.error else _Outcome(None, f"{stage}: {out.error}")
+
+
+def _import_compiler() -> None:
+    """Worker initializer: import TVM and the schedules before the first (timed-out) build."""
+    import schedules  # noqa: F401
+
+
+def _import_runtime() -> None:
+    """Worker initializer: import TVM before the first (timed-out) run."""
+    import tvm  # noqa: F401
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """A workload's default-schedule outputs, or why there are none."""
+
+    outputs: tuple[np.ndarray, ...]
+    error: str = ""
+
+
+class _PoolRunner:
+    """The measure loop shared by the local and RPC runners: parallel builds, then one run at a time."""
+
+    def __init__(self, config: MeasureConfig, build_fn: BuildFn, run_fn: RunFn, remote: RpcEndpoint | None):
+        self.config = config
+        self._build_fn = build_fn
+        self._run_fn = run_fn
+        self._remote = remote
+        self._build_pool = None
+        self._run_pool = None
+        self._args: dict[str, tuple[ArgInfo, ...]] = {}
+        self._refs: dict[tuple[Target, str], _Reference] = {}  # by target and workload
+
+    def measure(self, inputs: Sequence[MeasureInput], target: Target) -> list[MeasureResult]:
+        """Build all candidates, then time them one by one; results in input order."""
+        specs = [KernelSpec(i.task.workload, i.task.func_json, i.task.kind, i.trace) for i in inputs]
+        ref_specs: dict[str, KernelSpec] = {}  # the first candidate's func defines a new workload's reference
+        if self.config.check_correctness:
+            for s in specs:
+                if (target, s.workload) not in self._refs:
+                    ref_specs.setdefault(s.workload, KernelSpec(s.workload, s.func_json, s.kind))
+        for i in inputs:
+            if i.task.workload not in self._args:
+                self._args[i.task.workload] = arg_infos(i.task)
+        with tempfile.TemporaryDirectory(prefix="cinn-measure-") as tmp:
+            built = self._build(list(dict.fromkeys([*ref_specs.values(), *specs])), target, tmp)
+            for workload, spec in ref_specs.items():
+                self._refs[target, workload] = self._reference(spec, built[spec], target)
+            return [self._measure_one(spec, built[spec], target) for spec in specs]
+
+    def close(self) -> None:
+        """Stop the worker processes."""
+        for pool in (self._build_pool, self._run_pool):
+            if pool is not None:
+                pool.shutdown()
+        self._build_pool = self._run_pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _build(self, specs: list[KernelSpec], target: Target, tmp: str) -> dict[KernelSpec, _Outcome[str]]:
+        """Build every spec in parallel workers, each into its own file under tmp."""
+        from tvm.support.popen_pool import PopenPoolExecutor
+
+        if self._build_pool is None:
+            self._build_pool = PopenPoolExecutor(
+                max_workers=self.config.build_workers, timeout=self.config.build_timeout, initializer=_import_compiler
+            )
+        futures = {
+            s: self._build_pool.submit(_guarded, self._build_fn, s, target, os.path.join(tmp, f"c{n}.so"))
+            for n, s in enumerate(specs)
+        }
+        return {s: _collect(f, "build", self.config.build_timeout) for s, f in futures.items()}
+
+    def _run(self, spec: KernelSpec, lib: str, target: Target, timing: Timing) -> _Outcome[RunOutput]:
+        """Run one built candidate in the run worker (restarted by the pool after a crash or timeout)."""
+        from tvm.support.popen_pool import PopenPoolExecutor
+
+        if self._run_pool is None:
+            self._run_pool = PopenPoolExecutor(max_workers=1, timeout=self.config.run_timeout, initializer=_import_runtime)
+        c = self.config
+        args = self._args[spec.workload]
+        request = RunRequest(lib, args, target, timing, c.seed, c.check_correctness, spec.trace, self._remote)
+        return _collect(self._run_pool.submit(_guarded, self._run_fn, request), "run", c.run_timeout)
+
+    def _reference(self, spec: KernelSpec, built: _Outcome[str], target: Target) -> _Reference:
+        """Outputs of the workload's default schedule: what every candidate must reproduce."""
+        out = built if built.error else self._run(spec, built.value, target, Timing(1, 1, 0))
+        return _Reference(out.value.outputs) if not out.error else _Reference((), out.error)
+
+    def _measure_one(self, spec: KernelSpec, built: _Outcome[str], target: Target) -> MeasureResult:
+        if built.error:
+            return MeasureResult((), built.error)
+        ref = self._refs.get((target, spec.workload)) if self.config.check_correctness else None
+        if ref is not None and ref.error:
+            return MeasureResult((), f"reference: the default schedule failed ({ref.error})")
+        c = self.config
+        out = self._run(spec, built.value, target, Timing(c.number, c.repeat, c.min_repeat_ms))
+        if out.error:
+            return MeasureResult((), out.error)
+        mismatch = compare_outputs(ref.outputs, out.value.outputs, c.rtol, c.atol) if ref is not None else ""
+        return MeasureResult((), f"wrong result: {mismatch}") if mismatch else MeasureResult(out.value.costs)
+
+
+class LocalRunner(_PoolRunner):
+    """Builds in parallel worker processes and times one candidate at a time in a separate worker."""
+
+    def __init__(self, config: MeasureConfig = MeasureConfig(), build_fn: BuildFn = build_kernel, run_fn: RunFn = run_kernel):
+        super().__init__(config, build_fn, run_fn, remote=None)
+
+
+class RpcRunner(_PoolRunner):
+    """Builds here, times on a device leased from a TVM RPC tracker ('host:port') under `key`."""
+
+    def __init__(
+        self,
+        tracker: str,
+        key: str,
+        config: MeasureConfig = MeasureConfig(),
+        session_timeout: float | None = None,  # default: the run timeout
+        build_fn: BuildFn = build_kernel,
+        run_fn: RunFn = run_kernel,
+        connect_timeout: float = 5.0,
+    ):
+        host, sep, port = tracker.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"RpcRunner: tracker must be 'host:port', got {tracker!r}")
+        remote = RpcEndpoint(host, int(port), key, session_timeout if session_timeout is not None else config.run_timeout)
+        _check_tracker(remote, connect_timeout)
+        super().__init__(config, build_fn, run_fn, remote)
+
+
+def _check_tracker(remote: RpcEndpoint, timeout: float) -> None:
+    """Fail now, clearly, if the tracker is unreachable or has never seen a device under the key."""
+    from tvm import rpc
+
+    _probe(remote, timeout)
+    deadline = time.monotonic() + timeout
+    while True:  # a server registers with the tracker shortly after it starts
+        queues = rpc.connect_tracker(remote.host, remote.port).summary()["queue_info"]
+        if remote.key in queues:
+            return
+        if time.monotonic() > deadline:
+            where = f"{remote.host}:{remote.port}"
+            raise ConnectionError(f"RpcRunner: the tracker at {where} has no device {remote.key!r}; it has {sorted(queues)}")
+        time.sleep(0.2)
+
+
+def _probe(remote: RpcEndpoint, timeout: float) -> None:
+    """Raise ConnectionError unless the tracker accepts connections (connect_tracker retries for a minute)."""
+    try:
+        socket.create_connection((remote.host, remote.port), timeout=timeout).close()
+    except OSError as err:
+        raise ConnectionError(f"cannot reach the RPC tracker at {remote.host}:{remote.port} ({err})") from err

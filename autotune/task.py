@@ -1,0 +1,48 @@
+"""Tuning tasks: the unique fused groups of a model, keyed by the structural hash of their PrimFunc."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+
+from cinn.build import workload_key
+from cinn.ir import Program
+from cinn.ops import PatternKind
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unique kernel to tune: its workload key, unscheduled PrimFunc (TVM JSON), kind and occurrence count."""
+
+    workload: str
+    func_json: str
+    kind: PatternKind
+    name: str
+    weight: int = 1
+
+    @classmethod
+    def from_func(cls, func, kind: PatternKind, name: str = "main", weight: int = 1) -> "Task":
+        """A task for a PrimFunc."""
+        func = func.with_attr("global_symbol", "main")
+        return cls(workload_key(func), tvm.ir.save_json(func), kind, name, weight)
+
+    def func(self):
+        """The unscheduled PrimFunc."""
+        return tvm.ir.load_json(self.func_json)
+
+    def module(self) -> tvm.IRModule:
+        """The unscheduled PrimFunc as the IRModule a Schedule starts from."""
+        return tvm.IRModule({"main": self.func()})
+
+
+def extract_tasks(program: Program, fuse: bool = True, passes: bool = True) -> list[Task]:
+    """The unique kernels `cinn.compile` would build for a Program, in first-use order, weighted by occurrences."""
+    from cinn.api import lower_program
+
+    _, lowered = lower_program(program, fuse, passes)
+    tasks: dict[str, Task] = {}
+    for lg in lowered:
+        t = Task.from_func(lg.func, lg.group.kind, lg.group.name)
+        prev = tasks.get(t.workload)
+        tasks[t.workload] = t if prev is None else Task(prev.workload, prev.func_json, prev.kind, prev.name, prev.weight + 1)
+    return list(tasks.values())

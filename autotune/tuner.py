@@ -1,0 +1,164 @@
+"""The tuning loop: rounds of search + measurement per task, chosen by the task scheduler, logged as they finish."""
+from __future__ import annotations
+
+import math
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import tvm
+
+from autotune import space
+from autotune.cost_model import CostModel
+from autotune.database import Record, append_records, read_records
+from autotune.measure import LocalRunner, MeasureInput, MeasureResult, Runner
+from autotune.scheduler import TaskProgress, next_task
+from autotune.search import SearchConfig, TaskSearch
+from autotune.space import Candidate
+from autotune.task import Task
+from cinn.build import code_version
+from cinn.target import Target
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """Trial budget over all tasks (as MetaSchedule's max_trials_global), trials per round, seed, search settings."""
+
+    trials: int = 64
+    batch: int = 16
+    seed: int = 0
+    search: SearchConfig = field(default_factory=SearchConfig)
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    """How tuning went for one task: trials measured, default and best cost (seconds), the best trace."""
+
+    task: Task
+    trials: int
+    default_cost: float
+    best_cost: float
+    best_trace: str | None
+
+    @property
+    def speedup(self) -> float:
+        return self.default_cost / self.best_cost if math.isfinite(self.best_cost) and self.best_cost else math.nan
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A round finished: trials so far out of the budget, the task tuned and its costs now."""
+
+    trials: int
+    total: int
+    task_index: int
+    summary: TaskSummary
+
+
+class _TaskState:
+    """One task's search, scheduler view, default and best."""
+
+    def __init__(self, task: Task, target: Target, config: TuneConfig, seed: int):
+        self.search = TaskSearch(task, target, config.search, random.Random(seed))
+        self.progress = TaskProgress(weight=task.weight)
+        self.default = space.default_candidate(task, target, self.search.module)
+        self.default_cost = math.inf
+        self.best: tuple[float, str | None] = (math.inf, None)
+
+    @property
+    def task(self) -> Task:
+        return self.search.task
+
+    def note(self, cand: Candidate, trace: str, result: MeasureResult) -> None:
+        """Record one measurement."""
+        self.search.record(cand, result.mean)
+        if cand.key == self.default.key:
+            self.default_cost = result.mean
+        if result.mean < self.best[0]:
+            self.best = (result.mean, trace)
+
+    def summary(self) -> TaskSummary:
+        return TaskSummary(self.task, self.progress.trials, self.default_cost, self.best[0], self.best[1])
+
+
+def tune(
+    tasks: Sequence[Task],
+    target: Target,
+    log: str | os.PathLike,
+    config: TuneConfig = TuneConfig(),
+    *,
+    runner: Runner | None = None,
+    model: CostModel | None = None,
+    resume: bool = False,
+    progress: Callable[[Progress], None] | None = None,
+) -> list[TaskSummary]:
+    """Tune tasks within the trial budget, appending every measured candidate to the log.
+
+    With resume, the log's records for these tasks and target count towards the budget, seed the search and train
+    the cost model; the default schedule of each task is measured first, as the baseline and correctness reference.
+    """
+    states = [_TaskState(t, target, config, config.seed + i) for i, t in enumerate(tasks)]
+    model = model if model is not None else CostModel(seed=config.seed)
+    own_runner = runner is None
+    runner = runner if runner is not None else LocalRunner()
+    used = _resume(states, target, log, model) if resume else 0
+    try:
+        while used < config.trials:
+            i = next_task([s.progress for s in states])
+            if i is None:
+                break
+            n = min(config.batch, config.trials - used)
+            used += _round(states[i], target, log, model, runner, n)
+            if progress:
+                progress(Progress(used, config.trials, i, states[i].summary()))
+    finally:
+        if own_runner:
+            runner.close()
+    return [s.summary() for s in states]
+
+
+def _round(state: _TaskState, target: Target, log, model: CostModel, runner: Runner, n: int) -> int:
+    """Propose, measure, log and learn from up to n candidates of one task; returns how many were measured."""
+    first = [state.default] if not state.progress.history else []
+    cands = first + state.search.propose(n - len(first), model)
+    if not cands:
+        state.progress.exhausted = True
+        return 0
+    traces = [c.trace_json() for c in cands]
+    results = runner.measure([MeasureInput(state.task, t) for t in traces], target)
+    append_records(log, [_record(state.task, target, t, r) for t, r in zip(traces, results)])
+    for c, t, r in zip(cands, traces, results):
+        state.note(c, t, r)
+    model.update(state.task.workload, state.search.features(cands), [r.mean for r in results])
+    state.progress.add_round(len(cands), state.best[0])
+    return len(cands)
+
+
+def _record(task: Task, target: Target, trace: str, result: MeasureResult) -> Record:
+    return Record(task.workload, str(target), trace, tuple(result.costs), _versions(), result.error)
+
+
+def _versions() -> tuple[tuple[str, str], ...]:
+    return (("tvm", tvm.__version__), ("cinn", code_version()))
+
+
+def _resume(states: list[_TaskState], target: Target, log, model: CostModel) -> int:
+    """Feed the log's records of these tasks back into the search and the model; returns how many there were."""
+    by_workload = {s.task.workload: s for s in states}
+    seen: dict[str, list[tuple[Candidate, str, MeasureResult]]] = {}
+    for rec in read_records(log):
+        state = by_workload.get(rec.workload)
+        if state is None or rec.target != str(target):
+            continue
+        cand = space.sample(state.task, target, random.Random(0), space.decisions_of_trace(rec.trace),
+                            module=state.search.module)
+        if cand is not None:
+            seen.setdefault(rec.workload, []).append((cand, rec.trace, MeasureResult(rec.costs, rec.error)))
+    for workload, items in seen.items():
+        state = by_workload[workload]
+        for cand, trace, result in items:
+            state.note(cand, trace, result)
+        model.update(workload, state.search.features([c for c, _, _ in items]), [r.mean for _, _, r in items])
+        state.progress.add_round(len(items), state.best[0])
+    return sum(len(items) for items in seen.values())

@@ -1,0 +1,275 @@
+"""The auto-tuner: search space, evolutionary search, task scheduler, tuning loop, log, resume, cinn-tune."""
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm.s_tir import Schedule
+
+import cinn
+from autotune import space
+from autotune.database import Record, append_records, best_traces, read_records
+from autotune.measure import MeasureConfig, MeasureResult
+from autotune.scheduler import TaskProgress, next_task
+from autotune.search import SearchConfig, TaskSearch
+from autotune.task import Task, extract_tasks
+from autotune.tuner import TuneConfig, tune
+from cinn.target import parse_target
+from frontend import NetBuilder
+from schedules import apply_default
+
+TARGET = parse_target("llvm")
+FAST = MeasureConfig(repeat=1, min_repeat_ms=1, run_timeout=20.0)
+
+
+def _matmul_relu(m=32, k=48, n=64):
+    b = NetBuilder("mm")
+    x = b.create_input("float32", (m, k), "x")
+    y = b.create_input("float32", (k, n), "y")
+    return b.build([b.relu(b.matmul(x, y))])
+
+
+def _softmax():
+    b = NetBuilder("sm")
+    x = b.create_input("float32", (8, 64), "x")
+    return b.build([b.softmax(x, axes=[-1])])
+
+
+def _task(program) -> Task:
+    (task,) = extract_tasks(program)
+    return task
+
+
+class RandomModel:
+    """A stand-in cost model: seeded random scores."""
+
+    def __init__(self):
+        self.rng = np.random.default_rng(0)
+
+    def predict(self, workload, feats):
+        return self.rng.random(len(feats))
+
+
+@pytest.fixture(scope="module")
+def runner():
+    from autotune.measure import LocalRunner
+
+    r = LocalRunner(FAST)
+    yield r
+    r.close()
+
+
+@pytest.mark.parametrize("make", [_matmul_relu, _softmax])
+def test_default_is_a_point_of_the_space(make):
+    task = _task(make())
+    cand = space.default_candidate(task, TARGET)
+    ref = Schedule(task.module())
+    apply_default(ref, task.kind, TARGET)
+    assert tvm_ffi.structural_equal(cand.sch.mod, ref.mod)
+    assert space.decisions_of_trace(cand.trace_json()) == list(cand.key)
+
+
+def test_samples_replay_from_their_traces():
+    task = _task(_matmul_relu())
+    rng = random.Random(3)
+    for _ in range(5):
+        cand = space.sample(task, TARGET, rng)
+        assert cand is not None
+        again = space.sample(task, TARGET, rng, space.decisions_of_trace(cand.trace_json()))
+        assert again.key == cand.key
+        assert tvm_ffi.structural_equal(space.replay(task, TARGET, cand.trace_json()).mod, cand.sch.mod)
+
+
+def test_mutation_changes_one_decision():
+    task = _task(_matmul_relu())
+    rng = random.Random(0)
+    cand = space.sample(task, TARGET, rng)
+    for _ in range(20):
+        planned = space.mutate(cand.decisions, rng)
+        changed = [i for i, (a, b) in enumerate(zip(planned, cand.key)) if a != b]
+        assert len(changed) == 1
+        split = cand.decisions[changed[0]]
+        if isinstance(split, space.Split):
+            assert math.prod(planned[changed[0]]) == math.prod(split.factors)
+
+
+def test_search_proposes_new_distinct_candidates():
+    task = _task(_matmul_relu())
+    search = TaskSearch(task, TARGET, SearchConfig(population=16, generations=1), random.Random(0))
+    default = space.default_candidate(task, TARGET)
+    search.record(default, 1.0)
+    cands = search.propose(8, RandomModel())
+    keys = [c.key for c in cands]
+    assert len(cands) == 8 and len(set(keys)) == 8 and default.key not in keys
+
+
+@pytest.mark.parametrize("make", [_matmul_relu, _softmax])
+def test_sampled_schedules_are_correct(make, runner):
+    """Random points of the space build and match the default schedule's output (checked by the runner)."""
+    from autotune.measure import MeasureInput
+
+    task = _task(make())
+    rng = random.Random(1)
+    cands = [space.sample(task, TARGET, rng) for _ in range(4)]
+    results = runner.measure([MeasureInput(task, c.trace_json()) for c in cands], TARGET)
+    assert all(r.ok for r in results), [r.error for r in results]
+
+
+def test_scheduler_warms_up_round_robin_then_follows_the_gradient():
+    tasks = [TaskProgress(weight=1.0), TaskProgress(weight=3.0)]
+    assert next_task(tasks) == 0
+    tasks[0].add_round(4, 1.0)
+    assert next_task(tasks) == 1
+    tasks[1].add_round(4, 1.0)
+    assert next_task(tasks) == 1  # same latency, three times the weight
+    tasks[1].exhausted = True
+    assert next_task(tasks) == 0
+    tasks[0].exhausted = True
+    assert next_task(tasks) is None
+
+
+class FlakyRunner:
+    """Wraps a runner: every third candidate fails as a crash, a hang or a wrong result would."""
+
+    ERRORS = ("run: worker crashed (SIGSEGV)", "run: timeout after 2.0 s", "wrong result: max abs err 1.0")
+
+    def __init__(self, inner):
+        self.inner, self.count = inner, 0
+
+    def measure(self, inputs, target):
+        out = []
+        for inp, res in zip(inputs, self.inner.measure(inputs, target)):
+            self.count += 1
+            out.append(MeasureResult((), self.ERRORS[self.count % 3]) if self.count % 3 == 0 else res)
+        return out
+
+    def close(self):
+        pass
+
+
+def test_tune_logs_every_candidate_and_survives_failures(tmp_path, runner, tmp_cache):
+    program = _matmul_relu()
+    tasks = extract_tasks(program)
+    log = tmp_path / "log.jsonl"
+    config = TuneConfig(trials=9, batch=3, search=SearchConfig(population=16, generations=1))
+    (summary,) = tune(tasks, TARGET, log, config, runner=FlakyRunner(runner))
+    records = list(read_records(log))
+    assert len(records) == 9 == summary.trials
+    assert sum(1 for r in records if r.error) == 3
+    assert math.isfinite(summary.best_cost) and summary.best_cost <= summary.default_cost
+    x, y = np.random.rand(32, 48).astype("float32"), np.random.rand(48, 64).astype("float32")
+    exe = cinn.compile(program, tuning_log=log, cache_dir=tmp_cache)
+    np.testing.assert_allclose(exe.run({"x": x, "y": y})[0], np.maximum(x @ y, 0), rtol=1e-5)
+
+
+def test_resume_counts_logged_trials(tmp_path, runner):
+    tasks = extract_tasks(_softmax())
+    log = tmp_path / "log.jsonl"
+    config = TuneConfig(trials=4, batch=4, search=SearchConfig(population=16, generations=1))
+    tune(tasks, TARGET, log, config, runner=runner)
+    (again,) = tune(tasks, TARGET, log, config, runner=runner, resume=True)
+    assert again.trials == 4 and len(list(read_records(log))) == 4  # the budget was already spent
+    more = TuneConfig(trials=7, batch=4, search=config.search)
+    (resumed,) = tune(tasks, TARGET, log, more, runner=runner, resume=True)
+    records = list(read_records(log))
+    assert resumed.trials == 7 and len(records) == 7
+    assert len({r.trace for r in records}) == 7  # resumed search does not re-measure logged candidates
+
+
+def test_apply_best_picks_the_fastest_record(tmp_path, tmp_cache):
+    program = _matmul_relu()
+    task = _task(program)
+    rng = random.Random(5)
+    cands = [space.sample(task, TARGET, rng) for _ in range(3)]
+    log = tmp_path / "log.jsonl"
+    costs = [3e-3, 1e-3, 2e-3]
+    append_records(log, [Record(task.workload, str(TARGET), c.trace_json(), (t,)) for c, t in zip(cands, costs)])
+    append_records(log, [Record("ffffffffffffffff", str(TARGET), "[[], []]", (1e-9,))])  # an unknown workload
+    assert best_traces(log, TARGET)[task.workload] == cands[1].trace_json()
+    exe = cinn.compile(program, tuning_log=log, cache_dir=tmp_cache)
+    expected = cands[1].sch.mod.script()
+    assert exe.kernel_sources()[0].strip() == expected.strip()
+
+
+def test_stale_trace_falls_back_to_the_default(tmp_path, tmp_cache):
+    program = _matmul_relu()
+    other = _task(_softmax())
+    log = tmp_path / "log.jsonl"
+    trace = space.default_candidate(other, TARGET).trace_json()
+    append_records(log, [Record(_task(program).workload, str(TARGET), trace, (1e-3,))])
+    with pytest.warns(UserWarning, match="does not apply"):
+        exe = cinn.compile(program, tuning_log=log, cache_dir=tmp_cache)
+    assert exe.num_kernels == 1
+
+
+def test_torn_last_line_loses_only_itself(tmp_path):
+    log = tmp_path / "log.jsonl"
+    rec = Record("a", "llvm", "[[], []]", (1.0,))
+    append_records(log, [rec])
+    with open(log, "a") as f:
+        f.write('{"workload": "b", "tar')  # a tuner killed mid-write
+    append_records(log, [rec])
+    with pytest.warns(UserWarning, match="log.jsonl:2: skipping corrupt"):
+        assert list(read_records(log)) == [rec, rec]
+
+
+def test_garbage_lines_are_skipped(tmp_path):
+    log = tmp_path / "log.jsonl"
+    rec = Record("a", "llvm", "[[], []]", (1.0,))
+    log.write_text("not json\n" + '{"workload": 1}\n' + "\x00\xff\n" + rec.to_json() + "\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert list(read_records(log)) == [rec]
+    assert len(caught) == 3
+
+
+def test_concurrent_appends_do_not_interleave(tmp_path):
+    log = tmp_path / "log.jsonl"
+    code = (
+        "import sys; from autotune.database import Record, append_records\n"
+        "for i in range(150):\n"
+        "    append_records(sys.argv[1], [Record(sys.argv[2] + str(i), 'llvm', 'x' * 3000, (1.0,))])\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(log), tag]) for tag in ("p", "q")]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        records = list(read_records(log))
+    assert sorted(r.workload for r in records) == sorted(f"{t}{i}" for t in "pq" for i in range(150))
+
+
+def test_cinn_tune_cli(tmp_path, capsys):
+    from autotune import cli
+
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 32])],
+        [onnx.numpy_helper.from_array(np.random.rand(32, 32).astype("float32"), "w")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    log = tmp_path / "log.jsonl"
+    assert cli.main([str(path), "--trials", "3", "--batch", "3", "--repeat", "1", "--log", str(log)]) == 0
+    out = capsys.readouterr()
+    assert "speed-up" in out.out and "3/3 trials" in out.err
+    assert len(list(read_records(log))) == 3
+
+
+def test_cinn_tune_usage_errors(tmp_path, capsys):
+    from autotune import cli
+
+    assert cli.main([str(tmp_path / "missing.onnx"), "--log", str(tmp_path / "l.jsonl")]) == 2
+    assert cli.main(["encoder", "--log", "l", "--rpc-key", "k"]) == 2
+    proc = subprocess.run([sys.executable, "-m", "autotune", "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "--trials" in proc.stdout

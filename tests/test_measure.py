@@ -1,0 +1,206 @@
+"""The tuner's measurement layer: builds, timed runs, correctness checks and failures of candidates."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import sys
+import time
+
+import cloudpickle
+import numpy as np
+import pytest
+
+import frontend
+from autotune.measure import (
+    ArgInfo,
+    LocalRunner,
+    MeasureConfig,
+    MeasureInput,
+    RpcRunner,
+    RunOutput,
+    RunRequest,
+    arg_infos,
+    compare_outputs,
+    run_kernel,
+)
+from autotune.task import Task
+from cinn.api import lower_program
+from cinn.build import KernelSpec, build_kernel
+from cinn.target import Target, parse_target
+
+# the workers unpickle this module's injected build/run functions: ship them by value, whatever the cwd
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+FAST = MeasureConfig(repeat=2, min_repeat_ms=1, build_workers=2, run_timeout=3.0)
+FAULT = "measure_test.fault"  # block annotation naming the failure the injected functions simulate
+NO_DEFAULT = "workload-without-default"  # a workload whose default schedule fails to build
+
+
+def _task(epilogue: str = "relu") -> Task:
+    b = frontend.NetBuilder("mm")
+    x = b.create_input("float32", (64, 64), "x")
+    w = b.create_input("float32", (64, 64), "w")
+    _, (lg,) = lower_program(b.build([getattr(b, epilogue)(b.matmul(x, w))]))
+    return Task.from_func(lg.func, lg.group.kind)
+
+
+def _trace(task: Task, fault: str = "") -> str:
+    """A valid hand-made schedule: split and vectorize the epilogue's inner loop; optionally tag a fault."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(task.module())
+    block = sch.get_sblock("relu")
+    _, j = sch.get_loops(block)
+    _, inner = sch.split(j, [None, 8])
+    sch.vectorize(inner)
+    if fault:
+        sch.annotate(block, FAULT, fault)
+    return json.dumps(sch.trace.as_json(), default=lambda o: o.value)
+
+
+def _fault(trace: str | None) -> str:
+    return next((f for f in ("build_crash", "crash", "hang", "perturb") if trace and f in trace), "")
+
+
+def _faulty_build(spec: KernelSpec, target: Target, path: str) -> str:
+    if _fault(spec.trace) == "build_crash":
+        os.abort()
+    if spec.workload == NO_DEFAULT and spec.trace is None:
+        raise RuntimeError("no default schedule for you")
+    return build_kernel(spec, target, path)
+
+
+def _faulty_run(request: RunRequest) -> RunOutput:
+    fault = _fault(request.trace)
+    if fault == "crash":
+        os.abort()
+    if fault == "hang":
+        time.sleep(30)
+    out = run_kernel(request)
+    if fault == "perturb":
+        return RunOutput(out.costs, tuple(o + 1 for o in out.outputs))
+    return out
+
+
+@pytest.fixture(scope="module")
+def task() -> Task:
+    return _task()
+
+
+@pytest.fixture(scope="module")
+def target() -> Target:
+    return parse_target("llvm")
+
+
+@pytest.fixture(scope="module")
+def runner():
+    """One runner for all local tests (worker start-up is the slow part); untagged candidates get the real
+    build and run functions."""
+    with LocalRunner(FAST, build_fn=_faulty_build, run_fn=_faulty_run) as r:
+        yield r
+
+
+def _assert_ok(result) -> None:
+    assert result.ok, result.error
+    assert len(result.costs) == FAST.repeat and 0 < result.mean < 1
+
+
+def test_arg_infos(task):
+    f32 = "float32"
+    assert arg_infos(task) == (ArgInfo((64, 64), f32, False), ArgInfo((64, 64), f32, False), ArgInfo((64, 64), f32, True))
+
+
+def test_default_handmade_and_garbage_traces(runner, task, target):
+    default, handmade, garbage, not_json = runner.measure(
+        [MeasureInput(task, None), MeasureInput(task, _trace(task)), MeasureInput(task, '[["nonsense"]]'), MeasureInput(task, "{")],
+        target,
+    )
+    _assert_ok(default)
+    _assert_ok(handmade)
+    for bad in (garbage, not_json):
+        assert bad.error.startswith("build: ") and bad.costs == () and bad.mean == float("inf")
+
+
+def test_different_func_under_same_workload_is_wrong(runner, task, target):
+    impostor = dataclasses.replace(task, func_json=_task("sigmoid").func_json)
+    # the first candidate of a workload sets its reference (unless an earlier test did)
+    inputs = [MeasureInput(task, None), MeasureInput(impostor, None), MeasureInput(task, _trace(task))]
+    first, wrong, ok = runner.measure(inputs, target)
+    assert wrong.error.startswith("wrong result: max abs err"), wrong.error
+    _assert_ok(first)
+    _assert_ok(ok)
+
+
+@pytest.mark.parametrize(
+    "fault, error",
+    [
+        ("crash", "run: worker crashed"),
+        ("hang", f"run: timeout after {FAST.run_timeout} s"),
+        ("perturb", "wrong result: max abs err 1 at"),
+        ("build_crash", "build: worker crashed"),
+    ],
+)
+def test_failed_candidate_does_not_stop_the_next(runner, task, target, fault, error):
+    bad, good = runner.measure([MeasureInput(task, _trace(task, fault)), MeasureInput(task, _trace(task))], target)
+    assert bad.error.startswith(error) and bad.costs == (), bad.error
+    _assert_ok(good)  # the pool restarted the dead or killed worker
+
+
+def test_failed_reference_fails_every_candidate(runner, task, target):
+    orphan = dataclasses.replace(task, workload=NO_DEFAULT)
+    results = runner.measure([MeasureInput(orphan, _trace(task)), MeasureInput(orphan, "[]")], target)
+    assert [r.error.split(":")[0] for r in results] == ["reference", "build"]
+    assert results[0].error.startswith("reference: the default schedule failed (build: RuntimeError: no default")
+
+
+def test_compare_outputs():
+    f = np.zeros((2, 3), "float32")
+    assert compare_outputs([f], [f + 1e-6], 1e-4, 1e-4) == ""
+    g = f.copy()
+    g[1, 2] = np.nan
+    assert compare_outputs([f], [g], 1e-4, 1e-4).startswith("max abs err nan at (1, 2) of output 0")
+    ints = np.arange(4)
+    assert compare_outputs([ints], [ints + (ints == 3)], 1e-4, 10).startswith("max abs err 1 at (3,)")
+    assert compare_outputs([f], [f.ravel()], 1e-4, 1e-4) == "output 0 has shape (6,), expected (2, 3)"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def rpc_device():
+    """A tracker and one server under the key 'cinn-test', on loopback."""
+    pytest.importorskip("tornado", reason="TVM's RPC tracker needs tornado")
+    from tvm.rpc.server import Server
+    from tvm.rpc.tracker import Tracker
+
+    port = _free_port()
+    tracker = Tracker(host="127.0.0.1", port=port, port_end=port + 100, silent=True)
+    port = _free_port()
+    tracker_addr = ("127.0.0.1", tracker.port)
+    server = Server(host="127.0.0.1", port=port, port_end=port + 100, tracker_addr=tracker_addr, key="cinn-test", silent=True)
+    yield tracker
+    server.terminate()
+    tracker.terminate()
+
+
+def test_rpc_runner_construction_errors(rpc_device):
+    with pytest.raises(ConnectionError, match="has no device 'nope'"):
+        RpcRunner(f"127.0.0.1:{rpc_device.port}", "nope", FAST, connect_timeout=0.5)
+    with pytest.raises(ConnectionError, match="cannot reach the RPC tracker"):
+        RpcRunner(f"127.0.0.1:{_free_port()}", "cinn-test", FAST)
+
+
+def test_rpc_runner_on_loopback(rpc_device, task, target):
+    with RpcRunner(f"127.0.0.1:{rpc_device.port}", "cinn-test", FAST) as r:
+        ok, bad = r.measure([MeasureInput(task, _trace(task)), MeasureInput(task, "[]x")], target)
+        _assert_ok(ok)
+        assert bad.error.startswith("build: ")
+        rpc_device.terminate()  # the last RPC test: the tracker goes away mid-tuning
+        (lost,) = r.measure([MeasureInput(task, None)], target)
+    assert lost.error.startswith("run: ConnectionError: cannot reach the RPC tracker"), lost.error
