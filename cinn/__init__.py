@@ -3,7 +3,7 @@ from cinn.api import compile  # noqa: A004
 from cinn.ir import Node, Program, TensorType, Value
 from cinn.runtime import Executable
 
-__all__ = ["Executable", "NetBuilder", "load_onnx", "Node", "Program", "TensorType", "Value", "compile"]
+__all__ = ["Executable", "NetBuilder", "load_onnx", "load_paddle", "Node", "Program", "TensorType", "Value", "compile"]
 
 
 def __getattr__(name: str):
@@ -16,4 +16,8 @@ def __getattr__(name: str):
         from frontend.onnx import load_onnx
 
         return load_onnx
+    if name == "load_paddle":  # importing protobuf and the converters costs time: only when a model is loaded
+        from frontend.paddle import load_paddle
+
+        return load_paddle
     raise AttributeError(f"module 'cinn' has no attribute {name!r}")

@@ -19,7 +19,7 @@ USER_ERRORS = (ValueError, TypeError, NotImplementedError, OSError)
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cinn-run", description="Compile a model with cinn, run it on random inputs, "
                                 "print output names, shapes and the median latency.")
-    p.add_argument("model", help="an ONNX model (.onnx)")
+    p.add_argument("model", help="an ONNX model (.onnx), or a Paddle inference model (a directory, .json or .pdmodel)")
     p.add_argument("--target", default="llvm", help="llvm (host CPU, default) or cuda")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="shape of an input with symbolic dims (repeatable)")
@@ -47,9 +47,11 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
 def load_model(path: str, input_shapes: Mapping[str, Sequence[int]]) -> Program:
     """A Program from a model file, chosen by its extension."""
     if path.endswith(PADDLE_SUFFIXES) or os.path.isdir(path):
-        raise _Unsupported(f"{path}: Paddle models are not supported yet (only ONNX .onnx files)")
+        from frontend.paddle import load_paddle
+
+        return load_paddle(path, input_shapes)
     if not path.endswith(".onnx"):
-        raise _Unsupported(f"{path}: unknown model format (expected a .onnx file)")
+        raise _Unsupported(f"{path}: unknown model format (expected .onnx, .json, .pdmodel or a Paddle model directory)")
     from frontend.onnx import load_onnx
 
     return load_onnx(path, input_shapes)

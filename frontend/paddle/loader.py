@@ -1,0 +1,127 @@
+"""cinn.load_paddle: each Paddle op becomes NetBuilder calls (as CINN's op mappers), giving a Program."""
+from __future__ import annotations
+
+import glob
+import os
+from typing import Mapping, Sequence
+
+from cinn.ir import Program, Value
+from frontend.onnx.builder import FoldingBuilder
+from frontend.paddle import ops_math, ops_nn, ops_shape  # noqa: F401  (register converters)
+from frontend.paddle.graph import PaddleImportError, PaddleModel, PaddleOp, Tensor
+from frontend.paddle.params import params_path, read_params
+from frontend.paddle.pdmodel import read_pdmodel
+from frontend.paddle.pir import read_pir
+from frontend.paddle.registry import CONVERTERS, Bound, OpContext, Unavailable
+
+MODEL_SUFFIXES = (".json", ".pdmodel")
+
+
+def load_paddle(path: "str | os.PathLike", input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program:
+    """Convert a Paddle inference model to a Program; its parameters (`.pdiparams` beside it) become constants.
+
+    `path` is a `.json` (PIR) or `.pdmodel` (legacy) file, or a directory holding one with its
+    `.pdiparams`; input_shapes gives the shape of inputs with dynamic (-1) dims, or overrides them.
+    """
+    model_path = resolve_model_path(os.fspath(path))
+    model = read_pir(model_path) if model_path.endswith(".json") else read_pdmodel(model_path)
+    _check_supported(model)
+    b = FoldingBuilder(os.path.splitext(os.path.basename(model_path))[0])
+    env = _bind_inputs(b, model, dict(input_shapes or {}))
+    if model.params:
+        arrays = read_params(params_path(model_path), model.params)
+        env |= {p.key: b.create_constant(arrays[p.key], p.name, p.dtype) for p in model.params}
+    for op in model.ops:
+        _convert(b, model, op, env)
+    outputs = [_fetched(model, env, key) for key in model.outputs]
+    return b.build(_distinct(b, outputs))
+
+
+def resolve_model_path(path: str) -> str:
+    """The model file named by a path: the file itself, or the one model file in a directory."""
+    if os.path.isdir(path):
+        found = sorted(f for f in glob.glob(os.path.join(glob.escape(path), "*"))
+                       if f.endswith(".pdmodel") or f.endswith(".json") and os.path.isfile(params_path(f)))
+        if len(found) != 1:
+            what = "no" if not found else f"{len(found)} ({', '.join(map(os.path.basename, found))})"
+            raise PaddleImportError(f"{path}: {what} Paddle model files (.json with .pdiparams, or .pdmodel); "
+                                    "pass the model file")
+        return found[0]
+    if not path.endswith(MODEL_SUFFIXES):
+        raise PaddleImportError(f"{path}: not a Paddle model (expected a directory, .json or .pdmodel)")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such Paddle model file")
+    return path
+
+
+def _check_supported(model: PaddleModel) -> None:
+    """One error listing every unsupported op type with the ops that use it, before converting anything."""
+    unsupported: dict[str, list[str]] = {}
+    for op in model.ops:
+        if op.type not in CONVERTERS:
+            unsupported.setdefault(op.type, []).append(op.name)
+    if unsupported:
+        detail = "; ".join(f"{t} (outputs {', '.join(repr(n) for n in names)})" for t, names in sorted(unsupported.items()))
+        raise NotImplementedError(f"{model.path}: unsupported Paddle op{'s' if len(unsupported) > 1 else ''}: {detail}")
+
+
+def _bind_inputs(b: FoldingBuilder, model: PaddleModel, shapes: dict[str, Sequence[int]]) -> dict[str, Bound]:
+    unknown = sorted(set(shapes) - {t.name for t in model.inputs})
+    if unknown:
+        raise PaddleImportError(f"input_shapes names {unknown}, which are not model inputs; "
+                                f"inputs: {[t.name for t in model.inputs]}")
+    return {t.key: b.create_input(t.dtype, _input_shape(t, shapes.get(t.name)), t.name) for t in model.inputs}
+
+
+def _input_shape(t: Tensor, given: Sequence[int] | None) -> tuple[int, ...]:
+    """An input's static shape: from input_shapes when given, else the model's dims (all must be known)."""
+    if given is not None:
+        given = tuple(int(d) for d in given)
+        if len(given) != len(t.shape) or any(d not in (g, -1) for d, g in zip(t.shape, given)):
+            raise PaddleImportError(f"input_shapes[{t.name!r}] = {given} does not fit the model's shape {list(t.shape)}")
+        return given
+    if -1 in t.shape or any(d < 0 for d in t.shape):
+        raise PaddleImportError(f"input {t.name!r} has dynamic shape {list(t.shape)}; "
+                                f"pass input_shapes={{{t.name!r}: (...)}}")
+    return t.shape
+
+
+def _convert(b: FoldingBuilder, model: PaddleModel, op: PaddleOp, env: dict[str, Bound]) -> None:
+    """Convert one op, binding its outputs; errors name the op."""
+    where = f"Paddle op {op.type} {op.name!r}"
+    spec = CONVERTERS[op.type]
+    try:
+        results = list(spec.fn(OpContext(b, op, model.pir, env)))
+    except (ValueError, TypeError, NotImplementedError) as e:
+        raise type(e)(f"{where}: {e}") from None
+    for k, (slot, name) in enumerate(_output_names(model, op, spec.outputs)):
+        value = results[k] if k < len(results) else Unavailable(op, slot)
+        if not isinstance(value, Unavailable) or name not in env:  # legacy MeanOut rewrites the mean parameter
+            env[name] = value
+
+
+def _output_names(model: PaddleModel, op: PaddleOp, slots: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(slot, name) of each output in binding order: PIR results by position; legacy: the converter's slots first."""
+    if model.pir:
+        return [(f"result {k}", name) for k, o in enumerate(op.outputs) for name in o.names]
+    ordered = sorted(op.outputs, key=lambda o: slots.index(o.slot) if o.slot in slots else len(slots))
+    return [(o.slot, name) for o in ordered for name in o.names]
+
+
+def _fetched(model: PaddleModel, env: dict[str, Bound], key: str) -> Value:
+    value = env.get(key)
+    if not isinstance(value, Value):
+        raise PaddleImportError(f"{model.path}: fetched value {key!r} is not a tensor produced by the program")
+    return value
+
+
+def _distinct(b: FoldingBuilder, outputs: list[Value]) -> list[Value]:
+    """Each output its own buffer: inputs and repeated outputs are copied."""
+    seen: set[str] = set()
+    result = []
+    for v in outputs:
+        if v.name in seen or b.is_input(v):
+            v = b.identity(v)
+        seen.add(v.name)
+        result.append(v)
+    return result

@@ -1,0 +1,97 @@
+"""Converters of Paddle neural-network ops: matmul, mul, conv2d, pool2d, batch_norm, layer_norm."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from cinn.ir import Value
+from frontend.paddle.graph import PaddleImportError
+from frontend.paddle.registry import OpContext, converter
+
+
+def _attr_of(ctx: OpContext, names: Sequence[str], default):
+    """The first present attribute among spellings of one setting (matmul_v2, PIR matmul, legacy matmul)."""
+    return next((ctx.attr(n) for n in names if n in ctx.op.attrs), default)
+
+
+@converter("matmul_v2", "matmul")
+def matmul(ctx: OpContext):
+    trans_x = bool(_attr_of(ctx, ("trans_x", "transpose_x", "transpose_X"), False))
+    trans_y = bool(_attr_of(ctx, ("trans_y", "transpose_y", "transpose_Y"), False))
+    return [ctx.b.matmul(ctx.input("X", 0), ctx.input("Y", 1), trans_x, trans_y, float(ctx.attr("alpha", 1.0)))]
+
+
+@converter("mul")
+def mul(ctx: OpContext):
+    """Legacy mul: x flattened to 2-D at x_num_col_dims, y at y_num_col_dims, then a matmul."""
+    x, y = ctx.input("X", 0), ctx.input("Y", 1)
+    xn, yn = ctx.attr("x_num_col_dims", 1), ctx.attr("y_num_col_dims", 1)
+    x2 = ctx.b.reshape(x, [math.prod(x.shape[:xn]), math.prod(x.shape[xn:])]) if len(x.shape) != 2 else x
+    y2 = ctx.b.reshape(y, [math.prod(y.shape[:yn]), math.prod(y.shape[yn:])]) if len(y.shape) != 2 else y
+    out = ctx.b.matmul(x2, y2)
+    shape = list(x.shape[:xn]) + list(y.shape[yn:])
+    return [ctx.b.reshape(out, shape) if tuple(shape) != out.shape else out]
+
+
+def _paddings(ctx: OpContext) -> list[int]:
+    """Paddle's paddings, (h, w) or (top, bottom, left, right), in the table's (h, w) or (top, left, bottom, right)."""
+    pads = [int(p) for p in ctx.attr("paddings", [0, 0])]
+    if len(pads) == 4:
+        top, bottom, left, right = pads
+        return [top, left, bottom, right]
+    if len(pads) != 2:
+        raise PaddleImportError(f"paddings {pads} must have 2 or 4 values")
+    return pads
+
+
+def _data_format(ctx: OpContext, attr: str) -> str:
+    fmt = ctx.attr(attr, "NCHW")
+    return "NCHW" if fmt == "AnyLayout" else fmt
+
+
+@converter("conv2d", "depthwise_conv2d", outputs=("Output",))
+def conv2d(ctx: OpContext):
+    return [ctx.b.conv2d(ctx.input("Input", 0), ctx.input("Filter", 1), strides=ctx.attr("strides", [1, 1]),
+                         paddings=_paddings(ctx), dilations=ctx.attr("dilations", [1, 1]),
+                         groups=ctx.attr("groups", 1), data_format=_data_format(ctx, "data_format"),
+                         padding_algorithm=ctx.attr("padding_algorithm", "EXPLICIT"))]
+
+
+@converter("pool2d")
+def pool2d(ctx: OpContext):
+    ksize = ctx.int_array("ksize", 1, "the kernel size")  # the output size when adaptive
+    return [ctx.b.pool2d(ctx.input("X", 0), ctx.attr("pooling_type"), list(ksize), strides=ctx.attr("strides", [1, 1]),
+                         paddings=_paddings(ctx), ceil_mode=bool(ctx.attr("ceil_mode", False)),
+                         exclusive=bool(ctx.attr("exclusive", True)),
+                         global_pooling=bool(ctx.attr("global_pooling", False)),
+                         data_format=_data_format(ctx, "data_format"), adaptive=bool(ctx.attr("adaptive", False)),
+                         padding_algorithm=ctx.attr("padding_algorithm", "EXPLICIT"))]
+
+
+def _optional_vector(ctx: OpContext, slot: str, pos: int, size: int, fill: float, like: Value) -> Value:
+    """An optional per-channel/per-feature vector input, or `fill` where the layer has none (affine off)."""
+    v = ctx.optional_input(slot, pos)
+    return v if v is not None else ctx.b.fill_constant([size], fill, like.dtype)
+
+
+@converter("batch_norm", "batch_norm_", outputs=("Y",))
+def batch_norm(ctx: OpContext):
+    if not (ctx.attr("is_test", False) or ctx.attr("use_global_stats", False)):
+        raise PaddleImportError("training-mode batch_norm (is_test=False) is not supported; save the model in eval mode")
+    layout = _data_format(ctx, "data_format" if ctx.pir else "data_layout")
+    x = ctx.input("X", 0)
+    channels = x.shape[1 if layout == "NCHW" else -1]
+    scale = _optional_vector(ctx, "Scale", 3, channels, 1.0, x)
+    bias = _optional_vector(ctx, "Bias", 4, channels, 0.0, x)
+    return [ctx.b.batchnorm(x, scale, bias, ctx.input("Mean", 1), ctx.input("Variance", 2),
+                            epsilon=float(ctx.attr("epsilon", 1e-5)), data_layout=layout)]
+
+
+@converter("layer_norm", outputs=("Y",))
+def layer_norm(ctx: OpContext):
+    x = ctx.input("X", 0)
+    axis = ctx.attr("begin_norm_axis", 1)
+    size = math.prod(x.shape[axis:])
+    scale = _optional_vector(ctx, "Scale", 1, size, 1.0, x)
+    bias = _optional_vector(ctx, "Bias", 2, size, 0.0, x)
+    return [ctx.b.layer_norm(x, scale, bias, begin_norm_axis=axis, epsilon=float(ctx.attr("epsilon", 1e-5)))]

@@ -1,0 +1,236 @@
+"""Paddle importer tests: models saved by real paddlepaddle (tests/fixtures/paddle, made by
+tools/make_paddle_fixtures.py) compared with Paddle's outputs, in both formats; error cases; cinn-run.
+paddle itself is not needed."""
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cinn
+from cinn import cli
+from frontend.paddle import PaddleImportError
+from frontend.paddle.schema import AttrType, VarKind, program_desc
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "paddle"
+MODELS = ("mlp", "cnn", "encoder", "ops")
+FORMATS = {"pir": "inference.json", "legacy": "inference.pdmodel"}
+FLOAT32_CODE = 5  # Paddle's data type code of float32
+
+
+def fixture_data(model: str) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    """The saved inputs (by name) and Paddle's outputs (in fetch order) of a fixture model."""
+    data = np.load(FIXTURES / model / "data.npz")
+    feeds = {k.removeprefix("in_"): data[k] for k in data.files if k.startswith("in_")}
+    outputs = [data[f"out_{k}"] for k in range(sum(k.startswith("out_") for k in data.files))]
+    return feeds, outputs
+
+
+def shapes_of(feeds: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    return {k: v.shape for k, v in feeds.items()}
+
+
+def copy_model(model: str, fmt: str, tmp_path: pathlib.Path) -> pathlib.Path:
+    """A writable copy of a fixture model folder; returns the model file's path."""
+    folder = tmp_path / f"{model}_{fmt}"
+    shutil.copytree(FIXTURES / model / fmt, folder)
+    return folder / FORMATS[fmt]
+
+
+# -- models saved by Paddle ----------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("model", MODELS)
+def test_matches_paddle(model, fmt, tmp_cache):
+    """MLP (matmul, add, gelu, relu, log_softmax), CNN (conv, batch norm, residual, depthwise conv, max and
+    adaptive pooling, hardswish, flatten), transformer encoder with a dynamic batch (layer_norm, softmax,
+    dropout, reshape/transpose, shape64/slice/stack folding), and shape ops (split, stack, concat, squeeze,
+    strided slice, scale, cast, maximum, ...)."""
+    feeds, want = fixture_data(model)
+    program = cinn.load_paddle(FIXTURES / model / fmt, input_shapes=shapes_of(feeds))
+    got = cinn.compile(program, cache_dir=tmp_cache).run(feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_model_file_or_directory(fmt):
+    """A model file and its directory give the same program; parameters become named constants."""
+    by_dir = cinn.load_paddle(FIXTURES / "mlp" / fmt)
+    by_file = cinn.load_paddle(str(FIXTURES / "mlp" / fmt / FORMATS[fmt]))
+    assert [n.op for n in by_dir.nodes] == [n.op for n in by_file.nodes]
+    assert [v.name for v in by_dir.inputs] == ["x"]
+    assert "linear_0.w_0" in by_dir.constants and by_dir.constants["linear_0.w_0"].shape == (16, 32)
+
+
+def test_dynamic_dims_need_input_shapes():
+    with pytest.raises(PaddleImportError, match=r"input 'x' has dynamic shape \[-1, 8, 16\]; pass input_shapes"):
+        cinn.load_paddle(FIXTURES / "encoder" / "pir")
+    with pytest.raises(PaddleImportError, match="not model inputs"):
+        cinn.load_paddle(FIXTURES / "encoder" / "pir", input_shapes={"nope": (1,)})
+    with pytest.raises(PaddleImportError, match=r"does not fit the model's shape \[-1, 8, 16\]"):
+        cinn.load_paddle(FIXTURES / "encoder" / "pir", input_shapes={"x": (2, 9, 16)})
+
+
+# -- legacy programs built here: semantics the fixtures do not reach ------------------------------
+def legacy_program(path: pathlib.Path, inputs: dict[str, tuple[int, ...]], ops: list[tuple], fetch: list[str]) -> None:
+    """Write a parameter-free .pdmodel: ops are (type, {slot: [vars]}, {slot: [vars]}, {attr: int or ints})."""
+    desc = program_desc()()
+    block = desc.blocks.add()
+    names = list(inputs) + [n for _, _, outs, _ in ops for vs in outs.values() for n in vs]
+    for name in names:
+        var = block.vars.add(name=name)
+        var.type.type = VarKind.DENSE_TENSOR
+        var.type.dense_tensor.tensor.data_type = FLOAT32_CODE
+        var.type.dense_tensor.tensor.dims.extend(inputs.get(name, ()))
+    for col, name in enumerate(inputs):
+        _add_op(block, "feed", {"X": ["feed"]}, {"Out": [name]}, {"col": col})
+    for op in ops:
+        _add_op(block, *op)
+    for col, name in enumerate(fetch):
+        _add_op(block, "fetch", {"X": [name]}, {"Out": ["fetch"]}, {"col": col})
+    path.write_bytes(desc.SerializeToString())
+
+
+def _add_op(block, op_type: str, inputs: dict, outputs: dict, attrs: dict) -> None:
+    op = block.ops.add(type=op_type)
+    for slots, target in ((inputs, op.inputs), (outputs, op.outputs)):
+        for slot, args in slots.items():
+            target.add(parameter=slot, arguments=args)
+    for name, value in attrs.items():
+        if isinstance(value, list):
+            op.attrs.add(name=name, type=AttrType.INTS, ints=value)
+        else:
+            op.attrs.add(name=name, type=AttrType.INT, i=value)
+
+
+def run_program(program, feeds, cache):
+    return cinn.compile(program, cache_dir=cache).run(feeds)
+
+
+def test_legacy_elementwise_axis_and_mul(tmp_path, tmp_cache):
+    """elementwise_* `axis` aligns a lower-rank Y at dim `axis` of X; mul flattens at x/y_num_col_dims."""
+    path = tmp_path / "legacy.pdmodel"
+    ops = [
+        ("elementwise_add", {"X": ["x"], "Y": ["c"]}, {"Out": ["a"]}, {"axis": 1}),
+        ("elementwise_mul", {"X": ["a"], "Y": ["hw"]}, {"Out": ["m"]}, {"axis": 2}),
+        ("mul", {"X": ["m"], "Y": ["w"]}, {"Out": ["y"]}, {"x_num_col_dims": 2, "y_num_col_dims": 1}),
+    ]
+    legacy_program(path, {"x": (2, 3, 4, 5), "c": (3,), "hw": (4, 5), "w": (20, 6)}, ops, ["y", "a"])
+    rng = np.random.default_rng(0)
+    feeds = {k: rng.uniform(-1, 1, s).astype("float32") for k, s in
+             (("x", (2, 3, 4, 5)), ("c", (3,)), ("hw", (4, 5)), ("w", (20, 6)))}
+    got_y, got_a = run_program(cinn.load_paddle(path), feeds, tmp_cache)
+    a = feeds["x"] + feeds["c"][:, None, None]
+    np.testing.assert_allclose(got_a, a, rtol=1e-5)
+    want_y = ((a * feeds["hw"]).reshape(6, 20) @ feeds["w"]).reshape(2, 3, 6)
+    np.testing.assert_allclose(got_y, want_y, rtol=1e-4, atol=1e-5)
+
+
+def test_reading_an_unsupported_output_names_the_op(tmp_path):
+    path = tmp_path / "xshape.pdmodel"
+    ops = [("reshape2", {"X": ["x"]}, {"Out": ["r"], "XShape": ["xs"]}, {"shape": [6]}),
+           ("relu", {"X": ["xs"]}, {"Out": ["y"]}, {})]
+    legacy_program(path, {"x": (2, 3)}, ops, ["y"])
+    with pytest.raises(PaddleImportError, match=r"relu 'y': reads 'xs', output XShape of reshape2 'r'"):
+        cinn.load_paddle(path)
+
+
+# -- errors ---------------------------------------------------------------------------------------
+def test_unsupported_ops_listed_in_one_error_pir(tmp_path):
+    path = copy_model("mlp", "pir", tmp_path)
+    doc = json.loads(path.read_text())
+    ops = doc["program"]["regions"][0]["blocks"][0]["ops"]
+    renames = {"1.relu": "1.foo_op", "1.gelu": "1.bar_op", "1.log_softmax": "1.foo_op"}
+    for op in ops:
+        op["#"] = renames.get(op["#"], op["#"])
+    path.write_text(json.dumps(doc))
+    with pytest.raises(NotImplementedError) as err:
+        cinn.load_paddle(path)
+    message = str(err.value)
+    assert "unsupported Paddle ops: bar_op (outputs '%" in message
+    assert message.count("'%") == 3 and "foo_op (outputs '%" in message and str(path) in message
+
+
+def test_unsupported_ops_listed_in_one_error_legacy(tmp_path):
+    path = copy_model("cnn", "legacy", tmp_path)
+    desc = program_desc()()
+    desc.ParseFromString(path.read_bytes())
+    for op in desc.blocks[0].ops:
+        if op.type in ("hard_swish", "depthwise_conv2d"):
+            op.type = "my_" + op.type
+    path.write_bytes(desc.SerializeToString())
+    with pytest.raises(NotImplementedError, match=r"unsupported Paddle ops: my_depthwise_conv2d \(outputs '[^']+'\); "
+                                                  r"my_hard_swish \(outputs '[^']+'\)"):
+        cinn.load_paddle(path)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_truncated_model_file_names_the_file(fmt, tmp_path):
+    path = copy_model("cnn", fmt, tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(PaddleImportError, match=rf"{path}: not a valid Paddle"):
+        cinn.load_paddle(path)
+
+
+def test_json_that_is_not_pir_names_the_file(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"hidden_size": 16}')
+    with pytest.raises(PaddleImportError, match=rf"{path}: not a valid Paddle PIR .json file"):
+        cinn.load_paddle(path)
+
+
+@pytest.mark.parametrize("cut", [10, 100, -3])
+def test_truncated_params_file_names_the_file(cut, tmp_path):
+    path = copy_model("mlp", "legacy", tmp_path)
+    params = path.with_suffix(".pdiparams")
+    params.write_bytes(params.read_bytes()[:cut])
+    with pytest.raises(PaddleImportError, match=rf"{params}: truncated or malformed parameter file"):
+        cinn.load_paddle(path)
+
+
+def test_params_of_another_model_are_refused(tmp_path):
+    path = copy_model("mlp", "pir", tmp_path)
+    shutil.copy(FIXTURES / "cnn" / "pir" / "inference.pdiparams", path.with_suffix(".pdiparams"))
+    with pytest.raises(PaddleImportError, match="does not belong to this model"):
+        cinn.load_paddle(path)
+
+
+def test_missing_files(tmp_path):
+    path = copy_model("mlp", "legacy", tmp_path)
+    path.with_suffix(".pdiparams").unlink()
+    with pytest.raises(FileNotFoundError, match=r"inference.pdiparams: no such Paddle parameter file"):
+        cinn.load_paddle(path)
+    with pytest.raises(FileNotFoundError, match="missing.pdmodel: no such Paddle model file"):
+        cinn.load_paddle(tmp_path / "missing.pdmodel")
+    with pytest.raises(PaddleImportError, match="no Paddle model files"):
+        cinn.load_paddle(tmp_path)
+
+
+def test_importing_cinn_does_not_import_protobuf_or_the_importer():
+    code = ("import sys, cinn; assert 'google.protobuf' not in sys.modules and 'frontend.paddle' not in sys.modules; "
+            "cinn.load_paddle; assert 'frontend.paddle' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- cinn-run -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_cinn_run_on_a_paddle_model(fmt, tmp_cache, monkeypatch, capsys):
+    monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_cache))
+    args = [str(FIXTURES / "encoder" / fmt), "--input-shape", "x=2,8,16", "--repeat", "2"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "shape (2, 4) float32" in out and "median latency" in out
+
+
+def test_cinn_run_paddle_errors(capsys):
+    assert cli.main([str(FIXTURES / "encoder" / "pir")]) == 1
+    err = capsys.readouterr().err
+    assert "dynamic shape" in err and "Traceback" not in err and err.count("\n") == 1

@@ -1,0 +1,242 @@
+"""Build the Paddle importer's test fixtures with real paddlepaddle (run with a venv that has it).
+
+Each model is saved in both inference formats, PIR (`inference.json`) and legacy
+(`inference.pdmodel`), next to its `.pdiparams`, plus one `data.npz` holding the inputs
+(`in_<name>`) and Paddle's outputs (`out_<k>`):
+
+    tests/fixtures/paddle/<model>/{pir,legacy}/inference.*   tests/fixtures/paddle/<model>/data.npz
+
+The format is chosen by FLAGS_enable_pir_api, which paddle reads at import time, so each format is
+saved by a child process (`--format`); the parent checks both formats reproduce the eager outputs.
+
+    /work/paddle_venv/bin/python tools/make_paddle_fixtures.py [--out tests/fixtures/paddle]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+FORMATS = {"pir": "1", "legacy": "0"}  # format -> FLAGS_enable_pir_api
+DEFAULT_OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "paddle"
+PREFIX = "inference"
+
+
+@dataclass(frozen=True)
+class InputDef:
+    """One model input: its name, the InputSpec shape (-1 = dynamic) and the shape of the saved sample."""
+
+    name: str
+    spec: tuple[int, ...]
+    sample: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ModelDef:
+    """A fixture model: a factory of its paddle Layer and its inputs."""
+
+    name: str
+    make: Callable[[], object]
+    inputs: tuple[InputDef, ...]
+
+
+def _models(paddle) -> list[ModelDef]:
+    """The fixture models (defined here because paddle is imported only in the child processes)."""
+    nn, F = paddle.nn, paddle.nn.functional
+
+    class MLP(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2, self.fc3 = nn.Linear(16, 32), nn.Linear(32, 32), nn.Linear(32, 8)
+
+        def forward(self, x):
+            h = F.gelu(self.fc1(x))
+            h = F.relu(self.fc2(h))
+            return F.log_softmax(self.fc3(h), axis=-1)
+
+    class CNN(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2D(3, 8, 3, padding=1), nn.BatchNorm2D(8)
+            self.conv2, self.bn2 = nn.Conv2D(8, 8, 3, padding=1, bias_attr=False), nn.BatchNorm2D(8)
+            self.pool = nn.MaxPool2D(2, 2)
+            self.dw = nn.Conv2D(8, 8, 3, padding=1, groups=8)
+            self.gap = nn.AdaptiveAvgPool2D(2)
+            self.fc = nn.Linear(32, 10)
+
+        def forward(self, x):
+            h = F.relu(self.bn1(self.conv1(x)))
+            h = F.relu(h + self.bn2(self.conv2(h)))
+            h = F.hardswish(self.dw(self.pool(h)))
+            return self.fc(paddle.flatten(self.gap(h), 1))
+
+    class Encoder(nn.Layer):
+        """A transformer encoder layer and a head whose reshape reads the dynamic batch size."""
+
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.1, activation="gelu")
+            self.head = nn.Linear(8 * 16, 4)
+
+        def forward(self, x):
+            h = self.layer(x)
+            return F.sigmoid(self.head(paddle.reshape(h, [x.shape[0], -1])))
+
+    class Ops(nn.Layer):
+        """Shape and elementwise ops the other models do not use; two outputs."""
+
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(12, 12)
+
+        def forward(self, x):
+            a, b, c = paddle.split(x, [4, 4, 4], axis=-1)
+            s = paddle.stack([a, b * c], axis=1)
+            t = paddle.transpose(s, [0, 2, 1, 3])
+            u = paddle.unsqueeze(paddle.concat([a - c, b / (c * c + 1.0)], axis=-1), 1)
+            v = paddle.squeeze(u, 1)[:, 1:3, ::2]
+            w = paddle.scale(v, 2.0, 0.5) + paddle.full([1], 0.25, "float32")
+            y = paddle.nn.functional.softmax(self.fc(x), axis=1)
+            y = paddle.concat(paddle.split(y, 2, axis=-1)[::-1], axis=-1)  # halves swapped
+            z = paddle.assign(paddle.cast(paddle.cast(w * 3.0, "int32"), "float32"))
+            return paddle.reshape(paddle.maximum(t, t * 0.5), [0, 0, 8]) + paddle.tanh(y[:, :, :8]), z
+
+    return [
+        ModelDef("mlp", MLP, (InputDef("x", (4, 16), (4, 16)),)),
+        ModelDef("cnn", CNN, (InputDef("x", (2, 3, 8, 8), (2, 3, 8, 8)),)),
+        ModelDef("encoder", Encoder, (InputDef("x", (-1, 8, 16), (2, 8, 16)),)),
+        ModelDef("ops", Ops, (InputDef("x", (-1, 5, 12), (3, 5, 12)),)),
+    ]
+
+
+def _initialize(paddle, layer, rng: np.random.Generator) -> None:
+    """Deterministic weights (the same in both child processes), batch-norm statistics included."""
+    for p in layer.parameters():
+        p.set_value(rng.uniform(-0.5, 0.5, p.shape).astype("float32"))
+    for sub in layer.sublayers():
+        if isinstance(sub, paddle.nn.BatchNorm2D):
+            sub._mean.set_value(rng.uniform(-0.2, 0.2, sub._mean.shape).astype("float32"))
+            sub._variance.set_value(rng.uniform(0.5, 1.5, sub._variance.shape).astype("float32"))
+
+
+def _save_one(paddle, model: ModelDef, work: pathlib.Path) -> None:
+    """Save one model in the current process's format, with its inputs and eager and reloaded outputs."""
+    rng = np.random.default_rng(sum(map(ord, model.name)))
+    layer = model.make()
+    _initialize(paddle, layer, rng)
+    layer.eval()
+    feeds = {i.name: rng.uniform(-1, 1, i.sample).astype("float32") for i in model.inputs}
+    eager = _as_list(layer(*[paddle.to_tensor(a) for a in feeds.values()]))
+    specs = [paddle.static.InputSpec(list(i.spec), "float32", i.name) for i in model.inputs]
+    prefix = work / model.name / PREFIX
+    paddle.jit.save(layer, str(prefix), input_spec=specs)
+    reloaded = _as_list(paddle.jit.load(str(prefix))(*[paddle.to_tensor(a) for a in feeds.values()]))
+    arrays = {f"in_{k}": v for k, v in feeds.items()}
+    arrays |= {f"out_{k}": t.numpy() for k, t in enumerate(eager)}
+    arrays |= {f"reloaded_{k}": t.numpy() for k, t in enumerate(reloaded)}
+    np.savez(work / model.name / "data.npz", **arrays)
+
+
+def _as_list(out) -> list:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _legacy_op(paddle, op_type: str, inputs: dict, attrs: dict):
+    """Append a legacy op with one output `Out` to the static program being traced."""
+    helper = paddle.base.layer_helper.LayerHelper(op_type)
+    out = helper.create_variable_for_type_inference(next(iter(inputs.values())).dtype)
+    helper.append_op(type=op_type, inputs=inputs, outputs={"Out": out}, attrs=attrs)
+    return out
+
+
+def _patch_legacy_apis(paddle) -> None:
+    """paddle 3.3 traces these APIs only to PIR; in legacy static mode append the ops Paddle 2 wrote."""
+    F = paddle.nn.functional
+    legacy = {
+        (F, "gelu"): lambda x, approximate=False, name=None: _legacy_op(
+            paddle, "gelu", {"X": x}, {"approximate": approximate}),
+        **{(module, "matmul"): lambda x, y, transpose_x=False, transpose_y=False, name=None: _legacy_op(
+            paddle, "matmul_v2", {"X": x, "Y": y}, {"trans_x": transpose_x, "trans_y": transpose_y})
+           for module in (paddle, importlib.import_module("paddle.tensor"))},
+        (F, "sigmoid"): lambda x, name=None: _legacy_op(paddle, "sigmoid", {"X": x}, {}),
+        (paddle, "tanh"): lambda x, name=None: _legacy_op(paddle, "tanh", {"X": x}, {}),
+        (paddle, "maximum"): lambda x, y, name=None: _legacy_op(
+            paddle, "elementwise_max", {"X": x, "Y": y}, {"axis": -1}),
+    }
+    for (module, name), static in legacy.items():
+        setattr(module, name, _dispatch(paddle, getattr(module, name), static))
+
+
+def _dispatch(paddle, eager, static):
+    return lambda *args, **kwargs: (eager if paddle.in_dynamic_mode() else static)(*args, **kwargs)
+
+
+def _child(fmt: str, work: pathlib.Path) -> None:
+    """Save every model in one format (FLAGS_enable_pir_api is already set by the parent)."""
+    import paddle
+
+    paddle.set_device("cpu")
+    if fmt == "legacy":
+        _patch_legacy_apis(paddle)
+    for model in _models(paddle):
+        _save_one(paddle, model, work)
+    print(f"saved {fmt} models under {work}")
+
+
+def _check_and_collect(model: str, works: dict[str, pathlib.Path], out: pathlib.Path) -> None:
+    """Both formats must reproduce the eager outputs; copy the model files and one data.npz."""
+    data = {fmt: dict(np.load(w / model / "data.npz")) for fmt, w in works.items()}
+    first = data["pir"]
+    for fmt, arrays in data.items():
+        for key in (k for k in arrays if k.startswith("reloaded_")):
+            np.testing.assert_allclose(arrays[key], first[key.replace("reloaded_", "out_")], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{model} ({fmt}): the saved model differs from the eager layer")
+        for key in (k for k in arrays if not k.startswith("reloaded_")):
+            np.testing.assert_array_equal(arrays[key], first[key], err_msg=f"{model}: {fmt} and pir differ")
+    target = out / model
+    shutil.rmtree(target, ignore_errors=True)
+    for fmt, w in works.items():
+        (target / fmt).mkdir(parents=True)
+        for f in (w / model).glob(f"{PREFIX}.*"):
+            if f.suffix != ".info":  # the pickled name map is not needed by the importer
+                shutil.copy(f, target / fmt / f.name)
+    np.savez_compressed(target / "data.npz", **{k: v for k, v in first.items() if not k.startswith("reloaded_")})
+
+
+def _parent(out: pathlib.Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        works = {}
+        for fmt, flag in FORMATS.items():
+            works[fmt] = pathlib.Path(tmp) / fmt
+            env = dict(os.environ, FLAGS_enable_pir_api=flag)
+            subprocess.run([sys.executable, __file__, "--format", fmt, "--work", str(works[fmt])], env=env, check=True)
+        models = sorted(p.name for p in works["pir"].iterdir())
+        for model in models:
+            _check_and_collect(model, works, out)
+    total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"wrote {len(models)} models to {out} ({total / 1024:.1f} KiB)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT, help="fixture folder")
+    p.add_argument("--format", choices=sorted(FORMATS), help=argparse.SUPPRESS)  # child process
+    p.add_argument("--work", type=pathlib.Path, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.format:
+        _child(args.format, args.work)
+    else:
+        _parent(args.out)
+
+
+if __name__ == "__main__":
+    main()
