@@ -180,25 +180,34 @@ def _progress(msg: str) -> None:
     print(f"[cinn-bench] {msg}", file=sys.stderr, flush=True)
 
 
-def _worker_command(engine: Engine, model: str, config: BenchConfig, outputs_path: str) -> list[str]:
-    cmd = [sys.executable, "-m", "benchmarks.harness", "--worker", engine.value, model]
-    cmd += ["--target", config.target, "--repeat", str(config.repeat), "--warmup", str(config.warmup), "--outputs", outputs_path]
+def _worker_args(engine: Engine, model: str, config: BenchConfig, outputs_path: str) -> list[str]:
+    args = ["--worker", engine.value, model]
+    args += ["--target", config.target, "--repeat", str(config.repeat), "--warmup", str(config.warmup), "--outputs", outputs_path]
     if config.tuning_log:
-        cmd += ["--log", config.tuning_log]
+        args += ["--log", config.tuning_log]
     if config.small:
-        cmd.append("--small")
-    return cmd
+        args.append("--small")
+    return args
+
+
+def spawn_module(module: str, args: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> str:
+    """Run `python -m module args` in a fresh interpreter; its stderr passes through, its last stdout line is returned.
+
+    `env` adds variables to the environment (e.g. thread counts that must be set before a runtime starts).
+    """
+    root = str(pathlib.Path(__file__).resolve().parent.parent)
+    full_env = dict(os.environ, **(env or {}))
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-m", module, *args], stdout=subprocess.PIPE, text=True, timeout=timeout, env=full_env)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"worker {module} exited with status {proc.returncode}")
+    return lines[-1]
 
 
 def _spawn(engine: Engine, model: str, config: BenchConfig, outputs_path: str) -> EngineResult:
-    """Run one worker process; its stderr passes through, its last stdout line is the result."""
-    root = str(pathlib.Path(__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run(_worker_command(engine, model, config, outputs_path), stdout=subprocess.PIPE, text=True, timeout=config.timeout, env=env)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"worker exited with status {proc.returncode}")
-    return EngineResult.from_json(lines[-1])
+    """Run one engine's worker process and parse its result."""
+    return EngineResult.from_json(spawn_module("benchmarks.harness", _worker_args(engine, model, config, outputs_path), config.timeout))
 
 
 def compare(engine: Engine, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> Check:

@@ -1,27 +1,77 @@
-"""Benchmark reports: a text table, a CSV file and a bar chart."""
+"""Benchmark reports: a text table, a CSV file and a bar chart (generic helpers and the cinn-bench columns)."""
 from __future__ import annotations
 
 import csv
 import os
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Generic, Mapping, Sequence, TypeVar
 
 from benchmarks.harness import Engine, ModelResult
 
+R = TypeVar("R")
+
 
 @dataclass(frozen=True)
-class Column:
-    """One report column: header, how to get its value from a model's results, and its text format."""
+class Column(Generic[R]):
+    """One report column: header, how to get its value from a row, and its text format."""
 
     header: str
-    value: Callable[[ModelResult], "float | str | None"]
+    value: Callable[[R], "float | str | None"]
     fmt: str = "{:.3f}"
 
-    def text(self, r: ModelResult) -> str:
+    def text(self, r: R) -> str:
         v = self.value(r)
         if v is None:
             return "-"
         return v if isinstance(v, str) else self.fmt.format(v)
+
+
+def render_table(cols: Sequence[Column[R]], rows: Sequence[R]) -> str:
+    """An aligned text table: the first column left-aligned, the others right-aligned."""
+    cells = [[c.header for c in cols]] + [[c.text(r) for c in cols] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_rows_csv(cols: Sequence[Column[R]], rows: Sequence[R], path: str) -> None:
+    """Rows as CSV (numbers unformatted, missing values empty)."""
+    _make_parent(path)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([c.header for c in cols])
+        for r in rows:
+            w.writerow(["" if (v := c.value(r)) is None else v for c in cols])
+
+
+def bar_chart(categories: Sequence[str], series: Mapping[str, Sequence[float | None]], ylabel: str, title: str, path: str) -> None:
+    """A grouped bar chart (log scale) as a PNG: one group per category, one bar per series; None values are left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _make_parent(path)
+    width = 0.8 / max(len(series), 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(categories) + 2), 4.5))
+    for i, (label, values) in enumerate(series.items()):
+        offset = (i - (len(series) - 1) / 2) * width
+        points = [(j + offset, v) for j, v in enumerate(values) if v]
+        ax.bar([x for x, _ in points], [v for _, v in points], width, label=label)
+    ax.set_xticks(range(len(categories)), list(categories))
+    if any(v for values in series.values() for v in values):  # a log axis without data cannot be drawn
+        ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# cinn-bench
 
 
 def _ratio(num: Engine, den: Engine) -> Callable[[ModelResult], float | None]:
@@ -48,8 +98,8 @@ def _status(r: ModelResult) -> str:
     return "ok" if r.checks else "unchecked"
 
 
-def columns(tuned: bool) -> list[Column]:
-    """The report's columns; the tuned ones only when a schedule log was given."""
+def columns(tuned: bool) -> list[Column[ModelResult]]:
+    """The cinn-bench columns; the tuned ones only when a schedule log was given."""
     cols = [
         Column("model", lambda r: r.model, "{}"),
         Column("fused ms", lambda r: r.ms(Engine.FUSED)),
@@ -60,8 +110,10 @@ def columns(tuned: bool) -> list[Column]:
     cols += [
         Column("ORT ms", lambda r: r.ms(Engine.ORT)),
         Column("fused speed-up vs unfused", _ratio(Engine.UNFUSED, Engine.FUSED), "{:.2f}x"),
-        Column("ORT/fused", _ratio(Engine.ORT, Engine.FUSED), "{:.2f}x"),
     ]
+    if tuned:
+        cols.append(Column("tuned speed-up vs fused", _ratio(Engine.FUSED, Engine.TUNED), "{:.2f}x"))
+    cols.append(Column("ORT/fused", _ratio(Engine.ORT, Engine.FUSED), "{:.2f}x"))
     if tuned:
         cols.append(Column("ORT/tuned", _ratio(Engine.ORT, Engine.TUNED), "{:.2f}x"))
     cols += [
@@ -75,47 +127,18 @@ def columns(tuned: bool) -> list[Column]:
 
 def format_table(results: Sequence[ModelResult], tuned: bool) -> str:
     """An aligned text table, one row per model."""
-    cols = columns(tuned)
-    rows = [[c.header for c in cols]] + [[c.text(r) for c in cols] for r in results]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))) for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return render_table(columns(tuned), results)
 
 
 def write_csv(results: Sequence[ModelResult], tuned: bool, path: str) -> None:
     """The table as CSV (numbers unformatted, missing values empty)."""
-    _make_parent(path)
-    cols = columns(tuned)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow([c.header for c in cols])
-        for r in results:
-            w.writerow(["" if (v := c.value(r)) is None else v for c in cols])
+    write_rows_csv(columns(tuned), results, path)
 
 
 def write_plot(results: Sequence[ModelResult], engines: Sequence[Engine], path: str) -> None:
     """A grouped bar chart of median latency (log scale) per model and engine, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    _make_parent(path)
-    width = 0.8 / len(engines)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(results) + 2), 4.5))
-    for i, engine in enumerate(engines):
-        xs = [j + (i - (len(engines) - 1) / 2) * width for j, r in enumerate(results) if r.ms(engine)]
-        ys = [r.ms(engine) for r in results if r.ms(engine)]
-        ax.bar(xs, ys, width, label=engine.value)
-    ax.set_xticks(range(len(results)), [r.model for r in results])
-    ax.set_yscale("log")
-    ax.set_ylabel("median latency (ms, log scale)")
-    ax.set_title("cinn vs onnxruntime")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    series = {e.value: [r.ms(e) for r in results] for e in engines}
+    bar_chart([r.model for r in results], series, "median latency (ms, log scale)", "cinn vs onnxruntime", path)
 
 
 def _make_parent(path: str) -> None:

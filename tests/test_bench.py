@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import csv
+import json
 
 import numpy as np
 import pytest
 
 import cinn
-from benchmarks.harness import ATOL, RTOL, Engine, EngineResult, ModelResult, compare, ort_session
+from autotune.database import Record
+from benchmarks.harness import ATOL, RTOL, BenchConfig, Engine, EngineResult, ModelResult, compare, ort_session, run_worker
 from benchmarks.models import MODELS, get_model
 from benchmarks.onnx_export import CONVERTERS, IR_VERSION, to_onnx
 from benchmarks.report import format_table
+from cinn.target import parse_target
 from frontend import NetBuilder
 
 pytest.importorskip("onnxruntime")
@@ -79,13 +82,43 @@ def test_table_shows_ratios_and_failures():
     res = {
         Engine.FUSED: EngineResult(Engine.FUSED, "m", 1.0, 2, 3, 0.5, 0.1),
         Engine.UNFUSED: EngineResult(Engine.UNFUSED, "m", 2.0, 2),
+        Engine.TUNED: EngineResult(Engine.TUNED, "m", 0.8, 2, 3),
         Engine.ORT: EngineResult(Engine.ORT, "m", 4.0, 2),
     }
     table = format_table([ModelResult("m", res), ModelResult("n", {}, errors={Engine.ORT: "boom"})], tuned=True)
     header, _, row, failed = table.splitlines()
-    assert "tuned ms" in header and "ORT/fused" in header
-    assert "2.00x" in row and "4.00x" in row
+    assert "tuned ms" in header and "ORT/fused" in header and "tuned speed-up vs fused" in header and "ORT/tuned" in header
+    assert "2.00x" in row and "4.00x" in row and "1.25x" in row and "5.00x" in row
     assert "FAILED: onnxruntime" in failed
+    assert "tuned" not in format_table([ModelResult("m", res)], tuned=False)
+
+
+def _unknown_workload_log(path) -> str:
+    """A schedule log whose only record is for a workload no model has: the tuned build falls back to default schedules."""
+    rec = Record("00000000deadbeef", str(parse_target("llvm")), json.dumps([[], []]), (1e-3,))
+    path.write_text(rec.to_json() + "\n")
+    return str(path)
+
+
+def test_tuned_engine_with_unknown_workload_log_matches_fused(tmp_path, tmp_cache, monkeypatch):
+    monkeypatch.setenv("TVM_NUM_THREADS", "1")  # run_worker sets it when unset; keep it out of other tests
+    model = get_model("mlp", small=True)
+    config = BenchConfig(tuning_log=_unknown_workload_log(tmp_path / "log.jsonl"), small=True, repeat=1, warmup=0)
+    outputs = tmp_path / "tuned.npz"
+    result = run_worker(Engine.TUNED, "mlp", config, str(outputs))
+    fused = cinn.compile(model.program, cache_dir=tmp_cache)
+    assert result.engine is Engine.TUNED and result.median_ms > 0 and result.num_kernels == fused.num_kernels
+    with np.load(outputs) as got:
+        np.testing.assert_allclose(got["arr_0"], fused.run(dict(model.feeds))[0], rtol=RTOL, atol=ATOL)
+
+
+def test_cli_rejects_missing_log(tmp_path, capsys):
+    from benchmarks.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["mlp", "--log", str(tmp_path / "missing.jsonl")])
+    assert exc.value.code == 2
+    assert "no such schedule log" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -94,14 +127,16 @@ def test_cli_end_to_end(tmp_path, tmp_cache, monkeypatch, capsys):
 
     monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_cache))
     csv_path, png_path = tmp_path / "out" / "bench.csv", tmp_path / "out" / "bench.png"
-    rc = main(["mlp", "--small", "--repeat", "2", "--warmup", "1", "--csv", str(csv_path), "--plot", str(png_path)])
+    log = _unknown_workload_log(tmp_path / "log.jsonl")
+    rc = main(["mlp", "--small", "--repeat", "2", "--warmup", "1", "--log", log, "--csv", str(csv_path), "--plot", str(png_path)])
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert "mlp" in out and "ORT/fused" in out
+    assert "mlp" in out and "ORT/fused" in out and "ORT/tuned" in out
     with open(csv_path) as f:
         rows = list(csv.DictReader(f))
     assert [r["model"] for r in rows] == ["mlp"]
-    assert float(rows[0]["fused ms"]) > 0 and float(rows[0]["ORT ms"]) > 0 and rows[0]["check"] == "ok"
+    assert float(rows[0]["fused ms"]) > 0 and float(rows[0]["tuned ms"]) > 0 and float(rows[0]["ORT ms"]) > 0
+    assert rows[0]["check"] == "ok"
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -1,0 +1,225 @@
+"""tune-bench workers: each step of benchmarks/tune_bench.py in its own interpreter; the result is the last stdout line.
+
+``python -m benchmarks.tune_worker tune WORKLOAD --tuner ours|ms --trials N --target T``  -> TuneOutcome JSON
+``python -m benchmarks.tune_worker retime PLAN.json``                                  -> Retimed JSON
+``python -m benchmarks.tune_worker numpy WORKLOAD``                                    -> GFLOP/s
+The parent sets the thread-count environment variables before these processes start.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from typing import Sequence
+
+import numpy as np
+
+from autotune.task import Task
+from benchmarks.harness import ATOL, RTOL, time_runs
+from benchmarks.tune_bench import Candidate, RetimePlan, Retimed, TuneOutcome, Tuner, Workload, get_workload
+from cinn.target import Target, parse_target
+
+SAMPLE_S = 0.01  # each interleaved timing sample runs the kernel for about this long
+
+
+def workload_task(workload: Workload) -> Task:
+    """The workload's single fused kernel as a tuning task: both tuners start from this PrimFunc."""
+    from cinn.api import lower_program
+
+    _, lowered = lower_program(workload.build())
+    if len(lowered) != 1:
+        names = ", ".join(lg.group.name for lg in lowered)
+        raise RuntimeError(f"{workload.name}: lowered to {len(lowered)} kernels ({names}); the benchmark needs exactly one")
+    lg = lowered[0]
+    return Task.from_func(lg.func, lg.group.kind, lg.group.name)
+
+
+# ---------------------------------------------------------------------------------------------
+# tuning
+
+
+def _fast_build(mod, target, _params):
+    """MetaSchedule's default build without `import tvm.s_tir.tensor_intrin` (~38 s per builder worker)."""
+    import tvm
+
+    return tvm.tirx.build(mod, target=target)
+
+
+def _trace_json(sch) -> str:
+    """A schedule's trace as the JSON text cinn's build replays (as_json holds IntImm)."""
+    return json.dumps(sch.trace.as_json(), default=lambda o: o.value)
+
+
+def tune_ms(task: Task, target: Target, trials: int, work_dir: str) -> tuple[str, float | None]:
+    """Tune with MetaSchedule (XGBoost cost model); returns the best trace and the best cost it measured."""
+    from tvm.s_tir import meta_schedule as ms
+
+    tvm_target = target.tvm()
+    db = ms.tune_tir(
+        mod=task.module(),
+        target=tvm_target,
+        work_dir=work_dir,
+        max_trials_global=trials,
+        num_trials_per_iter=min(32, trials),
+        cost_model="xgb",
+        builder=ms.builder.LocalBuilder(f_build=_fast_build, timeout_sec=60),
+        runner=ms.runner.LocalRunner(),
+        seed=1,
+    )
+    sch = ms.tir_integration.compile_tir(db, task.module(), tvm_target)
+    if sch is None:
+        raise RuntimeError(f"MetaSchedule found no valid schedule for {task.name} in {trials} trials")
+    record = db.query_tuning_record(task.module(), tvm_target, "main")
+    costs = [float(c) for c in record.run_secs] if record is not None and record.run_secs else []
+    return _trace_json(sch), (sum(costs) / len(costs) if costs else None)
+
+
+def tune_ours(task: Task, target: Target, trials: int, work_dir: str) -> tuple[str | None, float | None]:
+    """Tune with our tuner into a fresh log; returns the best trace (None = default schedule) and its cost."""
+    from autotune.tuner import TuneConfig, tune
+
+    (summary,) = tune([task], target, os.path.join(work_dir, "tuning.jsonl"), TuneConfig(trials=trials, seed=0))
+    return summary.best_trace, summary.best_cost if math.isfinite(summary.best_cost) else None
+
+
+TUNERS = {Tuner.OURS: tune_ours, Tuner.MS: tune_ms}
+
+
+def run_tune(tuner: Tuner, workload: Workload, trials: int, target: Target) -> TuneOutcome:
+    """One tuning run; tune_s is the wall time of the tuner call alone (no interpreter start-up or lowering)."""
+    task = workload_task(workload)
+    with tempfile.TemporaryDirectory(prefix=f"tune-bench-{tuner.value}-") as work_dir:
+        t0 = time.perf_counter()
+        trace, best = TUNERS[tuner](task, target, trials, work_dir)
+        tune_s = time.perf_counter() - t0
+    return TuneOutcome(tuner, workload.name, trials, task.workload, tune_s, trace, best)
+
+
+# ---------------------------------------------------------------------------------------------
+# re-timing
+
+
+def _build(task: Task, cand: Candidate, target: Target, lib_dir: str):
+    """Build a candidate exactly as cinn.compile builds a tuned kernel, and load it."""
+    import tvm
+
+    from cinn.build import KernelSpec, build_kernel
+
+    path = os.path.join(lib_dir, f"{len(os.listdir(lib_dir))}.so")
+    build_kernel(KernelSpec(task.workload, task.func_json, task.kind, cand.trace), target, path)
+    return tvm.runtime.load_module(path)
+
+
+def _random_args(task: Task, rng: np.random.Generator) -> list[np.ndarray]:
+    """Random data for every buffer parameter (inputs, then outputs), in order."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return [rng.standard_normal(info.shape).astype(info.dtype) for info in ArgInfo.from_prim_func(task.func())]
+
+
+def _interleaved_medians(evaluators: dict, repeat: int, warmup: int) -> dict[str, float]:
+    """Median seconds per kernel; rounds visit every kernel, in a rotating order, so load hits all alike."""
+    labels = list(evaluators)
+    for lbl in labels:
+        for _ in range(warmup):
+            evaluators[lbl]()
+    samples: dict[str, list[float]] = {lbl: [] for lbl in labels}
+    for r in range(repeat):
+        for lbl in labels[r % len(labels):] + labels[: r % len(labels)]:
+            samples[lbl].append(evaluators[lbl]())
+    return {lbl: float(np.median(s)) for lbl, s in samples.items()}
+
+
+def run_retime(plan: RetimePlan) -> Retimed:
+    """Build every candidate, check its outputs against the default schedule's, time them interleaved."""
+    import tvm
+
+    target = parse_target(plan.target)
+    tvm.get_global_func("runtime.config_threadpool")(0, target.num_cores)
+    task = workload_task(get_workload(plan.workload))
+    data = _random_args(task, np.random.default_rng(0))
+    dev = tvm.cpu(0)
+    errors: dict[str, str] = {}
+    evaluators = {}
+    reference = None
+    with tempfile.TemporaryDirectory(prefix="tune-bench-retime-") as lib_dir:
+        for cand in plan.candidates:
+            try:
+                mod = _build(task, cand, target, lib_dir)
+            except Exception as err:  # noqa: BLE001 - any build failure is reported for that candidate, the others go on
+                errors[cand.label] = f"build failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                continue
+            args = [tvm.runtime.tensor(a.copy(), dev) for a in data]
+            mod["main"](*args)
+            out = [a.numpy() for a in args]
+            reference = out if reference is None else reference
+            if not all(np.allclose(o, w, rtol=RTOL, atol=ATOL) for o, w in zip(out, reference)):
+                errors[cand.label] = "MISMATCH with the first candidate's outputs"
+                continue
+            evaluators[cand.label] = _evaluator(mod, dev, args)
+        return Retimed(_interleaved_medians(evaluators, plan.repeat, plan.warmup), errors)
+
+
+def _evaluator(mod, dev, args):
+    """A zero-argument timer returning seconds per run, batching runs so one sample lasts about SAMPLE_S."""
+    once = mod.time_evaluator("main", dev, number=1, repeat=3)(*args).median
+    number = max(1, math.ceil(SAMPLE_S / max(once, 1e-9)))
+    f = mod.time_evaluator("main", dev, number=number, repeat=1)
+    return lambda: f(*args).mean
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy baseline
+
+
+def run_numpy(workload: Workload, repeat: int, warmup: int) -> float:
+    """numpy's matmul GFLOP/s on the workload's shape (threads from the environment the parent set)."""
+    if not workload.matmul:
+        raise ValueError(f"{workload.name} is not a matmul workload")
+    m, n, k = workload.matmul
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    c = np.empty((m, n), np.float32)
+    ms = time_runs(lambda: np.matmul(a, b, out=c), repeat, warmup)
+    return workload.flops / (ms * 1e-3) / 1e9
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.tune_worker", description="One step of the tuner benchmark.")
+    sub = p.add_subparsers(dest="step", required=True)
+    t = sub.add_parser("tune", help="tune one workload with one tuner")
+    t.add_argument("workload")
+    t.add_argument("--tuner", required=True, choices=[x.value for x in Tuner])
+    t.add_argument("--trials", type=int, required=True)
+    t.add_argument("--target", default="llvm")
+    r = sub.add_parser("retime", help="build and time the candidates of a plan file")
+    r.add_argument("plan", help="RetimePlan JSON file")
+    n = sub.add_parser("numpy", help="numpy matmul GFLOP/s on a matmul workload's shape")
+    n.add_argument("workload")
+    n.add_argument("--repeat", type=int, default=30)
+    n.add_argument("--warmup", type=int, default=5)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    if a.step == "tune":
+        result = run_tune(Tuner(a.tuner), get_workload(a.workload), a.trials, parse_target(a.target)).to_json()
+    elif a.step == "retime":
+        with open(a.plan, encoding="utf-8") as f:
+            result = run_retime(RetimePlan.from_json(f.read())).to_json()
+    else:
+        result = repr(run_numpy(get_workload(a.workload), a.repeat, a.warmup))
+    print(result, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
