@@ -127,3 +127,34 @@ def test_model_runs_on_gpu(name, tmp_cache):
     got = cinn.compile(model.program, target="cuda", cache_dir=tmp_cache).run(dict(model.feeds))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["squeezenet", pytest.param("resnet50", marks=pytest.mark.slow),
+                                  pytest.param("vgg19", marks=pytest.mark.slow)])
+def test_light_cnn_builds_for_cuda(name, tmp_cache):
+    """The CNNs the onnx package ships build for CUDA without a GPU."""
+    from tests.test_onnx_import import _light_model
+
+    exe = cinn.compile(cinn.load_onnx(_light_model(name)), target="cuda", cache_dir=tmp_cache)
+    assert all("__global__" in s for s in exe.kernel_sources())
+
+
+def test_tuning_candidates_build_for_cuda(tmp_path):
+    """The tuner's CUDA space: sampled thread/register/shared-memory decisions bind every block and compile to PTX."""
+    import random
+
+    from autotune import space
+    from autotune.task import extract_tasks
+
+    b = cinn.NetBuilder("mm")
+    x = b.create_input("float32", (64, 128), "x")
+    y = b.create_input("float32", (128, 64), "y")
+    program = b.build([b.softmax(b.relu(b.matmul(x, y)), axes=[-1])])
+    rng = random.Random(0)
+    for task in extract_tasks(program):
+        cands = [c for c in (space.sample(task, TARGET, rng) for _ in range(3)) if c is not None]
+        assert cands, task.name
+        for i, cand in enumerate(cands):
+            spec = KernelSpec(task.workload, task.func_json, task.kind, cand.trace_json())
+            build_kernel(spec, TARGET, str(tmp_path / f"{task.workload}_{i}.so"))
+            assert "__global__" in pathlib.Path(str(tmp_path / f"{task.workload}_{i}.src")).read_text()

@@ -13,11 +13,7 @@ import cinn  # noqa: E402
 from frontend.onnx import CONVERTERS, OnnxImportError  # noqa: E402
 
 # Cases whose ops are all supported but that are expected to fail, each with its reason.
-_FULLY_MASKED = "a row masked entirely with -inf: reduce_max returns float32's lowest value (topi's identity), not -inf"
-_MOD_INF = "mod by an infinite divisor: x - floor(x / y) * y gives NaN where numpy's fmod-based mod gives x or inf"
 _3D = "3-D spatial op: the op table has conv2d/pool2d only (1-D runs as 2-D)"
-_POOL_DILATION = "pool2d has no dilations"
-_CEIL_LAST = "ceil_mode window starting in the padding: ONNX drops it, pool2d keeps it (the importer refuses)"
 _ARGMAX_POOL = "MaxPool's Indices output: no argmax-pooling op"
 _ZERO_SPLIT = "Split with a zero-size section: zero-size tensors are not supported"
 EXCLUDED: dict[str, str] = {
@@ -28,25 +24,10 @@ EXCLUDED: dict[str, str] = {
         "dilations_large_count_include_pad_is_1_ceil_mode_is_False")},
     **{f"test_maxpool_3d_{s}": _3D for s in ("default", "dilations", "dilations_use_ref_impl", "dilations_use_ref_impl_large")},
     "test_convtranspose_3d": _3D,
-    "test_averagepool_2d_dilations": _POOL_DILATION,
-    "test_maxpool_2d_dilations": _POOL_DILATION,
-    "test_averagepool_2d_ceil_last_window_starts_on_pad": _CEIL_LAST,
-    "test_maxpool_2d_ceil_output_size_reduce_by_one": _CEIL_LAST,
     "test_maxpool_with_argmax_2d_precomputed_pads": _ARGMAX_POOL,
     "test_maxpool_with_argmax_2d_precomputed_strides": _ARGMAX_POOL,
-    "test_wrap_pad": "Pad mode 'wrap': the pad op has constant, reflect and edge",
     **{f"test_rotary_embedding_{s}expanded": _ZERO_SPLIT for s in (
         "", "3d_input_", "interleaved_", "no_position_ids_", "no_position_ids_interleaved_")},
-    "test_attention_causal_boolmask_nan_robustness_expanded": _FULLY_MASKED,
-    "test_attention_23_boolmask_fullymasked_row_nan_robustness_expanded": _FULLY_MASKED,
-    "test_attention_4d_causal_nonpad_negative_offset_structural_empty_expanded": _FULLY_MASKED,
-    "test_attention_23_fullymasked_qk_matmul_output_mode3_zero_expanded": _FULLY_MASKED,
-    "test_attention_24_fullymasked_qk_matmul_output_mode3_zero_expanded": _FULLY_MASKED,
-    "test_attention_24_qk_matmul_output_mode3_softmax_precision_expanded": _FULLY_MASKED,
-    "test_attention_local_window_gqa_rank4_mask_expanded": _FULLY_MASKED,
-    "test_mod_float_edge_cases_fmod_0_float16": _MOD_INF,
-    "test_mod_float_edge_cases_fmod_0_float32": _MOD_INF,
-    "test_mod_float_edge_cases_fmod_0_float64": _MOD_INF,
 }
 # Import errors that mean "not supported by design" (the case is skipped with the message as its reason).
 SKIP_REASONS = (
@@ -93,9 +74,12 @@ def _arrays(values) -> list:
             np.asarray(v) if isinstance(v, np.generic) else v for v in values]
 
 
-def _int_inputs(model, inputs) -> dict[str, np.ndarray]:
-    """The integer inputs of a case (axes, shapes, pads fed as data) with their data."""
-    return {i.name: a for i, a in zip(model.graph.input, inputs) if isinstance(a, np.ndarray) and a.dtype.kind in "iu"}
+def _shape_args(model, inputs) -> dict[str, np.ndarray]:
+    """The inputs of a case that are arguments fed as data, with their data: integer ones (axes, shapes,
+    pads, k) and 1-D float ones that a node reads after its first input (Resize's scales and roi)."""
+    later = {name for n in model.graph.node for name in n.input[1:]}
+    return {i.name: a for i, a in zip(model.graph.input, inputs) if isinstance(a, np.ndarray) and (
+        a.dtype.kind in "iu" or a.dtype.kind == "f" and a.ndim == 1 and i.name in later)}
 
 
 def _bind(model, data: dict[str, np.ndarray]):
@@ -114,8 +98,8 @@ def _import(case, inputs):
     except OnnxImportError as e:
         if "must be a constant" not in str(e) or len(case.data_sets) != 1:
             raise
-    ints = _int_inputs(case.model, inputs)
-    return cinn.load_onnx(_bind(case.model, ints), input_shapes={n: s for n, s in shapes.items() if n not in ints})
+    args = _shape_args(case.model, inputs)
+    return cinn.load_onnx(_bind(case.model, args), input_shapes={n: s for n, s in shapes.items() if n not in args})
 
 
 def run_case(case, cache_dir) -> Outcome:

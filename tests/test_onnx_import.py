@@ -68,13 +68,16 @@ class OpCase:
     consts: tuple = ()  # (name, array) initializers appended to the node's inputs
     n_out: int = 1
     positive: bool = False  # inputs in (0.1, 2) for log/sqrt/pow
+    int64_outputs: tuple = ()  # positions of int64 outputs (indices); the others are float
 
     def model(self):
         ins = [f"x{i}" for i in range(len(self.shapes))] + [n if n else "" for n, _ in self.consts]
         outs = [f"y{i}" for i in range(self.n_out)]
         node = helper.make_node(self.op, ins, outs, **self.attrs)
         inputs = [(f"x{i}", F32, s) for i, s in enumerate(self.shapes)]
-        return make_model([node], inputs, [(o, F32, None) for o in outs], [c for c in self.consts if c[0]], self.opset)
+        types = [I64 if k in self.int64_outputs else F32 for k in range(self.n_out)]
+        return make_model([node], inputs, list(zip(outs, types, [None] * self.n_out)), [c for c in self.consts if c[0]],
+                          self.opset)
 
     def feeds(self):
         def one(s):
@@ -171,6 +174,33 @@ CASES = [
     OpCase("pad_constant_crop", "Pad", ((3, 4),), consts=(("p", i64(1, -1, 0, 2)), ("v", np.float32(0.5)))),
     OpCase("pad_attrs", "Pad", ((3, 4),), {"pads": [0, 1, 2, 0], "mode": "edge"}, opset=10),
     OpCase("gather", "Gather", ((5, 3),), {"axis": 0}, consts=(("i", i64([[0, -1], [2, 4]])),)),
+    OpCase("pad_wrap", "Pad", ((3, 4),), {"mode": "wrap"}, consts=(("p", i64(1, 2, 2, 3)),), opset=19),
+    # resize / upsample
+    OpCase("resize_nearest_scales", "Resize", ((1, 2, 3, 4),), consts=(("", None), ("sc", np.array([1, 1, 2, 1.5], np.float32)))),
+    OpCase("resize_nearest_sizes_floor_asymmetric", "Resize", ((1, 2, 5, 4),),
+           {"nearest_mode": "floor", "coordinate_transformation_mode": "asymmetric"},
+           consts=(("", None), ("", None), ("sz", i64(1, 2, 3, 7)))),
+    OpCase("resize_nearest_ceil_align_corners", "Resize", ((1, 1, 4, 4),),
+           {"nearest_mode": "ceil", "coordinate_transformation_mode": "align_corners"},
+           consts=(("", None), ("", None), ("sz", i64(1, 1, 7, 3)))),
+    OpCase("resize_linear_half_pixel", "Resize", ((1, 2, 4, 5),), {"mode": "linear"},
+           consts=(("", None), ("sc", np.array([1, 1, 1.75, 0.6], np.float32)))),
+    OpCase("resize_linear_pytorch_half_pixel", "Resize", ((2, 1, 5, 3),),
+           {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
+           consts=(("", None), ("", None), ("sz", i64(2, 1, 3, 1)))),
+    OpCase("resize_linear_align_corners", "Resize", ((1, 3, 3, 4),),
+           {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+           consts=(("", None), ("sc", np.array([1, 1, 2, 2], np.float32)))),
+    OpCase("resize_cubic_axes", "Resize", ((1, 2, 4, 4),), {"mode": "cubic", "axes": [3, 2]},
+           consts=(("", None), ("", None), ("sz", i64(6, 3))), opset=18),
+    OpCase("upsample_nearest", "Upsample", ((1, 1, 2, 3),), consts=(("sc", np.array([1, 1, 2, 3], np.float32)),), opset=9),
+    # indexing
+    OpCase("gather_elements", "GatherElements", ((3, 4),), {"axis": 1},
+           consts=(("i", np.array([[0, -1], [3, 1], [2, 2]], np.int64)),)),
+    OpCase("gather_elements_axis0", "GatherElements", ((4, 2, 3),), {"axis": 0},
+           consts=(("i", RNG.integers(-4, 4, (2, 2, 3))),)),
+    OpCase("top_k", "TopK", ((3, 6),), consts=(("k", i64(3)),), n_out=2, int64_outputs=(1,)),
+    OpCase("top_k_smallest_axis0", "TopK", ((5, 2, 3),), {"axis": 0, "largest": 0}, consts=(("k", i64(2)),), n_out=2, int64_outputs=(1,)),
     OpCase("depth_to_space", "DepthToSpace", ((1, 8, 2, 3),), {"blocksize": 2}),
     OpCase("depth_to_space_crd", "DepthToSpace", ((1, 8, 2, 3),), {"blocksize": 2, "mode": "CRD"}),
     OpCase("space_to_depth", "SpaceToDepth", ((1, 2, 4, 6),), {"blocksize": 2}),
@@ -340,7 +370,7 @@ def test_cinn_run_prints_outputs_and_latency(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize(
     ("args", "status", "message"),
     [
-        (["model.pdmodel"], 2, "Paddle models are not supported yet"),
+        (["model.pdmodel"], 1, "no such Paddle model file"),
         (["model.txt"], 2, "unknown model format"),
         (["missing.onnx"], 1, "no such ONNX file"),
         (["tiny.onnx"], 1, "'x' dim 0 ('batch') is symbolic"),

@@ -2,7 +2,9 @@
 from cinn.ops import elementwise as _elementwise  # noqa: F401  (registers)
 from cinn.ops import nn as _nn  # noqa: F401  (registers)
 from cinn.ops import reduction as _reduction  # noqa: F401  (registers)
+from cinn.ops import resize as _resize  # noqa: F401  (registers)
 from cinn.ops import shape as _shape  # noqa: F401  (registers)
+from cinn.ops import sort as _sort  # noqa: F401  (registers)
 from cinn.ops.registry import OPS, DtypeClass, OpDef, PatternKind, get_op, infer
 
 __all__ = ["OPS", "DtypeClass", "OpDef", "PatternKind", "get_op", "infer"]

@@ -1,12 +1,33 @@
 """Shared building blocks for op table entries: inference helpers and entry factories."""
 from __future__ import annotations
 
+import enum
 from typing import Callable, Sequence
 
 import numpy as np
 
 from cinn.ir import Attrs, NoAttrs, TensorType
 from cinn.ops.registry import DtypeClass, OpDef, PatternKind, register
+
+
+class StrEnum(str, enum.Enum):
+    """A string-valued attribute enum that prints as its value."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def coerce_enum(attrs: Attrs, name: str, enum_cls: type[enum.Enum], op: str) -> None:
+    """Turn a string attribute into its enum (attrs are frozen), with a clear error."""
+    value = getattr(attrs, name)
+    try:
+        object.__setattr__(attrs, name, enum_cls(value))
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in enum_cls)
+        raise ValueError(f"{op}: {name} must be one of {choices}, got {value!r}") from None
 
 
 def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -76,7 +97,8 @@ def register_elementwise(
     with_attrs = attrs is not None
 
     def reference(arrays: Sequence[np.ndarray], a: Attrs) -> list[np.ndarray]:
-        out = np_fn(*arrays, a) if with_attrs else np_fn(*arrays)
+        with np.errstate(all="ignore"):  # NaN/inf results are data, as in the kernels
+            out = np_fn(*arrays, a) if with_attrs else np_fn(*arrays)
         shape = np.broadcast_shapes(*(x.shape for x in arrays))
         dtype = out_dtype or arrays[0].dtype
         return [np.broadcast_to(np.asarray(out), shape).astype(dtype)]

@@ -162,7 +162,12 @@ def _floor_divide_te(x, y):
 def _mod_te(x, y):
     # numpy's mod: the result takes the divisor's sign (LLVM codegen has no tirx.fmod for floats)
     t = _tir()
-    return x - t.floor(x / y) * y if _is_float(x) else t.floormod(x, y)
+    if not _is_float(x):
+        return t.floormod(x, y)
+    # an infinite divisor leaves a finite x as it is, or gives the divisor when the signs differ (as numpy);
+    # the formula would give inf * 0 = NaN
+    by_inf = t.Select(x * y < _c(0, x), y, x)
+    return t.Select(t.And(t.isinf(y), t.Not(t.isinf(x))), by_inf, x - t.floor(x / y) * y)
 
 
 def _compare(name: str):

@@ -7,7 +7,6 @@ Padding convention (conv2d and pool2d, as CINN's pool2d and ONNX's `pads`): `pad
 """
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -15,38 +14,28 @@ from typing import Sequence
 import numpy as np
 
 from cinn.ir import Attrs, TensorType
-from cinn.ops.common import normalize_axes, normalize_axis, register_elementwise, same_dtype
+from cinn.ops.common import StrEnum, coerce_enum, normalize_axes, normalize_axis, register_elementwise, same_dtype
 from cinn.ops.registry import DtypeClass as D
 from cinn.ops.registry import OpDef
 from cinn.ops.registry import PatternKind as K
 from cinn.ops.registry import register
 
 
-class _StrEnum(str, enum.Enum):
-    """A string-valued attribute enum that prints as its value."""
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class PoolType(_StrEnum):
+class PoolType(StrEnum):
     """pool2d's reduction."""
 
     MAX = "max"
     AVG = "avg"
 
 
-class DataFormat(_StrEnum):
+class DataFormat(StrEnum):
     """Position of the channel axis."""
 
     NCHW = "NCHW"
     NHWC = "NHWC"
 
 
-class PaddingAlgorithm(_StrEnum):
+class PaddingAlgorithm(StrEnum):
     """How conv2d/pool2d paddings are chosen: as given, to keep ceil(in/stride) outputs, or none."""
 
     EXPLICIT = "EXPLICIT"
@@ -54,21 +43,11 @@ class PaddingAlgorithm(_StrEnum):
     VALID = "VALID"
 
 
-class DropoutImpl(_StrEnum):
+class DropoutImpl(StrEnum):
     """Paddle's dropout modes: which phase scales by (1 - p)."""
 
     DOWNGRADE_IN_INFER = "downgrade_in_infer"
     UPSCALE_IN_TRAIN = "upscale_in_train"
-
-
-def _coerce(attrs: Attrs, name: str, enum_cls: type[enum.Enum], op: str) -> None:
-    """Turn a string attribute into its enum (attrs are frozen), with a clear error."""
-    value = getattr(attrs, name)
-    try:
-        object.__setattr__(attrs, name, enum_cls(value))
-    except ValueError:
-        choices = ", ".join(repr(m.value) for m in enum_cls)
-        raise ValueError(f"{op}: {name} must be one of {choices}, got {value!r}") from None
 
 
 def _tvm():
@@ -221,6 +200,17 @@ class _Window:
         overruns = self.end(self.out - 1) > self.size
         return ([idx >= 0] if self.pad_begin else []) + ([idx < self.size] if overruns else [])
 
+    def count(self, o, lo, hi):
+        """How many taps of output o's window are inside the input (lo/hi: max/min of ints or TIR exprs)."""
+        start, d = self.start(o), self.dilation
+        first = lo((d - 1 - start) // d, 0)  # ceil(-start / d): the first tap at index >= 0
+        last = hi((self.size - 1 - start) // d, self.kernel - 1)
+        return last - first + 1
+
+    def inside(self, o: int) -> list[int]:
+        """The input indices output o's window reads (padding left out)."""
+        return [i for i in range(self.start(o), self.end(o), self.dilation) if 0 <= i < self.size]
+
     def taps(self, k: int) -> slice:
         """Positions of the padded input that kernel tap `k` reads, one per output."""
         first = k * self.dilation
@@ -269,7 +259,10 @@ def _windows(
         room = size + pb + pe - span
         if room < 0:
             raise ValueError(f"{op}: window {kernel} (dilations {dilations}) larger than padded input for {shapes}")
-        dims.append(_Window(size, k, s, d, pb, pe, (room + (s - 1 if ceil_mode else 0)) // s + 1))
+        out = (room + (s - 1 if ceil_mode else 0)) // s + 1
+        if ceil_mode and (out - 1) * s >= size + pb:  # ceil mode's last window starts in the end padding: dropped (ONNX, PyTorch)
+            out -= 1
+        dims.append(_Window(size, k, s, d, pb, pe, out))
     return dims[0], dims[1]
 
 
@@ -319,8 +312,8 @@ class Conv2dAttrs(Attrs):
 
     def __post_init__(self):
         super().__post_init__()
-        _coerce(self, "data_format", DataFormat, "conv2d")
-        _coerce(self, "padding_algorithm", PaddingAlgorithm, "conv2d")
+        coerce_enum(self, "data_format", DataFormat, "conv2d")
+        coerce_enum(self, "padding_algorithm", PaddingAlgorithm, "conv2d")
 
 
 def _conv_windows(xs: tuple[int, ...], ws: tuple[int, ...], a: Conv2dAttrs) -> tuple[_Window, _Window]:
@@ -414,12 +407,13 @@ class Pool2dAttrs(Attrs):
     data_format: DataFormat = DataFormat.NCHW
     adaptive: bool = False
     padding_algorithm: PaddingAlgorithm = PaddingAlgorithm.EXPLICIT
+    dilations: tuple[int, ...] = (1, 1)  # sliding windows only
 
     def __post_init__(self):
         super().__post_init__()
-        _coerce(self, "pooling_type", PoolType, "pool2d")
-        _coerce(self, "data_format", DataFormat, "pool2d")
-        _coerce(self, "padding_algorithm", PaddingAlgorithm, "pool2d")
+        coerce_enum(self, "pooling_type", PoolType, "pool2d")
+        coerce_enum(self, "data_format", DataFormat, "pool2d")
+        coerce_enum(self, "padding_algorithm", PaddingAlgorithm, "pool2d")
 
 
 @dataclass(frozen=True)
@@ -440,10 +434,21 @@ class _AdaptiveWindow:
         """The widest window (the reduce extent)."""
         return max(self.end(o) - self.start(o) for o in range(self.out))
 
+    @property
+    def dilation(self) -> int:
+        return 1
+
     def guards(self, idx, o) -> list:
         """Narrower windows stop early; a uniform window needs no condition."""
         ragged = any(self.end(p) - self.start(p) < self.kernel for p in range(self.out))
         return [idx < self.end(o)] if ragged else []
+
+    def count(self, o, _lo, _hi):
+        """The size of output o's window (always inside the input)."""
+        return self.end(o) - self.start(o)
+
+    def inside(self, o: int) -> list[int]:
+        return list(range(self.start(o), self.end(o)))
 
 
 def _pool_windows(xs: tuple[int, ...], a: Pool2dAttrs):
@@ -455,7 +460,7 @@ def _pool_windows(xs: tuple[int, ...], a: Pool2dAttrs):
     ksize = _pair("pool2d", "ksize", a.ksize)
     if a.adaptive:
         return _AdaptiveWindow(hw[0], ksize[0]), _AdaptiveWindow(hw[1], ksize[1])
-    return _windows("pool2d", hw, ksize, a.strides, (1, 1), a.paddings, a.padding_algorithm, a.ceil_mode, f"x {xs}")
+    return _windows("pool2d", hw, ksize, a.strides, a.dilations, a.paddings, a.padding_algorithm, a.ceil_mode, f"x {xs}")
 
 
 def _pool_infer(types: Sequence[TensorType], a: Pool2dAttrs) -> list[TensorType]:
@@ -464,34 +469,29 @@ def _pool_infer(types: Sequence[TensorType], a: Pool2dAttrs) -> list[TensorType]
     return [TensorType(x.shape[:2] + (h.out, w.out), x.dtype)]
 
 
-def _clipped(win, o, lo, hi):
-    """The in-bounds part [max(start, 0), min(end, size)) of output o's window, with lo/hi as max/min."""
-    return lo(win.start(o), 0), hi(win.end(o), win.size)
-
-
-def _divisor(hw, a: Pool2dAttrs, i, j, lo, hi):
-    """avg pooling's divisor: in-bounds window size (exclusive, adaptive), else kh * kw (as Paddle)."""
+def _divisor(hw, a: Pool2dAttrs, i, j):
+    """avg pooling's divisor (a TIR expr): in-bounds taps (exclusive, adaptive), else kh * kw (as Paddle)."""
     if not (a.exclusive or a.adaptive):
         return hw[0].kernel * hw[1].kernel
-    (h0, h1), (w0, w1) = _clipped(hw[0], i, lo, hi), _clipped(hw[1], j, lo, hi)
-    return (h1 - h0) * (w1 - w0)
+    tirx = _tvm().tirx
+    return hw[0].count(i, tirx.max, tirx.min) * hw[1].count(j, tirx.max, tirx.min)
 
 
 def _pool_compute(tensors, a: Pool2dAttrs, out_types: Sequence[TensorType]):
     from tvm import te
 
-    from cinn.ops.te_util import cast
+    from cinn.ops.te_util import cast, lowest
 
     tirx = _tvm().tirx
     (x,) = tensors
     hw = _pool_windows(_fshape(x), a)
     out = out_types[0]
     is_max = a.pooling_type is PoolType.MAX
-    identity = tirx.min_value(out.dtype) if is_max else tirx.const(0, out.dtype)
+    identity = lowest(out.dtype) if is_max else tirx.const(0, out.dtype)
     rh, rw = (te.reduce_axis((0, win.kernel), name=n) for win, n in zip(hw, ("rh", "rw")))
 
     def body(n, c, i, j):
-        h, w = hw[0].start(i) + rh, hw[1].start(j) + rw
+        h, w = hw[0].start(i) + rh * hw[0].dilation, hw[1].start(j) + rw * hw[1].dilation
         # padding and the ragged tail of adaptive windows contribute the reduction's identity
         inside = hw[0].guards(h, i) + hw[1].guards(w, j)
         value = tirx.if_then_else(tirx.all(*inside), x[n, c, h, w], identity) if inside else x[n, c, h, w]
@@ -502,7 +502,7 @@ def _pool_compute(tensors, a: Pool2dAttrs, out_types: Sequence[TensorType]):
         return [pooled]
 
     def mean(n, c, i, j):
-        return pooled[n, c, i, j] / cast(_divisor(hw, a, i, j, tirx.max, tirx.min), out.dtype)
+        return pooled[n, c, i, j] / cast(_divisor(hw, a, i, j), out.dtype)
 
     return [te.compute(out.shape, mean, name="pool2d")]
 
@@ -513,12 +513,12 @@ def _pool_reference(arrays: Sequence[np.ndarray], a: Pool2dAttrs) -> list[np.nda
     out = np.empty(x.shape[:2] + (hw[0].out, hw[1].out), np.float64)
     for i in range(hw[0].out):
         for j in range(hw[1].out):
-            (h0, h1), (w0, w1) = _clipped(hw[0], i, max, min), _clipped(hw[1], j, max, min)
-            win = _accumulate(x[:, :, h0:h1, w0:w1])
+            win = _accumulate(x[:, :, hw[0].inside(i)][:, :, :, hw[1].inside(j)])
             if a.pooling_type is PoolType.MAX:
                 out[:, :, i, j] = win.max(axis=(2, 3))
             else:
-                out[:, :, i, j] = win.sum(axis=(2, 3)) / _divisor(hw, a, i, j, max, min)
+                inclusive = not (a.exclusive or a.adaptive)
+                out[:, :, i, j] = win.sum(axis=(2, 3)) / (hw[0].kernel * hw[1].kernel if inclusive else win[0, 0].size)
     return [out.astype(x.dtype)]
 
 
@@ -550,7 +550,7 @@ class BatchNormAttrs(Attrs):
 
     def __post_init__(self):
         super().__post_init__()
-        _coerce(self, "data_layout", DataFormat, "batchnorm")
+        coerce_enum(self, "data_layout", DataFormat, "batchnorm")
 
 
 def _channel_axis(shape: tuple[int, ...], layout: DataFormat) -> int:
@@ -745,7 +745,7 @@ class DropoutAttrs(Attrs):
 
     def __post_init__(self):
         super().__post_init__()
-        _coerce(self, "dropout_implementation", DropoutImpl, "dropout")
+        coerce_enum(self, "dropout_implementation", DropoutImpl, "dropout")
         if not self.is_test:
             raise ValueError("dropout: only inference (is_test=True) is supported; training dropout is random")
         if not 0.0 <= self.dropout_prob <= 1.0:

@@ -72,6 +72,29 @@ def _topi_reduce(topi_name: str):
     return te_fn
 
 
+def _extreme_reduce(is_max: bool):
+    """max/min by topi, whose finite identity TVM's rfactor and cross-thread reductions recognise (an infinite one
+    they refuse); for floats a result equal to that identity becomes -inf/+inf, so all-inf rows reduce as numpy."""
+    topi_fn = _topi_reduce("max" if is_max else "min")
+
+    def te_fn(x, axes: tuple[int, ...], keep_dim: bool):
+        import tvm
+        from tvm import te
+
+        from cinn.ops.te_util import const
+
+        reduced = topi_fn(x, axes, keep_dim)
+        dtype = str(x.dtype)
+        if not axes or not dtype.startswith("float"):
+            return reduced
+        finite = (tvm.tirx.min_value if is_max else tvm.tirx.max_value)(dtype)
+        inf = const(float("-inf") if is_max else float("inf"), dtype)
+        return te.compute(reduced.shape, lambda *i: tvm.tirx.Select(reduced(*i) == finite, inf, reduced(*i)),
+                          name=f"{x.op.name}_inf")
+
+    return te_fn
+
+
 def _mean_te(x, axes: tuple[int, ...], keep_dim: bool):
     from tvm import te
 
@@ -117,8 +140,8 @@ _register_reduce("reduce_sum", _topi_reduce("sum"), _int_exact(np.sum), D.NUMBER
 # an integer mean would have to pick a rounding: cast to float first
 _register_reduce("reduce_mean", _mean_te, np.mean, D.FLOAT)
 _register_reduce("reduce_prod", _topi_reduce("prod"), _int_exact(np.prod), D.NUMBER)
-_register_reduce("reduce_max", _topi_reduce("max"), np.max, D.NUMBER)
-_register_reduce("reduce_min", _topi_reduce("min"), np.min, D.NUMBER)
+_register_reduce("reduce_max", _extreme_reduce(True), np.max, D.NUMBER)
+_register_reduce("reduce_min", _extreme_reduce(False), np.min, D.NUMBER)
 _register_reduce("reduce_all", _topi_reduce("all"), np.all, D.BOOL)
 _register_reduce("reduce_any", _topi_reduce("any"), np.any, D.BOOL)
 

@@ -447,6 +447,7 @@ class PadMode(enum.Enum):
     CONSTANT = "constant"
     REFLECT = "reflect"
     EDGE = "edge"
+    WRAP = "wrap"
 
 
 @dataclass(frozen=True)
@@ -486,6 +487,8 @@ def _pad_source(i, before: int, d: int, mode: PadMode):
     j = i - before
     if mode == PadMode.REFLECT:
         j = (d - 1) - tirx.abs((d - 1) - tirx.abs(j))
+    elif mode == PadMode.WRAP:
+        j = tirx.floormod(j, d)
     return tirx.max(tirx.min(j, d - 1), 0)  # clamped: edge mode's value, and in bounds for the others
 
 
@@ -506,7 +509,7 @@ def _pad_compute(tensors, a, out_types):
     return [_te().compute(out_types[0].shape, body, name="pad", tag="injective")]
 
 
-_register("pad", PadAttrs, _pad_shape, _pad_reference, _pad_compute, "Pad each dim (constant, reflect or edge).")
+_register("pad", PadAttrs, _pad_shape, _pad_reference, _pad_compute, "Pad each dim (constant, reflect, edge or wrap).")
 
 
 # -- gather --------------------------------------------------------------------------------------
@@ -532,6 +535,48 @@ def _gather_compute(tensors, a, out_types):
 register(OpDef(name="gather", kind=PatternKind.INJECTIVE, infer=_gather_infer, compute=_gather_compute,
                reference=lambda xs, a: [np.take(xs[0], xs[1], axis=a.axis)], attrs=AxisAttrs, num_inputs=2,
                doc="Take slices of x along axis at the given indices (numpy's take)."))
+
+
+# -- gather_elements -------------------------------------------------------------------------------
+def _gather_elements_infer(types: Sequence[TensorType], a: AxisAttrs) -> list[TensorType]:
+    x, index = types
+    shapes = _fmt(x.shape, index.shape)
+    if index.dtype not in ("int32", "int64"):
+        raise TypeError(f"gather_elements: index must be int32 or int64, got {index.dtype} (shapes {shapes})")
+    if not x.shape or len(index.shape) != len(x.shape):
+        raise ValueError(f"gather_elements: x and index need one common rank >= 1 (shapes {shapes})")
+    ax = normalize_axis("gather_elements", a.axis, len(x.shape))
+    if any(i > d for k, (i, d) in enumerate(zip(index.shape, x.shape)) if k != ax):
+        raise ValueError(f"gather_elements: index dims must not exceed x's outside axis {a.axis} (shapes {shapes})")
+    return [TensorType(index.shape, x.dtype)]
+
+
+def _gather_elements_compute(tensors, a, out_types):
+    from tvm import tirx
+
+    x, index = tensors
+    ax = normalize_axis("gather_elements", a.axis, x.ndim)
+    n = _dims(x)[ax]
+
+    def body(*idx):
+        # floormod maps -n..-1 as numpy does and keeps out-of-range indices in bounds instead of faulting
+        picked = tirx.floormod(index(*idx), tirx.const(n, index.dtype))
+        return x(*(picked if k == ax else i for k, i in enumerate(idx)))
+
+    return [_te().compute(out_types[0].shape, body, name="gather_elements", tag="injective")]
+
+
+def _gather_elements_reference(xs, a):
+    x, index = xs
+    ax = normalize_axis("gather_elements", a.axis, x.ndim)
+    grid = list(np.indices(index.shape, sparse=True))
+    grid[ax] = np.where(index < 0, index + x.shape[ax], index)
+    return [x[tuple(grid)]]
+
+
+register(OpDef(name="gather_elements", kind=PatternKind.INJECTIVE, infer=_gather_elements_infer,
+               compute=_gather_elements_compute, reference=_gather_elements_reference, attrs=AxisAttrs,
+               num_inputs=2, doc="out[i] = x[i with i[axis] replaced by index[i]] (numpy's take_along_axis)."))
 
 
 # -- arange --------------------------------------------------------------------------------------

@@ -40,3 +40,10 @@ def dtype_of(expr) -> str:
 def const(value, dtype: str):
     """A TIR constant of the given dtype."""
     return tvm.tirx.const(value, dtype)
+
+
+def lowest(dtype: str):
+    """The smallest value of a dtype: -inf for floats (max pooling's padding), the dtype's minimum for ints."""
+    if dtype.startswith("float"):
+        return const(float("-inf"), dtype)
+    return tvm.tirx.min_value(dtype)

@@ -7,7 +7,7 @@ from typing import Mapping, Sequence
 import onnx
 
 from cinn.ir import Node, Program, Value
-from frontend.onnx import ops_elementwise, ops_nn, ops_reduce, ops_shape  # noqa: F401  (register converters)
+from frontend.onnx import ops_elementwise, ops_nn, ops_reduce, ops_resize, ops_shape  # noqa: F401  (register converters)
 from frontend.onnx.builder import FoldingBuilder
 from frontend.onnx.registry import CONVERTERS, NodeContext, OnnxImportError, onnx_dtype, tensor_to_array
 

@@ -126,22 +126,10 @@ def _pool(ctx: NodeContext, pooling_type: str):
     spatial = len(x.shape) - 2
     x2 = _as_2d(ctx, x)
     win = _window(ctx, x2.shape[2:], ctx.attr("kernel_shape", None), spatial)
-    if win.dilations != (1, 1):
-        raise OnnxImportError(f"pooling dilations {win.dilations} are not supported")
-    ceil_mode = bool(ctx.attr("ceil_mode", 0))
-    if ceil_mode:
-        _check_last_window(x2.shape[2:], win)
     exclusive = not ctx.attr("count_include_pad", 0)
-    y = ctx.b.pool2d(x2, pooling_type, list(win.kernel), list(win.strides), list(win.pads), ceil_mode, exclusive)
+    y = ctx.b.pool2d(x2, pooling_type, list(win.kernel), list(win.strides), list(win.pads),
+                     bool(ctx.attr("ceil_mode", 0)), exclusive, dilations=list(win.dilations))
     return [_back(ctx, y, spatial)]
-
-
-def _check_last_window(in_hw, win: _Window) -> None:
-    """ONNX drops a ceil-mode window that starts in the end padding; pool2d keeps it: refuse that case."""
-    for n, k, s, b, e in zip(in_hw, win.kernel, win.strides, win.pads[:2], win.pads[2:]):
-        out = -(-(n + b + e - k) // s) + 1
-        if (out - 1) * s >= n + b:
-            raise OnnxImportError("ceil_mode with a last window starting in the padding is not supported")
 
 
 @converter("MaxPool")

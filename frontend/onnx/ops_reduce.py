@@ -1,4 +1,4 @@
-"""Converters of ONNX reductions, ArgMax/ArgMin, Softmax/LogSoftmax and CumSum."""
+"""Converters of ONNX reductions, ArgMax/ArgMin, TopK, Softmax/LogSoftmax and CumSum."""
 from __future__ import annotations
 
 import math
@@ -64,6 +64,14 @@ def arg_reduce(ctx: NodeContext):
     index = op(ctx.b.reverse(x, [axis]), axis=axis, keep_dim=keep)
     last = ctx.b.fill_constant((), x.shape[axis] - 1, "int32")
     return [ctx.b.cast(ctx.b.subtract(last, index), dtype="int64")]
+
+
+@converter("TopK")
+def top_k(ctx: NodeContext):
+    """Values and int64 indices, always sorted (sorted=0 leaves the order to the implementation)."""
+    k = ctx.attr("k", None) if ctx.opset < 10 else int(ctx.require_const(1, "k").reshape(()))
+    values, indices = ctx.b.topk(ctx.input(0), k, axis=ctx.attr("axis", -1), largest=bool(ctx.attr("largest", 1)))
+    return [values, indices]
 
 
 def _softmax(ctx: NodeContext, op: str):

@@ -122,8 +122,8 @@ def pad(ctx: NodeContext):
     for k, a in enumerate(axes):
         begin[a], end[a] = pads[k], pads[k + len(axes)]
     mode = ctx.attr("mode", "constant")
-    if mode not in ("constant", "reflect", "edge"):
-        raise OnnxImportError(f"pad mode {mode!r} is not supported (constant, reflect, edge)")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise OnnxImportError(f"pad mode {mode!r} is not supported (constant, reflect, edge, wrap)")
     grow = [(max(p, 0), max(q, 0)) for p, q in zip(begin, end)]
     if any(p or q for p, q in grow):
         x = ctx.b.pad(x, grow, pad_value=_pad_value(ctx), mode=mode)
@@ -136,6 +136,11 @@ def pad(ctx: NodeContext):
 @converter("Gather")
 def gather(ctx: NodeContext):
     return [ctx.b.gather(ctx.input(0), ctx.input(1), axis=ctx.attr("axis", 0))]
+
+
+@converter("GatherElements")
+def gather_elements(ctx: NodeContext):
+    return [ctx.b.gather_elements(ctx.input(0), ctx.input(1), axis=ctx.attr("axis", 0))]
 
 
 @converter("Shape")

@@ -57,6 +57,14 @@ def _specials(shape):
     return make
 
 
+def _mod_infinities(rng):
+    """Infinite divisors (x or the divisor, by the signs) and infinite dividends (NaN), as numpy's mod."""
+    inf = np.inf
+    x = np.array([3.0, -3.0, 1.0, -1.0, 0.0, inf, -inf, 2.5], F)
+    y = np.array([inf, inf, -inf, -inf, inf, inf, 2.0, -1.5], F)
+    return [x, y]
+
+
 def _with_zeros(shape, dtype):
     """Random values with exact zeros (sign of 0)."""
 
@@ -143,6 +151,7 @@ CASES += [
     Case("floor_divide", make=_inputs(_rand(M), _nonzero(M)), id="floor_divide-float"),
     Case("mod", make=_inputs(_rand((3, 5), I), _nonzero((3, 1), I)), id="mod-int"),
     Case("mod", make=_inputs(_rand(M), _nonzero((5,))), id="mod-float", atol=1e-5),
+    Case("mod", make=_mod_infinities, id="mod-float-infinities"),
     Case("pow", make=_inputs(_pos(M), _rand((5,))), id="pow-broadcast", **_TOL),
     Case("pow", make=_inputs(_pos(()), _rand((2, 2))), id="pow-scalar-base", **_TOL),
     Case("equal", ((M, I), ((5,), I))),

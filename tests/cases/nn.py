@@ -48,6 +48,12 @@ CASES = [
     _pool((1, 2, 6, 6), "avg", [3, 3], "pool2d-avg-inclusive", strides=[2, 2], paddings=[1, 1], exclusive=False),
     _pool((1, 2, 6, 6), "max", [3, 3], "pool2d-max-ceil", strides=[2, 2], ceil_mode=True),
     _pool((1, 2, 7, 6), "avg", [2, 2], "pool2d-avg-ceil", strides=[2, 2], ceil_mode=True),
+    _pool((1, 2, 7, 7), "max", [2, 3], "pool2d-max-dilated", strides=[2, 1], paddings=[1, 1], dilations=[2, 2]),
+    _pool((1, 2, 7, 8), "avg", [3, 2], "pool2d-avg-dilated-ceil", strides=[2, 2], paddings=[1, 0, 1, 1],
+          dilations=[2, 3], ceil_mode=True),
+    # ceil mode's last window would start in the end padding: it is dropped (2 outputs per dim, not 3)
+    _pool((1, 2, 5, 5), "avg", [2, 2], "pool2d-ceil-drops-window-in-pad", strides=[3, 3], paddings=[0, 0, 1, 1],
+          ceil_mode=True),
     _pool((2, 3, 4, 5), "avg", [1, 1], "pool2d-global-avg", global_pooling=True),
     _pool((2, 3, 4, 5), "max", [1, 1], "pool2d-global-max", global_pooling=True),
     _pool((1, 2, 7, 5), "avg", [4, 3], "pool2d-adaptive-avg", adaptive=True),  # ragged windows

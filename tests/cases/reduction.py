@@ -1,6 +1,8 @@
 """Cases for reductions: axis subsets, negative axes, keep_dim, all axes, size-1 dims and 0-d inputs."""
 from __future__ import annotations
 
+import numpy as np
+
 from tests.cases import Case
 
 F, I, B = "float32", "int32", "bool"
@@ -22,6 +24,18 @@ def _sparse_bools(p):
     return lambda rng: [rng.random((3, 4, 5)) < p]
 
 
+def _with_infinities(dtype):
+    """Rows that are all -inf, all +inf, mixed with infinities, and finite."""
+    inf = np.inf
+    return lambda rng: [np.array([[-inf, -inf, -inf], [inf, inf, inf], [1.0, -inf, inf], [-1.0, 2.0, 0.5]], dtype)]
+
+
+def _int_limits(rng):
+    """A column of int32 extremes (a reduction must not start from 0 or clip them)."""
+    info = np.iinfo(np.int32)
+    return [np.array([[info.min, info.max], [info.min, info.max]], np.int32)]
+
+
 CASES = [
     _reduce("reduce_sum", (4, 6), F, (1,), **_SUM_TOL),
     _reduce("reduce_sum", (2, 3, 4), F, (0, 2), True, **_SUM_TOL),
@@ -39,6 +53,10 @@ CASES = [
     _reduce("reduce_min", (3, 4, 2), F, (0, 2)),
     _reduce("reduce_min", (4, 1), I, (1,), True),
     _reduce("reduce_min", (), I, ()),
+    Case("reduce_max", attrs={"dim": (1,)}, make=_with_infinities(F), id="reduce_max-infinities"),
+    Case("reduce_min", attrs={"dim": (1,)}, make=_with_infinities(F), id="reduce_min-infinities"),
+    Case("reduce_max", attrs={"dim": (0,), "keep_dim": True}, make=_int_limits, id="reduce_max-int-limits"),
+    Case("reduce_min", attrs={"dim": (0,)}, make=_int_limits, id="reduce_min-int-limits"),
     _reduce("reduce_prod", (4, 3), F, (1,), **_SUM_TOL),
     _reduce("reduce_prod", (2, 2, 3), I, (0, 2), True),
     _reduce("reduce_prod", (1, 4), F, (), **_SUM_TOL),
