@@ -20,6 +20,7 @@ import numpy as np
 
 from autotune.task import Task
 from cinn.build import KernelSpec, build_kernel
+from cinn.runtime import configure_threads
 from cinn.target import Target
 
 T = TypeVar("T")
@@ -169,8 +170,8 @@ def run_kernel(request: RunRequest) -> RunOutput:
     import tvm
 
     module, dev, config_threads = _open_local(request) if request.remote is None else _open_remote(request)
-    if not request.target.is_cuda:
-        config_threads(0, request.target.num_cores)  # TVM's pool defaults to one thread on some machines
+    if not request.target.is_cuda:  # TVM's pool defaults to one thread on some machines
+        configure_threads(request.target.num_cores, config_threads, range(request.target.num_cores) if request.remote else None)
     args = [tvm.runtime.tensor(a, dev) for a in random_args(request.args, request.seed)]
     module["main"](*args)
     dev.sync()

@@ -83,6 +83,8 @@ class TaskSearch:
     def _grow(self, pool: dict, plans: Sequence[list]) -> None:
         """Add the candidates of plans that are new and unmeasured."""
         for plan in plans:
+            if tuple(plan) in pool or tuple(plan) in self.measured:
+                continue  # a complete plan replays to its own key: skip applying the schedule again
             cand = space.sample(self.task, self.target, self.rng, plan, module=self.module)
             if cand is not None and cand.key not in self.measured:
                 pool.setdefault(cand.key, cand)

@@ -21,6 +21,7 @@ import numpy as np
 from autotune.task import Task
 from benchmarks.harness import ATOL, RTOL, time_runs
 from benchmarks.tune_bench import Candidate, RetimePlan, Retimed, TuneOutcome, Tuner, Workload, get_workload
+from cinn.runtime import configure_threads
 from cinn.target import Target, parse_target
 
 SAMPLE_S = 0.01  # each interleaved timing sample runs the kernel for about this long
@@ -139,7 +140,7 @@ def run_retime(plan: RetimePlan) -> Retimed:
     import tvm
 
     target = parse_target(plan.target)
-    tvm.get_global_func("runtime.config_threadpool")(0, target.num_cores)
+    configure_threads(target.num_cores)
     task = workload_task(get_workload(plan.workload))
     data = _random_args(task, np.random.default_rng(0))
     dev = tvm.cpu(0)

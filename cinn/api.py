@@ -16,7 +16,7 @@ from cinn.passes.fusion import fuse as fuse_groups
 from cinn.passes.fusion import unfused
 from cinn.passes.pipeline import optimize
 from cinn.passes.verify import verify
-from cinn.runtime import Executable, Kernel
+from cinn.runtime import Executable, Kernel, configure_threads
 from cinn.target import Target, parse_target
 
 
@@ -93,4 +93,4 @@ def _tuning_records(log, target: Target) -> dict[str, str]:
 def _configure_threads(target: Target) -> None:
     """TVM's CPU pool defaults to one thread on some machines: use the target's cores."""
     if not target.is_cuda:
-        tvm.get_global_func("runtime.config_threadpool")(0, target.num_cores)
+        configure_threads(target.num_cores)

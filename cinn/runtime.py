@@ -1,14 +1,27 @@
 """The runtime: an Executable runs a sequence of kernels over buffers planned by liveness."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import tvm
 
 from cinn.cuda_module import NO_DEVICE
 from cinn.ir import Program, TensorType, Value
+
+
+SHARE_ALL_CORES = -3  # TVM's AffinityMode kSpecifyThreadShareAllCore: each worker may run on any listed CPU
+
+
+def configure_threads(n: int, config: Callable | None = None, cpus: Sequence[int] | None = None) -> None:
+    """Give TVM's CPU thread pool n workers. Asked for n threads alone, TVM keeps one worker on machines whose
+    cores it cannot rank (these VMs), so the CPUs are listed explicitly: this process's, or `cpus` (a remote's).
+    `config` is the runtime.config_threadpool function to call (default: this process's)."""
+    config = config or tvm.get_global_func("runtime.config_threadpool")
+    allowed = list(cpus) if cpus is not None else sorted(os.sched_getaffinity(0))
+    config(SHARE_ALL_CORES, n, [str(c) for c in allowed[:n]])
 
 
 @dataclass(frozen=True)

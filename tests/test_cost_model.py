@@ -10,6 +10,7 @@ from tvm.s_tir import Schedule
 import cinn
 from autotune import features
 from autotune.cost_model import CostModel, CostModelConfig
+from cinn.runtime import configure_threads
 from cinn.target import parse_target
 from frontend import NetBuilder
 
@@ -178,7 +179,7 @@ def measure(mod: tvm.IRModule, args) -> float:
 @pytest.fixture(scope="module")
 def measured():
     """48 random schedules of each of two matmul workloads, measured on one thread: (workload, features, costs)."""
-    tvm.get_global_func("runtime.config_threadpool")(0, 1)  # one thread: stable timings on a shared machine
+    configure_threads(1)  # one thread: stable timings on a shared machine
     rng = np.random.default_rng(0)
     out = []
     for m, k, n, relu in [(64, 128, 64, True), (128, 64, 128, False)]:
