@@ -43,6 +43,11 @@ class BenchConfig:
     small: bool = False
     timeout: float = 1800.0
 
+    @property
+    def is_cuda(self) -> bool:
+        # read from the target string: the ORT worker must not import cinn (and with it TVM's runtime)
+        return self.target.split()[0] == "cuda"
+
     def engines(self) -> tuple[Engine, ...]:
         """The engines to run: the tuned build only when a schedule log is given."""
         tuned = (Engine.TUNED,) if self.tuning_log else ()
@@ -137,21 +142,25 @@ def _run_cinn(engine: Engine, model, config: BenchConfig) -> tuple[EngineResult,
     return EngineResult(engine, model.name, ms, config.repeat, exe.num_kernels, cold, cached), outputs
 
 
-def ort_session(onnx_model):
-    """An onnxruntime CPU session with the harness's settings: all cores, sequential, all graph optimizations."""
+def ort_session(onnx_model, cuda: bool = False):
+    """An onnxruntime session with the harness's settings: all cores, sequential, all graph optimizations; on the
+    CUDA provider for a cuda target (onnxruntime-gpu), else on the CPU."""
     import onnxruntime as ort
 
+    provider = "CUDAExecutionProvider" if cuda else "CPUExecutionProvider"
+    if provider not in ort.get_available_providers():
+        raise RuntimeError(f"onnxruntime has no {provider} here (install onnxruntime-gpu for a cuda target)")
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = os.cpu_count() or 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(onnx_model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(onnx_model.SerializeToString(), opts, providers=[provider])
 
 
 def _run_ort(model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]]:
     from benchmarks.onnx_export import to_onnx
 
-    sess = ort_session(to_onnx(model.program))
+    sess = ort_session(to_onnx(model.program), cuda=config.is_cuda)
     feeds = dict(model.feeds)
     outputs = sess.run(None, feeds)
     ms = time_runs(lambda: sess.run(None, feeds), config.repeat, config.warmup)
@@ -162,9 +171,6 @@ def run_worker(engine: Engine, model_name: str, config: BenchConfig, outputs_pat
     """Measure one engine on one model in this process; optionally save its outputs (.npz)."""
     from benchmarks.models import get_model
 
-    if engine is not Engine.ORT:
-        # TVM's pool may default to one thread; set before the runtime starts.
-        os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
     model = get_model(model_name, config.small)
     result, outputs = _run_ort(model, config) if engine is Engine.ORT else _run_cinn(engine, model, config)
     if outputs_path:

@@ -8,7 +8,6 @@ The parent sets the thread-count environment variables before these processes st
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -18,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from autotune.space import trace_json
 from autotune.task import Task
 from benchmarks.harness import ATOL, RTOL, time_runs
 from benchmarks.tune_bench import Candidate, RetimePlan, Retimed, TuneOutcome, Tuner, Workload, get_workload
@@ -50,11 +50,6 @@ def _fast_build(mod, target, _params):
     return tvm.tirx.build(mod, target=target)
 
 
-def _trace_json(sch) -> str:
-    """A schedule's trace as the JSON text cinn's build replays (as_json holds IntImm)."""
-    return json.dumps(sch.trace.as_json(), default=lambda o: o.value)
-
-
 def tune_ms(task: Task, target: Target, trials: int, work_dir: str) -> tuple[str, float | None]:
     """Tune with MetaSchedule (XGBoost cost model); returns the best trace and the best cost it measured."""
     from tvm.s_tir import meta_schedule as ms
@@ -76,7 +71,7 @@ def tune_ms(task: Task, target: Target, trials: int, work_dir: str) -> tuple[str
         raise RuntimeError(f"MetaSchedule found no valid schedule for {task.name} in {trials} trials")
     record = db.query_tuning_record(task.module(), tvm_target, "main")
     costs = [float(c) for c in record.run_secs] if record is not None and record.run_secs else []
-    return _trace_json(sch), (sum(costs) / len(costs) if costs else None)
+    return trace_json(sch), (sum(costs) / len(costs) if costs else None)
 
 
 def tune_ours(task: Task, target: Target, trials: int, work_dir: str) -> tuple[str | None, float | None]:
@@ -90,9 +85,20 @@ def tune_ours(task: Task, target: Target, trials: int, work_dir: str) -> tuple[s
 TUNERS = {Tuner.OURS: tune_ours, Tuner.MS: tune_ms}
 
 
+def _import_tuner(tuner: Tuner) -> None:
+    """Import a tuner's modules before its clock starts: the wall time compares searches, not imports (MetaSchedule's
+    TuneContext imports tvm.s_tir.tensor_intrin, ~40 s here, which would otherwise dominate its time)."""
+    if tuner is Tuner.MS:
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+        from tvm.s_tir import meta_schedule  # noqa: F401
+    else:
+        import autotune.tuner  # noqa: F401
+
+
 def run_tune(tuner: Tuner, workload: Workload, trials: int, target: Target) -> TuneOutcome:
     """One tuning run; tune_s is the wall time of the tuner call alone (no interpreter start-up or lowering)."""
     task = workload_task(workload)
+    _import_tuner(tuner)
     with tempfile.TemporaryDirectory(prefix=f"tune-bench-{tuner.value}-") as work_dir:
         t0 = time.perf_counter()
         trace, best = TUNERS[tuner](task, target, trials, work_dir)
