@@ -5,7 +5,7 @@ from tvm.s_tir import Schedule
 
 from cinn.ops import PatternKind
 from cinn.target import Target
-from schedules import cpu_matmul, cpu_reduction
+from schedules import cpu_matmul, cpu_reduction, cpu_tiling
 from schedules.cpu_common import generic
 from schedules.knobs import DEFAULT, Knobs
 
@@ -13,7 +13,8 @@ from schedules.knobs import DEFAULT, Knobs
 def schedule(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Apply the specialised schedule of the group's kind when it matches, else the generic one."""
     if kind == PatternKind.OUT_FUSIBLE and cpu_matmul.applicable(sch):
-        cpu_matmul.schedule(sch, target, knobs)
+        # the tuner may also try generic multi-level tiling; the default is cinn's register-tiled schedule
+        (cpu_tiling if knobs.choose(sch, "sketch", [0, 1], 0) else cpu_matmul).schedule(sch, target, knobs)
     elif kind == PatternKind.REDUCTION and cpu_reduction.applicable(sch):
         cpu_reduction.schedule(sch, target, knobs)
     else:

@@ -43,6 +43,13 @@ def _softmax():
     return b.build([b.softmax(x, axes=[-1])])
 
 
+def _conv_relu():
+    b = NetBuilder("conv")
+    x = b.create_input("float32", (1, 8, 10, 10), "x")
+    w = b.create_input("float32", (16, 8, 3, 3), "w")
+    return b.build([b.relu(b.conv2d(x, w, strides=[1, 1], paddings=[1, 1]))])
+
+
 def _task(program) -> Task:
     (task,) = extract_tasks(program)
     return task
@@ -111,14 +118,20 @@ def test_search_proposes_new_distinct_candidates():
     assert len(cands) == 8 and len(set(keys)) == 8 and default.key not in keys
 
 
-@pytest.mark.parametrize("make", [_matmul_relu, _softmax])
-def test_sampled_schedules_are_correct(make, runner):
-    """Random points of the space build and match the default schedule's output (checked by the runner)."""
+@pytest.mark.parametrize("make, sketch", [(_matmul_relu, 0), (_matmul_relu, 1), (_conv_relu, 0), (_conv_relu, 1),
+                                          (_softmax, None)])
+def test_sampled_schedules_are_correct(make, sketch, runner):
+    """Random points of the space (both tiling sketches for matmul/conv) build and match the default schedule's
+    output (checked by the runner)."""
     from autotune.measure import MeasureInput
 
     task = _task(make())
     rng = random.Random(1)
-    cands = [space.sample(task, TARGET, rng) for _ in range(4)]
+    planned = [] if sketch is None else [sketch]
+    cands = [space.sample(task, TARGET, rng, planned) for _ in range(4)]
+    assert all(c is not None for c in cands)
+    if sketch is not None:
+        assert all(c.decisions[0] == space.Choice("sketch", sketch, (0, 1)) for c in cands)
     results = runner.measure([MeasureInput(task, c.trace_json()) for c in cands], TARGET)
     assert all(r.ok for r in results), [r.error for r in results]
 
