@@ -170,8 +170,10 @@ def run_kernel(request: RunRequest) -> RunOutput:
     import tvm
 
     module, dev, config_threads = _open_local(request) if request.remote is None else _open_remote(request)
-    if not request.target.is_cuda:  # TVM's pool defaults to one thread on some machines
-        configure_threads(request.target.num_cores, config_threads, range(request.target.num_cores) if request.remote else None)
+    if not request.target.is_cuda and request.remote is None:  # TVM's pool defaults to one thread on some machines
+        configure_threads(request.target.num_cores, config_threads)
+    elif not request.target.is_cuda:  # an RPC call cannot carry the CPU list: such a server needs TVM_NUM_THREADS
+        config_threads(1, request.target.num_cores)
     args = [tvm.runtime.tensor(a, dev) for a in random_args(request.args, request.seed)]
     module["main"](*args)
     dev.sync()

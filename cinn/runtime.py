@@ -15,13 +15,12 @@ from cinn.ir import Program, TensorType, Value
 SHARE_ALL_CORES = -3  # TVM's AffinityMode kSpecifyThreadShareAllCore: each worker may run on any listed CPU
 
 
-def configure_threads(n: int, config: Callable | None = None, cpus: Sequence[int] | None = None) -> None:
+def configure_threads(n: int, config: Callable | None = None) -> None:
     """Give TVM's CPU thread pool n workers. Asked for n threads alone, TVM keeps one worker on machines whose
-    cores it cannot rank (these VMs), so the CPUs are listed explicitly: this process's, or `cpus` (a remote's).
-    `config` is the runtime.config_threadpool function to call (default: this process's)."""
+    cores it cannot rank (these VMs), so this process's CPUs are listed explicitly. `config` is the
+    runtime.config_threadpool function to call (default: this process's)."""
     config = config or tvm.get_global_func("runtime.config_threadpool")
-    allowed = list(cpus) if cpus is not None else sorted(os.sched_getaffinity(0))
-    config(SHARE_ALL_CORES, n, [str(c) for c in allowed[:n]])
+    config(SHARE_ALL_CORES, n, [str(c) for c in sorted(os.sched_getaffinity(0))[:n]])
 
 
 @dataclass(frozen=True)
