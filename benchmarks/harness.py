@@ -271,7 +271,11 @@ def _worker_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--outputs", default=None, help="save the outputs to this .npz file")
     a = p.parse_args(argv)
     config = BenchConfig(target=a.target, repeat=a.repeat, warmup=a.warmup, tuning_log=a.log, small=a.small)
-    print(run_worker(Engine(a.worker), a.model, config, a.outputs).to_json(), flush=True)
+    try:
+        print(run_worker(Engine(a.worker), a.model, config, a.outputs).to_json(), flush=True)
+    except RuntimeError as err:  # e.g. no CUDA device, no CUDA provider: one line, the parent names the engine
+        print(f"[cinn-bench] {a.model}: {a.worker}: {err}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

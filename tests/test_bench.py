@@ -147,3 +147,16 @@ def test_cli_rejects_unknown_model(capsys):
         main(["nope"])
     assert exc.value.code != 0
     assert "unknown model" in capsys.readouterr().err
+
+
+def test_cuda_target_without_a_gpu_fails_clearly(tmp_cache, monkeypatch, capfd):
+    """cinn-bench --target cuda builds the CUDA kernels, then each engine says in one line why it cannot run here."""
+    from benchmarks.cli import main
+    from cinn.cuda_module import device_present
+
+    if device_present():
+        pytest.skip("a GPU is present: the gpu-marked tests run cinn-bench --target cuda")
+    monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_cache))
+    assert main(["mlp", "--small", "--target", "cuda", "--repeat", "1", "--warmup", "0"]) == 1
+    err = capfd.readouterr().err  # the workers' stderr too
+    assert "cinn-fused: no CUDA device present" in err and "Traceback" not in err
