@@ -89,6 +89,15 @@ def _tile_rows(extent: int, budget: int) -> int:
     return max(divisors(extent, budget))
 
 
+def _channel_tile(col_extent: int, row_extent: int, width: int, budget: int) -> tuple[int, int]:
+    """(cols, rows) of a channel-vectorized tile: each step loads `cols / width` weight vectors and broadcasts `rows`
+    inputs for their product in FMAs, so the tile within the accumulator budget (in vectors) with the most FMAs per
+    load wins; ties go to wider vectors."""
+    tiles = [(v * width, r) for v in range(1, budget + 1) if col_extent % (v * width) == 0
+             for r in divisors(row_extent, budget // v)]
+    return max(tiles, key=lambda t: (t[0] * t[1] / (t[0] // width + t[1]), t[0]), default=(width, 1))
+
+
 def tile_elems(target: Target) -> int:
     """The accumulator tile size for the vector registers the target's code will use."""
     return TILE_ELEMS.get(target.vector_bits, TILE_ELEMS[256])
@@ -100,17 +109,19 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     n = spatial_count(sch, main)
     ext = [int(iv.dom.extent) for iv in block.iter_vars]
     width = lanes(write_dtype(sch, main), target)
-    col = n - 1
-    default_cols = _tile_cols(ext[col], width)
-    cols = knobs.choose(sch, "cols", _col_candidates(ext[col], width, default_cols), default_cols)
-    col_var = block.iter_vars[col].var
-    vec_reads = [r for r in block.reads if any(col_var in vars_in(rg.min) for rg in r.region)]
+    col = _vector_axis(sch, knobs, block, n, ext, width)
+    vec_reads = _reads_using(block, col)
     used = set().union(*(vars_in(rg.min) for r in vec_reads for rg in r.region)) if vec_reads else set()
-    free = [i for i in range(col) if block.iter_vars[i].var not in used and ext[i] > 1]
+    free = [i for i in range(n) if i != col and block.iter_vars[i].var not in used and ext[i] > 1]
     row = free[-1] if free else (col - 1 if col > 0 else None)
+    if col != n - 1 and row is not None:
+        default_cols, default_rows = _channel_tile(ext[col], ext[row], width, tile_elems(target) // width)
+    else:
+        default_cols = _tile_cols(ext[col], width)
+        default_rows = _tile_rows(ext[row], max(1, tile_elems(target) // default_cols)) if row is not None else 1
+    cols = knobs.choose(sch, "cols", _col_candidates(ext[col], width, default_cols), default_cols)
     rows = 1
     if row is not None:
-        default_rows = _tile_rows(ext[row], max(1, tile_elems(target) // default_cols))
         rows = knobs.choose(sch, "rows", sorted(set(divisors(ext[row], MAX_ROWS)) | {default_rows}), default_rows)
     pack, perm = _packable(block, n, col, vec_reads) if free else (None, ())
     if pack is not None and not knobs.choose(sch, "pack", [0, 1], 1):
@@ -118,8 +129,30 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     return Tiling(col, cols, row, rows, pack, perm)
 
 
+def _reads_using(block, axis: int) -> list:
+    """The block's reads whose index uses the iterator of `axis`."""
+    var = block.iter_vars[axis].var
+    return [r for r in block.reads if any(var in vars_in(rg.min) for rg in r.region)]
+
+
+def _vector_axis(sch: Schedule, knobs: Knobs, block, n: int, ext: list[int], width: int) -> int:
+    """The output's contiguous axis, or an earlier one whose operand can be packed (a conv's output channels, over
+    its weight) when the contiguous axis's operand cannot (a conv's input, read at i*stride+k) or that axis is not a
+    whole number of vectors (a 14x14 conv's rows): direct convolutions vectorize over channels. The tuner may pick
+    either where both exist; the accumulator tile is laid out with the vector axis last."""
+    last = n - 1
+    if ext[last] % width == 0 and _packable(block, n, last, _reads_using(block, last))[0] is not None:
+        return last
+    last_var = block.iter_vars[last].var
+    channel = [c for c in range(last) if ext[c] % width == 0 and _packable(block, n, c, _reads_using(block, c))[0]
+               is not None and not any(last_var in vars_in(rg.min) for r in _reads_using(block, c) for rg in r.region)]
+    if not channel:
+        return last
+    return knobs.choose(sch, "vector_axis", [last, channel[-1]], last if ext[last] % width == 0 else channel[-1])
+
+
 def _packable(block, n: int, col: int, vec_reads: list) -> tuple[int | None, tuple[int, ...]]:
-    """The vector operand worth packing: read through plain iterators, one of them reduced and none of them the
+    """The vector operand worth packing: read through plain iterators, some of them reduced and none of them the
     row axis (so a panel serves every row tile); returns its read index and the dims permutation."""
     if len(vec_reads) != 1:
         return None, ()
@@ -128,7 +161,7 @@ def _packable(block, n: int, col: int, vec_reads: list) -> tuple[int | None, tup
     index = [region[d].min for d in range(len(region))]
     if not all(i in ivars and int(region[d].extent) == 1 for d, i in enumerate(index)):
         return None, ()
-    if sum(1 for i in index if ivars.index(i) >= n) != 1:
+    if not any(ivars.index(i) >= n for i in index):
         return None, ()
     p = index.index(ivars[col])
     perm = tuple(d for d in range(len(index)) if d != p) + (p,)
@@ -143,6 +176,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     inline_all(sch, keep=lambda b: sch.get(b).name_hint in producers)
     tiling = plan(sch, main, target, knobs)
     write_back = sch.cache_write(main, 0, "global")
+    _vector_axis_last(sch, main, tiling)
     reverse_inline_all(sch, write_back)
     wb_name = sch.get(write_back).name_hint
     stages = [b for b in blocks(sch) if not is_reduction(sch, b) and sch.get(b).name_hint != wb_name]
@@ -179,7 +213,9 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):
         row_outer, row_mid = _split2(sch, knobs, "row", row_outer)
     reduce_outer, reduce_inner = _split2(sch, knobs, "reduce", loops[n], outer_default=False)
     outer = [col_outer if i == t.col else loops[i] for i in range(n) if i != t.row]
-    serial = [row_outer] if row_outer is not None else []
+    # vectorized over channels, the spatial axes after them stay serial, so a channel tile's panel is packed once
+    cut = outer.index(col_outer) + 1 if t.col != n - 1 else len(outer)
+    outer, serial = outer[:cut], outer[cut:] + ([row_outer] if row_outer is not None else [])
     few = prod(extents(sch, outer)) < PARALLEL_TILES * target.num_cores
     if serial and knobs.choose(sch, "parallel_rows", [0, 1], int(few)):
         outer, serial = outer[:-1] + serial + outer[-1:], []
@@ -187,7 +223,15 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):
     inner = [lp for lp in (row_inner, col_inner) if lp is not None]
     sch.reorder(*outer, *serial, reduce_outer, *middle, reduce_inner, *loops[n + 1 :], *inner)
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-    return par, (serial[0] if serial else None), [reduce_outer, reduce_inner, *loops[n + 1 :], row_inner, col_inner]
+    return par, (serial[-1] if serial else None), [reduce_outer, reduce_inner, *loops[n + 1 :], row_inner, col_inner]
+
+
+def _vector_axis_last(sch: Schedule, main, t: Tiling) -> None:
+    """Lay the accumulator tile out with the vector axis last, so the register tile's vectors are contiguous."""
+    write = sch.get(main).writes[0].region
+    dim = next(d for d, rg in enumerate(write) if sch.get(main).iter_vars[t.col].var in vars_in(rg.min))
+    if dim != len(write) - 1:
+        sch.transform_layout(main, ("write", 0), lambda *ix: [*ix[:dim], *ix[dim + 1 :], ix[dim]])
 
 
 def _split2(sch: Schedule, knobs: Knobs, name: str, loop, outer_default: bool = True) -> list:

@@ -93,11 +93,12 @@ def conv_ref(x, w, stride, pad, groups):
 
 
 @pytest.mark.parametrize(
-    "c, o, hw, stride, groups",
-    [(4, 8, 8, 1, 1), (3, 6, 9, 2, 1), (8, 8, 10, 1, 8)],
-    ids=["conv", "stride2", "depthwise"],
+    "c, o, hw, stride, groups, channels_vectorized",
+    [(4, 16, 8, 1, 1, False), (3, 6, 9, 2, 1, False), (8, 8, 10, 1, 8, False), (8, 16, 14, 1, 1, True),
+     (4, 16, 12, 2, 1, True)],
+    ids=["conv", "stride2", "depthwise", "channels", "channels-stride2"],
 )
-def test_conv_epilogue(c, o, hw, stride, groups):
+def test_conv_epilogue(c, o, hw, stride, groups, channels_vectorized):
     x = te.placeholder((1, c, hw, hw), name="x")
     w = te.placeholder((o, c // groups, 3, 3), name="w")
     scale = te.placeholder((o,), name="scale")
@@ -110,7 +111,10 @@ def test_conv_epilogue(c, o, hw, stride, groups):
         return [np.maximum(conv * sa[:, None, None] + ha[:, None, None], 0)]
 
     assert cpu_matmul.applicable(schedule_of([x, w, scale, shift, z]))
-    check([x, w, scale, shift], [z], K.OUT_FUSIBLE, ref)
+    sch = check([x, w, scale, shift], [z], K.OUT_FUSIBLE, ref)
+    # output rows that are not a whole number of vectors: vectorized over output channels, accumulated channels-last
+    ow = (hw + 2 - 3) // stride + 1
+    assert (f"T.sblock_alloc_buffer((1, {ow}, {ow}, {o}))" in sch.mod.script()) == channels_vectorized
 
 
 def softmax(shape):
