@@ -2,7 +2,9 @@
 
 The reduction's innermost spatial axis (the output's contiguous one) is the vector axis; a second spatial axis that
 the vector-axis operand does not depend on (matmul rows, conv output channels) forms the register-tile rows, so
-each vector load of that operand feeds `rows` FMAs. The accumulator tile lives in a cache_write buffer whose
+each vector load of that operand feeds `rows` FMAs. Convolutions whose output rows are not a whole number of vectors
+(or whose input is read at strided offsets) turn this around, as direct convolutions do: the vector axis is the output
+channels over a packed weight panel, and the register rows are output columns, each a broadcast input value. The accumulator tile lives in a cache_write buffer whose
 write-back block absorbs the epilogue, so the output is written once, after bias/activation.
 """
 from __future__ import annotations
