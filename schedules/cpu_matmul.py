@@ -143,11 +143,12 @@ def _vector_axis(sch: Schedule, knobs: Knobs, block, n: int, ext: list[int], wid
     whole number of vectors (a 14x14 conv's rows): direct convolutions vectorize over channels. The tuner may pick
     either where both exist; the accumulator tile is laid out with the vector axis last."""
     last = n - 1
-    if ext[last] % width == 0 and _packable(block, n, last, _reads_using(block, last))[0] is not None:
+    last_reads = _reads_using(block, last)
+    if ext[last] % width == 0 and _packable(block, n, last, last_reads)[0] is not None:
         return last
-    last_var = block.iter_vars[last].var
-    channel = [c for c in range(last) if ext[c] % width == 0 and _packable(block, n, c, _reads_using(block, c))[0]
-               is not None and not any(last_var in vars_in(rg.min) for r in _reads_using(block, c) for rg in r.region)]
+    reads = {c: _reads_using(block, c) for c in range(last) if ext[c] % width == 0}
+    channel = [c for c, rs in reads.items()
+               if _packable(block, n, c, rs)[0] is not None and not any(r in last_reads for r in rs)]
     if not channel:
         return last
     return knobs.choose(sch, "vector_axis", [last, channel[-1]], last if ext[last] % width == 0 else channel[-1])
