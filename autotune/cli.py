@@ -50,7 +50,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cinn-tune: {err}", file=sys.stderr)
         return EXIT_USAGE
     print(format_summary(summaries))
-    failed = [s.task.name for s in summaries if not math.isfinite(s.best_cost)]
+    untuned = [s.task.name for s in summaries if not s.trials]
+    if untuned:
+        print(f"cinn-tune: the budget ran out before {len(untuned)} of {len(summaries)} tasks got a trial (they keep "
+              f"the default schedule): {', '.join(untuned)}; give --trials at least {len(summaries)}", file=sys.stderr)
+    failed = [s.task.name for s in summaries if s.trials and not math.isfinite(s.best_cost)]
     if failed:
         print(f"cinn-tune: no working schedule measured for {', '.join(failed)}", file=sys.stderr)
         return EXIT_FAILED
@@ -119,11 +123,14 @@ def format_summary(summaries: Sequence[TaskSummary]) -> str:
     """The per-task table: weight, trials, default and best latency, speed-up; then the weighted total."""
     rows = [("#", "task", "weight", "trials", "default ms", "best ms", "speed-up")]
     for i, s in enumerate(summaries, 1):
-        rows.append((str(i), s.task.name[:48], str(s.task.weight), str(s.trials), _ms(s.default_cost),
-                     _ms(s.best_cost), f"{s.speedup:.2f}x" if math.isfinite(s.speedup) else "-"))
-    total_default = sum(s.task.weight * s.default_cost for s in summaries)
-    total_best = sum(s.task.weight * min(s.best_cost, s.default_cost) for s in summaries)
-    rows.append(("", "total (weighted)", "", str(sum(s.trials for s in summaries)), _ms(total_default),
+        costs = (_ms(s.default_cost), _ms(s.best_cost)) if s.trials else ("not tuned", "not tuned")
+        rows.append((str(i), s.task.name[:48], str(s.task.weight), str(s.trials), *costs,
+                     f"{s.speedup:.2f}x" if math.isfinite(s.speedup) else "-"))
+    tuned = [s for s in summaries if s.trials]
+    total_default = sum(s.task.weight * s.default_cost for s in tuned)
+    total_best = sum(s.task.weight * min(s.best_cost, s.default_cost) for s in tuned)
+    label = "total (weighted)" if len(tuned) == len(summaries) else "total (weighted, tuned tasks)"
+    rows.append(("", label, "", str(sum(s.trials for s in summaries)), _ms(total_default),
                  _ms(total_best), f"{total_default / total_best:.2f}x" if total_best and math.isfinite(total_best) else "-"))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     return "\n".join("  ".join(v.ljust(w) if c == 1 else v.rjust(w) for c, (v, w) in enumerate(zip(r, widths))) for r in rows)

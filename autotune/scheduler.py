@@ -38,6 +38,14 @@ def next_task(tasks: list[TaskProgress]) -> int | None:
     return fresh[0] if fresh else max(live, key=lambda i: _gradient(tasks[i]))
 
 
+def round_size(tasks: list[TaskProgress], i: int, batch: int, left: int) -> int:
+    """Trials for task i's next round: a batch, except that while tasks wait for their first round the budget left
+    is shared among them, so a budget smaller than tasks x batch still measures every task (its default first)."""
+    fresh = sum(1 for t in tasks if not t.history and not t.exhausted)
+    share = left // fresh if not tasks[i].history and fresh else left
+    return max(1, min(batch, share, left))
+
+
 def _gradient(t: TaskProgress) -> float:
     """Expected weighted latency saved per trial: the last round's measured gain and an optimistic 1/trials decay."""
     if not math.isfinite(t.best):

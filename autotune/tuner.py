@@ -13,7 +13,7 @@ from autotune import space
 from autotune.cost_model import CostModel
 from autotune.database import Record, append_records, read_records
 from autotune.measure import LocalRunner, MeasureInput, MeasureResult, Runner
-from autotune.scheduler import TaskProgress, next_task
+from autotune.scheduler import TaskProgress, next_task, round_size
 from autotune.search import SearchConfig, TaskSearch
 from autotune.space import Candidate
 from autotune.task import Task
@@ -105,10 +105,11 @@ def tune(
     used = _resume(states, target, log, model) if resume else 0
     try:
         while used < config.trials:
-            i = next_task([s.progress for s in states])
+            views = [s.progress for s in states]
+            i = next_task(views)
             if i is None:
                 break
-            n = min(config.batch, config.trials - used)
+            n = round_size(views, i, config.batch, config.trials - used)
             used += _round(states[i], target, log, model, runner, n)
             if progress:
                 progress(Progress(used, config.trials, i, states[i].summary()))

@@ -18,7 +18,7 @@ import cinn
 from autotune import space
 from autotune.database import Record, append_records, best_traces, read_records
 from autotune.measure import MeasureConfig, MeasureResult
-from autotune.scheduler import TaskProgress, next_task
+from autotune.scheduler import TaskProgress, next_task, round_size
 from autotune.search import SearchConfig, TaskSearch
 from autotune.task import Task, extract_tasks
 from autotune.tuner import TuneConfig, tune
@@ -147,6 +147,28 @@ def test_scheduler_warms_up_round_robin_then_follows_the_gradient():
     assert next_task(tasks) == 0
     tasks[0].exhausted = True
     assert next_task(tasks) is None
+
+
+def test_warm_up_shares_a_small_budget_among_all_tasks():
+    tasks = [TaskProgress(weight=1.0) for _ in range(3)]
+    assert round_size(tasks, 0, batch=16, left=10) == 3  # 10 trials, 3 tasks waiting for their first round
+    tasks[0].add_round(3, 1.0)
+    assert round_size(tasks, 1, batch=16, left=7) == 3
+    assert round_size(tasks, 0, batch=16, left=7) == 7  # after the warm-up a task's round is a batch
+    assert round_size(tasks, 1, batch=16, left=1) == 1  # fewer trials than tasks: the default alone
+    assert round_size(tasks, 1, batch=2, left=100) == 2
+
+
+def test_summary_tells_untuned_tasks_from_failed_ones():
+    from autotune.cli import format_summary
+    from autotune.tuner import TaskSummary
+
+    task = extract_tasks(_softmax())[0]
+    table = format_summary([TaskSummary(task, 4, 2e-3, 1e-3, "t"), TaskSummary(task, 0, math.inf, math.inf, None),
+                            TaskSummary(task, 2, math.inf, math.inf, None)])
+    rows = table.splitlines()
+    assert "2.00x" in rows[1] and "not tuned" in rows[2] and "failed" in rows[3] and "not tuned" not in rows[3]
+    assert "total (weighted, tuned tasks)" in rows[4]
 
 
 class FlakyRunner:
