@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tvm import DataType
 from tvm.s_tir import Schedule
 
 from cinn.target import Target
@@ -34,6 +35,9 @@ MAX_ROWS = 16  # register-tile rows the tuner may try
 # accumulator tile (fp32 elements) by the vector width LLVM uses for the target: 4x32 in 8 of the 32 zmm registers
 # measured best on znver4 (2x32 and 8x32 were 30-50% slower); 3x32 in 12 of the 16 ymm registers on AVX2
 TILE_ELEMS = {512: 128, 256: 96}
+# a channel tile's packed weight panel is read again for every pixel tile: wider tiles must keep it in L2 (half of
+# a 512 KiB znver3 L2; a 7x7 512->512 conv's 64-channel panel, 1.2 MB, made it stream from L3)
+PANEL_BYTES = 256 * 1024
 PARALLEL_TILES = 2  # parallel tiles per core below which row tiles are parallelized too
 
 
@@ -41,13 +45,16 @@ PARALLEL_TILES = 2  # parallel tiles per core below which row tiles are parallel
 class Tiling:
     """The tiling decisions: iterator indices of the vector and row axes, their tile sizes, and the operand to pack.
 
-    `pack` is the index (in the block's reads) of the vector-axis operand to copy into a contiguous panel per
+    `row2` is a second register-row axis (a conv's output rows): one operand's loads do not depend on it, so the
+    tile reuses them `rows2` times. `pack` is the index (in the block's reads) of the vector-axis operand to copy into a contiguous panel per
     parallel tile, and `pack_perm` the permutation of its dimensions that puts the vector axis last."""
 
     col: int
     cols: int
     row: int | None
     rows: int
+    row2: int | None
+    rows2: int
     pack: int | None
     pack_perm: tuple[int, ...]
 
@@ -91,13 +98,27 @@ def _tile_rows(extent: int, budget: int) -> int:
     return max(divisors(extent, budget))
 
 
-def _channel_tile(col_extent: int, row_extent: int, width: int, budget: int) -> tuple[int, int]:
-    """(cols, rows) of a channel-vectorized tile: each step loads `cols / width` weight vectors and broadcasts `rows`
-    inputs for their product in FMAs, so the tile within the accumulator budget (in vectors) with the most FMAs per
-    load wins; ties go to wider vectors."""
-    tiles = [(v * width, r) for v in range(1, budget + 1) if col_extent % (v * width) == 0
-             for r in divisors(row_extent, budget // v)]
-    return max(tiles, key=lambda t: (t[0] * t[1] / (t[0] // width + t[1]), t[0]), default=(width, 1))
+def _register_tile(vectors: list[int], rows: list[int], rows2: list[int], budget: int,
+                   row2_in_vector: bool) -> tuple[int, int, int]:
+    """(vectors, rows, rows2) of the register tile with the most FMAs per load within the accumulator budget (in
+    vectors): a step loads `vectors` vectors of the vector operand, times rows2 when that operand depends on the
+    second row axis (a conv's input over output rows), and broadcasts rows (times rows2 otherwise) values of the row
+    operand; ties go to wider vectors, then to fewer second rows."""
+
+    def fmas_per_load(t: tuple[int, int, int]) -> float:
+        v, r, r2 = t
+        return v * r * r2 / (v * r2 + r if row2_in_vector else v + r * r2)
+
+    tiles = [(v, r, r2) for v in vectors for r in rows for r2 in rows2 if v * r * r2 <= budget]
+    return max(tiles, key=lambda t: (fmas_per_load(t), t[0], -t[2]), default=(1, 1, 1))
+
+
+def _channel_vectors(channels: int, reduce_elems: int, width: int, budget: int, dtype: str) -> list[int]:
+    """Weight vectors a channel-vectorized tile may take: within the budget, dividing the channels, and with a
+    packed panel (vectors x width x reduction elements) within PANEL_BYTES where any is."""
+    fits = [v for v in range(1, budget + 1) if channels % (v * width) == 0]
+    small = [v for v in fits if v * width * reduce_elems * DataType(dtype).bits // 8 <= PANEL_BYTES]
+    return small or fits[:1] or [1]
 
 
 def tile_elems(target: Target) -> int:
@@ -116,19 +137,43 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     used = set().union(*(vars_in(rg.min) for r in vec_reads for rg in r.region)) if vec_reads else set()
     free = [i for i in range(n) if i != col and block.iter_vars[i].var not in used and ext[i] > 1]
     row = free[-1] if free else (col - 1 if col > 0 else None)
-    if col != n - 1 and row is not None:
-        default_cols, default_rows = _channel_tile(ext[col], ext[row], width, tile_elems(target) // width)
+    row2, in_vector = _second_row_axis(block, n, ext, col, row) if free else (None, False)
+    if row is not None and (row2 is not None or col != n - 1):
+        budget = tile_elems(target) // width
+        # over channels any number of weight vectors fits; over output columns the widest vector tile, as matmul
+        vectors = (_channel_vectors(ext[col], prod(ext[n:]), width, budget, write_dtype(sch, main)) if col != n - 1
+                   else [max(1, _tile_cols(ext[col], width) // width)])
+        rows2_options = divisors(ext[row2], budget) if row2 is not None else [1]
+        v, default_rows, default_rows2 = _register_tile(vectors, divisors(ext[row], budget), rows2_options, budget,
+                                                        in_vector)
+        default_cols = v * width
     else:
         default_cols = _tile_cols(ext[col], width)
         default_rows = _tile_rows(ext[row], max(1, tile_elems(target) // default_cols)) if row is not None else 1
+        default_rows2 = 1
     cols = knobs.choose(sch, "cols", _col_candidates(ext[col], width, default_cols), default_cols)
-    rows = 1
+    rows = rows2 = 1
     if row is not None:
         rows = knobs.choose(sch, "rows", sorted(set(divisors(ext[row], MAX_ROWS)) | {default_rows}), default_rows)
+    if row2 is not None:
+        rows2 = knobs.choose(sch, "rows2", divisors(ext[row2], MAX_ROWS), default_rows2)
     pack, perm = _packable(block, n, col, vec_reads) if free else (None, ())
     if pack is not None and not knobs.choose(sch, "pack", [0, 1], 1):
         pack, perm = None, ()
-    return Tiling(col, cols, row, rows, pack, perm)
+    return Tiling(col, cols, row, rows, row2, rows2, pack, perm)
+
+
+def _second_row_axis(block, n: int, ext: list[int], col: int, row: int) -> tuple[int | None, bool]:
+    """A spatial axis besides the vector and row axes that only one of their operands depends on (a conv's output
+    rows), and whether that is the vector operand; (None, False) when there is none."""
+    vec, rows = _reads_using(block, col), _reads_using(block, row)
+    for axis in reversed(range(n)):
+        reads = _reads_using(block, axis)
+        if axis in (col, row) or ext[axis] == 1 or not reads:
+            continue
+        if all(r in vec for r in reads) != all(r in rows for r in reads):
+            return axis, all(r in vec for r in reads)
+    return None, False
 
 
 def _reads_using(block, axis: int) -> list:
@@ -191,9 +236,10 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     sch.parallel(par)
     unroll(sch, knobs, par)
     _vectorize_write_back(sch, write_back, tiling)
-    *reduce_loops, inner_row, inner_col = loops
-    if inner_row is not None:
-        sch.unroll(inner_row)
+    *reduce_loops, inner_row2, inner_row, inner_col = loops
+    for inner in (inner_row2, inner_row):
+        if inner is not None:
+            sch.unroll(inner)
     if tiling.cols > 1:
         sch.vectorize(inner_col)
     init = sch.decompose_reduction(main, reduce_loops[0])
@@ -204,7 +250,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
 
 def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):
     """Split the axes SSRSRS-style and order the loops: parallel (other spatial, vector tiles), row tiles, outer
-    reduce, middle row and vector tiles, inner reduce, row tile, vector tile. Row tiles join the parallel loop when
+    reduce, middle row and vector tiles, inner reduce, second-row, row and vector tiles. Row tiles join the parallel loop when
     there are too few vector tiles. The defaults leave the middle tiles and the outer reduce at extent 1."""
     loops = sch.get_loops(main)
     n = spatial_count(sch, main)
@@ -214,8 +260,11 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):
     if t.row is not None:
         row_outer, row_inner = sch.split(loops[t.row], [None, t.rows])
         row_outer, row_mid = _split2(sch, knobs, "row", row_outer)
+    row2_outer = row2_inner = None
+    if t.row2 is not None:
+        row2_outer, row2_inner = sch.split(loops[t.row2], [None, t.rows2])
     reduce_outer, reduce_inner = _split2(sch, knobs, "reduce", loops[n], outer_default=False)
-    outer = [col_outer if i == t.col else loops[i] for i in range(n) if i != t.row]
+    outer = [{t.col: col_outer, t.row2: row2_outer}.get(i, loops[i]) for i in range(n) if i != t.row]
     # vectorized over channels, the spatial axes after them stay serial, so a channel tile's panel is packed once
     cut = outer.index(col_outer) + 1 if t.col != n - 1 else len(outer)
     outer, serial = outer[:cut], outer[cut:] + ([row_outer] if row_outer is not None else [])
@@ -223,10 +272,11 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):
     if serial and knobs.choose(sch, "parallel_rows", [0, 1], int(few)):
         outer, serial = outer[:-1] + serial + outer[-1:], []
     middle = [lp for lp in (row_mid, col_mid) if lp is not None]
-    inner = [lp for lp in (row_inner, col_inner) if lp is not None]
+    inner = [lp for lp in (row2_inner, row_inner, col_inner) if lp is not None]
     sch.reorder(*outer, *serial, reduce_outer, *middle, reduce_inner, *loops[n + 1 :], *inner)
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-    return par, (serial[-1] if serial else None), [reduce_outer, reduce_inner, *loops[n + 1 :], row_inner, col_inner]
+    loops = [reduce_outer, reduce_inner, *loops[n + 1 :], row2_inner, row_inner, col_inner]
+    return par, (serial[-1] if serial else None), loops
 
 
 def _vector_axis_last(sch: Schedule, main, t: Tiling) -> None:

@@ -117,6 +117,24 @@ def test_conv_epilogue(c, o, hw, stride, groups, channels_vectorized):
     assert (f"T.sblock_alloc_buffer((1, {ow}, {ow}, {o}))" in sch.mod.script()) == channels_vectorized
 
 
+def test_conv_register_tile_spans_output_rows():
+    # AVX2, a 56-wide 3x3 conv: 4 channels x 2 output rows x one vector of columns loads 2 input vectors and
+    # broadcasts 4 weights for 8 FMAs; 8 channels x 1 row would need 9 loads for 8 FMAs
+    x = te.placeholder((1, 64, 56, 56), name="x")
+    w = te.placeholder((64, 64, 3, 3), name="w")
+    sch = schedule_of([x, w, topi.nn.conv2d_nchw(x, w, 1, 1, 1)])
+    t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), parse_target("llvm -mcpu=znver3 -num-cores=2"))
+    assert (t.col, t.cols, t.row, t.rows, t.row2, t.rows2) == (3, 8, 1, 4, 2, 2)
+
+
+def test_register_tile_trades_vectors_for_rows():
+    # 16 channels over a 14x14 output (the weight does not depend on output rows): 2 weight vectors x 2x2 pixels
+    # = 8 FMAs per 6 loads, where one row of pixels gives at best 7 per 8 (1 x 7) or 4 per 4 (2 x 2)
+    assert cpu_matmul._register_tile([1, 2], [1, 2, 7, 14], [1, 2, 7, 14], 8, row2_in_vector=False) == (2, 2, 2)
+    # a matmul-like tile: no second row axis
+    assert cpu_matmul._register_tile([4], [1, 2, 3], [1], 12, row2_in_vector=True) == (4, 3, 1)
+
+
 def softmax(shape):
     x = te.placeholder(shape, name="x")
     m = topi.max(x, axis=-1, keepdims=True)
