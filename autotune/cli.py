@@ -26,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds allowed per candidate run")
     p.add_argument("--repeat", type=int, default=3, help="timed repeats per candidate (default: 3)")
     p.add_argument("--batch", type=int, default=16, help="candidates measured per round (default: 16)")
+    p.add_argument("--verify", type=int, default=3, metavar="K", help="re-measure each task's K best schedules with "
+                   "its default at the end, so a lucky measurement does not pick the schedule (default: 3; 0: off)")
     p.add_argument("--seed", type=int, default=0, help="search seed")
     p.add_argument("--cost-model", metavar="PATH", help="start from this saved cost model (if it exists) and save the "
                    "trained one there")
@@ -41,8 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bool(args.rpc_tracker) != bool(args.rpc_key):
         print("cinn-tune: --rpc-tracker and --rpc-key go together", file=sys.stderr)
         return EXIT_USAGE
-    if min(args.trials, args.batch, args.repeat) < 1 or args.timeout <= 0:
-        print("cinn-tune: --trials, --batch, --repeat and --timeout must be positive", file=sys.stderr)
+    if min(args.trials, args.batch, args.repeat) < 1 or args.timeout <= 0 or args.verify < 0:
+        print("cinn-tune: --trials, --batch, --repeat and --timeout must be positive, --verify not negative",
+              file=sys.stderr)
         return EXIT_USAGE
     try:
         summaries = _tune(args)
@@ -77,7 +80,7 @@ def _tune(args) -> list[TaskSummary]:
     measure = MeasureConfig(run_timeout=args.timeout, repeat=args.repeat)
     runner = RpcRunner(args.rpc_tracker, args.rpc_key, measure) if args.rpc_tracker else LocalRunner(measure)
     model = CostModel.load(args.cost_model) if args.cost_model and os.path.exists(args.cost_model) else CostModel(seed=args.seed)
-    config = TuneConfig(trials=args.trials, batch=args.batch, seed=args.seed)
+    config = TuneConfig(trials=args.trials, batch=args.batch, seed=args.seed, verify=args.verify)
     try:
         summaries = tune(tasks, target, args.log, config, runner=runner, model=model, resume=args.resume,
                          progress=_ProgressBar(len(tasks)))

@@ -23,10 +23,6 @@ class Record:
     versions: tuple[tuple[str, str], ...] = ()
     error: str = ""
 
-    @property
-    def mean_cost(self) -> float:
-        return sum(self.costs) / len(self.costs) if self.costs and not self.error else math.inf
-
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
 
@@ -84,11 +80,38 @@ def read_records(path: str | os.PathLike) -> Iterator[Record]:
                 warnings.warn(f"{path}:{lineno}: skipping corrupt tuning record ({err})", stacklevel=2)
 
 
+class TracePool:
+    """Measurements pooled per trace: a trace costs the mean of all its timed runs, so a re-measured candidate is
+    judged on every measurement rather than its luckiest; one failed measurement rules a trace out."""
+
+    def __init__(self) -> None:
+        self._costs: dict[str, list[float]] = {}
+        self._failed: set[str] = set()
+
+    def add(self, trace: str, costs: Sequence[float], error: str = "") -> None:
+        if error or not costs:
+            self._failed.add(trace)
+        else:
+            self._costs.setdefault(trace, []).extend(costs)
+
+    def cost(self, trace: str | None) -> float:
+        """Mean seconds per run; inf when never measured or failed."""
+        costs = self._costs.get(trace) if trace not in self._failed else None
+        return sum(costs) / len(costs) if costs else math.inf
+
+    def ranked(self) -> list[str]:
+        """Successful traces, fastest first."""
+        return sorted((t for t in self._costs if t not in self._failed), key=self.cost)
+
+    def best(self) -> tuple[float, str | None]:
+        ranked = self.ranked()
+        return (self.cost(ranked[0]), ranked[0]) if ranked else (math.inf, None)
+
+
 def best_traces(path: str | os.PathLike, target: Target) -> dict[str, str]:
-    """The fastest successful trace per workload measured on this target."""
-    best: dict[str, Record] = {}
+    """The fastest successful trace per workload measured on this target (measurements pooled per trace)."""
+    pools: dict[str, TracePool] = {}
     for rec in read_records(path):
-        if rec.target == str(target) and math.isfinite(rec.mean_cost):
-            if rec.workload not in best or rec.mean_cost < best[rec.workload].mean_cost:
-                best[rec.workload] = rec
-    return {k: r.trace for k, r in best.items()}
+        if rec.target == str(target):
+            pools.setdefault(rec.workload, TracePool()).add(rec.trace, rec.costs, rec.error)
+    return {w: t for w, (_, t) in ((w, p.best()) for w, p in pools.items()) if t is not None}

@@ -11,7 +11,7 @@ import tvm
 
 from autotune import space
 from autotune.cost_model import CostModel
-from autotune.database import Record, append_records, read_records
+from autotune.database import Record, TracePool, append_records, read_records
 from autotune.measure import LocalRunner, MeasureInput, MeasureResult, Runner
 from autotune.scheduler import TaskProgress, next_task, round_size
 from autotune.search import SearchConfig, TaskSearch
@@ -23,11 +23,13 @@ from cinn.target import Target
 
 @dataclass(frozen=True)
 class TuneConfig:
-    """Trial budget over all tasks (as MetaSchedule's max_trials_global), trials per round, seed, search settings."""
+    """Trial budget over all tasks (as MetaSchedule's max_trials_global), trials per round, seed, search settings,
+    and how many of each task's best candidates are re-measured with its default at the end (0: none)."""
 
     trials: int = 64
     batch: int = 16
     seed: int = 0
+    verify: int = 3
     search: SearchConfig = field(default_factory=SearchConfig)
 
 
@@ -63,8 +65,8 @@ class _TaskState:
         self.search = TaskSearch(task, target, config.search, random.Random(seed))
         self.progress = TaskProgress(weight=task.weight)
         self.default = space.default_candidate(task, target, self.search.module)
-        self.default_cost = math.inf
-        self.best: tuple[float, str | None] = (math.inf, None)
+        self.default_trace: str | None = None
+        self.pool = TracePool()
 
     @property
     def task(self) -> Task:
@@ -74,12 +76,17 @@ class _TaskState:
         """Record one measurement."""
         self.search.record(cand, result.mean)
         if cand.key == self.default.key:
-            self.default_cost = result.mean
-        if result.mean < self.best[0]:
-            self.best = (result.mean, trace)
+            self.default_trace = trace
+        self.pool.add(trace, result.costs, result.error)
+
+    def finalists(self, k: int) -> list[str]:
+        """The k best traces and the default's, to re-measure back to back."""
+        best = self.pool.ranked()[:k]
+        return best + [self.default_trace] if self.default_trace and self.default_trace not in best else best
 
     def summary(self) -> TaskSummary:
-        return TaskSummary(self.task, self.progress.trials, self.default_cost, self.best[0], self.best[1])
+        best_cost, best_trace = self.pool.best()
+        return TaskSummary(self.task, self.progress.trials, self.pool.cost(self.default_trace), best_cost, best_trace)
 
 
 def tune(
@@ -103,6 +110,7 @@ def tune(
     own_runner = runner is None
     runner = runner if runner is not None else LocalRunner()
     used = _resume(states, target, log, model) if resume else 0
+    logged = [s.progress.trials for s in states]
     try:
         while used < config.trials:
             views = [s.progress for s in states]
@@ -113,6 +121,11 @@ def tune(
             used += _round(states[i], target, log, model, runner, n)
             if progress:
                 progress(Progress(used, config.trials, i, states[i].summary()))
+        for i, state in enumerate(states):
+            if state.progress.trials == logged[i]:
+                continue  # nothing new since the log's own verification
+            if _verify(state, target, log, runner, config.verify) and progress:
+                progress(Progress(used, config.trials, i, state.summary()))
     finally:
         if own_runner:
             runner.close()
@@ -132,8 +145,22 @@ def _round(state: _TaskState, target: Target, log, model: CostModel, runner: Run
     for c, t, r in zip(cands, traces, results):
         state.note(c, t, r)
     model.update(state.task.workload, state.search.features(cands), [r.mean for r in results])
-    state.progress.add_round(len(cands), state.best[0])
+    state.progress.add_round(len(cands), state.pool.best()[0])
     return len(cands)
+
+
+def _verify(state: _TaskState, target: Target, log, runner: Runner, k: int) -> bool:
+    """Re-measure a task's k best candidates and its default back to back and log them: on a noisy machine the
+    fastest of many measurements is often a lucky one, and pooled costs (as the log's best_traces pools them) let
+    the re-measurement overrule it. Returns whether it measured anything."""
+    traces = state.finalists(k) if k else []
+    if len(traces) < 2:
+        return False
+    results = runner.measure([MeasureInput(state.task, t) for t in traces], target)
+    append_records(log, [_record(state.task, target, t, r) for t, r in zip(traces, results)])
+    for t, r in zip(traces, results):
+        state.pool.add(t, r.costs, r.error)
+    return True
 
 
 def _record(task: Task, target: Target, trace: str, result: MeasureResult) -> Record:
@@ -145,7 +172,8 @@ def _versions() -> tuple[tuple[str, str], ...]:
 
 
 def _resume(states: list[_TaskState], target: Target, log, model: CostModel) -> int:
-    """Feed the log's records of these tasks back into the search and the model; returns how many there were."""
+    """Feed the log's records of these tasks back into the search and the model; returns how many distinct
+    candidates they measured (re-measurements count once)."""
     by_workload = {s.task.workload: s for s in states}
     seen: dict[str, list[tuple[Candidate, str, MeasureResult]]] = {}
     for rec in read_records(log):
@@ -161,5 +189,5 @@ def _resume(states: list[_TaskState], target: Target, log, model: CostModel) -> 
         for cand, trace, result in items:
             state.note(cand, trace, result)
         model.update(workload, state.search.features([c for c, _, _ in items]), [r.mean for _, _, r in items])
-        state.progress.add_round(len(items), state.best[0])
-    return sum(len(items) for items in seen.values())
+        state.progress.add_round(len({t for _, t, _ in items}), state.pool.best()[0])
+    return sum(state.progress.trials for state in states)

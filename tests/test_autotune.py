@@ -197,8 +197,11 @@ def test_tune_logs_every_candidate_and_survives_failures(tmp_path, runner, tmp_c
     config = TuneConfig(trials=9, batch=3, search=SearchConfig(population=16, generations=1))
     (summary,) = tune(tasks, TARGET, log, config, runner=FlakyRunner(runner))
     records = list(read_records(log))
-    assert len(records) == 9 == summary.trials
-    assert sum(1 for r in records if r.error) == 3
+    trials, verified = records[:9], records[9:]
+    assert summary.trials == 9 == len({r.trace for r in trials})
+    assert sum(1 for r in trials if r.error) == 3
+    # the best three successful candidates and the default are measured once more
+    assert 2 <= len(verified) <= 4 and {r.trace for r in verified} <= {r.trace for r in trials if not r.error}
     assert math.isfinite(summary.best_cost) and summary.best_cost <= summary.default_cost
     x, y = np.random.rand(32, 48).astype("float32"), np.random.rand(48, 64).astype("float32")
     exe = cinn.compile(program, tuning_log=log, cache_dir=tmp_cache)
@@ -210,13 +213,48 @@ def test_resume_counts_logged_trials(tmp_path, runner):
     log = tmp_path / "log.jsonl"
     config = TuneConfig(trials=4, batch=4, search=SearchConfig(population=16, generations=1))
     tune(tasks, TARGET, log, config, runner=runner)
+    logged = len(list(read_records(log)))  # 4 trials and their verification
     (again,) = tune(tasks, TARGET, log, config, runner=runner, resume=True)
-    assert again.trials == 4 and len(list(read_records(log))) == 4  # the budget was already spent
+    assert again.trials == 4 and len(list(read_records(log))) == logged  # the budget was already spent
     more = TuneConfig(trials=7, batch=4, search=config.search)
     (resumed,) = tune(tasks, TARGET, log, more, runner=runner, resume=True)
     records = list(read_records(log))
-    assert resumed.trials == 7 and len(records) == 7
+    assert resumed.trials == 7 and len(records) > logged + 3
     assert len({r.trace for r in records}) == 7  # resumed search does not re-measure logged candidates
+
+
+class LuckyRunner:
+    """Times every candidate at a fixed cost per trace, except that its first non-default candidate is the slowest
+    and is measured, the first time only, as far faster than all (a noise-favoured measurement)."""
+
+    def __init__(self):
+        self.lucky, self.calls = None, 0
+
+    def measure(self, inputs, target):
+        out = []
+        for inp in inputs:
+            self.calls += 1
+            if self.lucky is None and self.calls > 1:
+                self.lucky = inp.trace
+                out.append(MeasureResult((1e-4,)))
+            else:
+                out.append(MeasureResult((1e-2 if inp.trace == self.lucky else 1e-3 + self.calls * 1e-6,)))
+        return out
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("verify", [0, 3])
+def test_verification_overrules_a_lucky_measurement(tmp_path, verify):
+    tasks = extract_tasks(_softmax())
+    log = tmp_path / "log.jsonl"
+    config = TuneConfig(trials=6, batch=6, verify=verify, search=SearchConfig(population=16, generations=1))
+    runner = LuckyRunner()
+    (summary,) = tune(tasks, TARGET, log, config, runner=runner)
+    picked = best_traces(log, TARGET)[tasks[0].workload]
+    assert (picked == runner.lucky) == (verify == 0)  # unverified, the lucky slowest candidate would be applied
+    assert summary.best_trace == picked
 
 
 def test_apply_best_picks_the_fastest_record(tmp_path, tmp_cache):
@@ -298,7 +336,10 @@ def test_cinn_tune_cli(tmp_path, capsys):
     assert cli.main([str(path), "--trials", "3", "--batch", "3", "--repeat", "1", "--log", str(log)]) == 0
     out = capsys.readouterr()
     assert "speed-up" in out.out and "3/3 trials" in out.err
-    assert len(list(read_records(log))) == 3
+    records = list(read_records(log))
+    assert len({r.trace for r in records}) == 3 and len(records) == 6  # 3 trials, then all 3 verified
+    assert cli.main([str(path), "--trials", "3", "--repeat", "1", "--verify", "0", "--log", str(log), "--resume"]) == 0
+    assert len(list(read_records(log))) == 6  # the budget was spent: nothing measured, nothing verified
 
 
 def test_cinn_tune_usage_errors(tmp_path, capsys):

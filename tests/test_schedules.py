@@ -115,6 +115,8 @@ def test_conv_epilogue(c, o, hw, stride, groups, channels_vectorized):
     # output rows that are not a whole number of vectors: vectorized over output channels, accumulated channels-last
     ow = (hw + 2 - 3) // stride + 1
     assert (f"T.sblock_alloc_buffer((1, {ow}, {ow}, {o}))" in sch.mod.script()) == channels_vectorized
+    # the padding is computed per parallel tile, into a buffer of the tile's input alone
+    assert sch.get(sch.get_loops(sch.get_sblock("pad_temp"))[0]).kind == tvm.tirx.ForKind.PARALLEL
 
 
 def test_conv_register_tile_spans_output_rows():

@@ -31,3 +31,12 @@ def test_compile_with_log_of_unknown_workloads_falls_back(tmp_path, tmp_cache):
     x = b.create_input("float32", (4,), "x")
     exe = cinn.compile(b.build([b.relu(x)]), tuning_log=log, cache_dir=tmp_cache)
     np.testing.assert_array_equal(exe.run({"x": np.array([-1, 2, -3, 4], "float32")})[0], [0, 2, 0, 4])
+
+
+def test_re_measured_trace_is_judged_on_all_its_runs(tmp_path):
+    log = tmp_path / "log.jsonl"
+    lucky, steady, flaky = _rec("a", 0.1), _rec("a", 1.0), _rec("a", 0.2)
+    again = Record("a", lucky.target, lucky.trace, (3.0, 3.0))  # the lucky one re-measured: mean 2.03 over 3 runs
+    crashed = Record("a", flaky.target, flaky.trace, (), error="crashed")  # one failure rules a trace out
+    log.write_text("".join(r.to_json() + "\n" for r in (lucky, steady, flaky, again, crashed)), encoding="utf-8")
+    assert best_traces(log, parse_target("llvm -mcpu=x -num-cores=2")) == {"a": steady.trace}
