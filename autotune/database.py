@@ -104,6 +104,7 @@ class TracePool:
         return sorted((t for t in self._costs if t not in self._failed), key=self.cost)
 
     def best(self) -> tuple[float, str | None]:
+        """The fastest successful trace and its cost; (inf, None) when there is none."""
         ranked = self.ranked()
         return (self.cost(ranked[0]), ranked[0]) if ranked else (math.inf, None)
 
