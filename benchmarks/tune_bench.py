@@ -118,8 +118,8 @@ def get_workload(name: str) -> Workload:
 
 @dataclass(frozen=True)
 class TuneOutcome:
-    """One tuning run: wall time of the tuner call, the best schedule's trace (None = cinn's default schedule)
-    and the best cost the tuner measured itself."""
+    """One tuning run: wall time of the tuner call, the best schedule's trace (None = cinn's default schedule),
+    the best cost the tuner measured itself, and its failed candidates counted by kind (timeouts cost wall time)."""
 
     tuner: Tuner
     workload: str
@@ -128,6 +128,7 @@ class TuneOutcome:
     tune_s: float
     trace: str | None
     tuner_best_s: float | None
+    failures: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self) | {"tuner": self.tuner.value})
@@ -310,7 +311,8 @@ def _tune_all(workload: Workload, settings: BenchSettings, errors: dict[int, lis
                 _progress(f"{workload.name}: {tuner.value}@{trials} FAILED: {err}")
                 continue
             own = f"{out.tuner_best_s * 1e3:.3f} ms" if out.tuner_best_s is not None else "n/a"
-            _progress(f"{workload.name}: {tuner.value}@{trials} tuned in {out.tune_s:.1f} s (its own best {own})")
+            failed = ", ".join(f"{n} x {kind}" for kind, n in out.failures.items()) or "none"
+            _progress(f"{workload.name}: {tuner.value}@{trials} tuned in {out.tune_s:.1f} s (its own best {own}; failed candidates: {failed})")
             outcomes[(tuner, trials)] = out
     keys = {o.workload_key for o in outcomes.values()}
     if len(keys) > 1:  # both tuners must have tuned the identical PrimFunc

@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import tempfile
 import time
+from collections import Counter
 from typing import Sequence
 
 import numpy as np
 
+from autotune.database import read_records
 from autotune.space import trace_json
 from autotune.task import Task
 from benchmarks.harness import ATOL, RTOL, time_runs
@@ -25,6 +28,9 @@ from cinn.runtime import configure_threads
 from cinn.target import Target, parse_target
 
 SAMPLE_S = 0.01  # each interleaved timing sample runs the kernel for about this long
+MS_FAILED_S = 1e9  # MetaSchedule's database records a failed candidate with a run time of 1e10 s
+_PARTICULARS = re.compile(r"[:(]| after | at |\d")  # where a failure's reason turns to its details
+TunerResult = tuple[str | None, float | None, dict[str, int]]  # best trace, its cost as measured, failures by kind
 
 
 def workload_task(workload: Workload) -> Task:
@@ -50,8 +56,8 @@ def _fast_build(mod, target, _params):
     return tvm.tirx.build(mod, target=target)
 
 
-def tune_ms(task: Task, target: Target, trials: int, work_dir: str) -> tuple[str, float | None]:
-    """Tune with MetaSchedule (XGBoost cost model); returns the best trace and the best cost it measured."""
+def tune_ms(task: Task, target: Target, trials: int, work_dir: str) -> TunerResult:
+    """Tune with MetaSchedule (XGBoost cost model): the best trace, the best cost it measured, failures."""
     from tvm.s_tir import meta_schedule as ms
 
     tvm_target = target.tvm()
@@ -71,15 +77,24 @@ def tune_ms(task: Task, target: Target, trials: int, work_dir: str) -> tuple[str
         raise RuntimeError(f"MetaSchedule found no valid schedule for {task.name} in {trials} trials")
     record = db.query_tuning_record(task.module(), tvm_target, "main")
     costs = [float(c) for c in record.run_secs] if record is not None and record.run_secs else []
-    return trace_json(sch), (sum(costs) / len(costs) if costs else None)
+    failed = sum(1 for r in db.get_all_tuning_records() if not r.run_secs or min(float(c) for c in r.run_secs) >= MS_FAILED_S)
+    return trace_json(sch), (sum(costs) / len(costs) if costs else None), ({"build or run": failed} if failed else {})
 
 
-def tune_ours(task: Task, target: Target, trials: int, work_dir: str) -> tuple[str | None, float | None]:
-    """Tune with our tuner into a fresh log; returns the best trace (None = default schedule) and its cost."""
+def tune_ours(task: Task, target: Target, trials: int, work_dir: str) -> TunerResult:
+    """Tune with our tuner into a fresh log: the best trace (None = default schedule), its cost, failures by kind."""
     from autotune.tuner import TuneConfig, tune
 
-    (summary,) = tune([task], target, os.path.join(work_dir, "tuning.jsonl"), TuneConfig(trials=trials, seed=0))
-    return summary.best_trace, summary.best_cost if math.isfinite(summary.best_cost) else None
+    log = os.path.join(work_dir, "tuning.jsonl")
+    (summary,) = tune([task], target, log, TuneConfig(trials=trials, seed=0))
+    failures = Counter(failure_kind(r.error) for r in read_records(log) if r.error)
+    return summary.best_trace, summary.best_cost if math.isfinite(summary.best_cost) else None, dict(failures)
+
+
+def failure_kind(error: str) -> str:
+    """A failed measurement's stage and reason without its particulars: 'run: timeout after 10.0 s' -> 'run: timeout'."""
+    stage, _, reason = error.partition(": ")
+    return f"{stage}: {_PARTICULARS.split(reason)[0].strip()}" if reason else stage
 
 
 TUNERS = {Tuner.OURS: tune_ours, Tuner.MS: tune_ms}
@@ -101,9 +116,9 @@ def run_tune(tuner: Tuner, workload: Workload, trials: int, target: Target) -> T
     _import_tuner(tuner)
     with tempfile.TemporaryDirectory(prefix=f"tune-bench-{tuner.value}-") as work_dir:
         t0 = time.perf_counter()
-        trace, best = TUNERS[tuner](task, target, trials, work_dir)
+        trace, best, failures = TUNERS[tuner](task, target, trials, work_dir)
         tune_s = time.perf_counter() - t0
-    return TuneOutcome(tuner, workload.name, trials, task.workload, tune_s, trace, best)
+    return TuneOutcome(tuner, workload.name, trials, task.workload, tune_s, trace, best, failures)
 
 
 # ---------------------------------------------------------------------------------------------

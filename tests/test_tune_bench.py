@@ -24,7 +24,7 @@ from benchmarks.tune_bench import (
     tune_columns,
     write_tune_plot,
 )
-from benchmarks.tune_worker import workload_task
+from benchmarks.tune_worker import failure_kind, workload_task
 from cinn.target import parse_target
 
 TINY = "matmul_64"
@@ -97,6 +97,25 @@ def test_failed_tuner_is_reported_with_exit_1(monkeypatch, capsys):
     assert "ours tuning failed: boom" in out
 
 
+def test_outcome_keeps_failure_counts_through_json():
+    out = TuneOutcome(Tuner.OURS, TINY, 4, "key", 1.0, None, None, {"run: timeout": 2})
+    assert TuneOutcome.from_json(out.to_json()) == out
+
+
+@pytest.mark.parametrize(
+    "error, kind",
+    [
+        ("run: timeout after 10.0 s", "run: timeout"),
+        ("build: TVMError: bad split: factor 3", "build: TVMError"),
+        ("run: worker crashed (the process died: segfault)", "run: worker crashed"),
+        ("wrong result: max abs err 0.5 at (1, 2) of output 0", "wrong result: max abs err"),
+        ("crashed", "crashed"),
+    ],
+)
+def test_failures_are_counted_by_kind(error, kind):
+    assert failure_kind(error) == kind
+
+
 def test_retime_and_numpy_workers():
     settings = _settings()
     plan = RetimePlan(TINY, str(settings.target), 3, 1, (Candidate("default", None), Candidate("again", None)))
@@ -109,7 +128,7 @@ def test_retime_and_numpy_workers():
 def test_metaschedule_tunes_and_retimes_tiny_matmul():
     settings = _settings(tuners=(Tuner.MS,))
     out = run_tuner(Tuner.MS, TINY, 2, settings)
-    assert out.tuner is Tuner.MS and out.trace and out.tune_s > 0
+    assert out.tuner is Tuner.MS and out.trace and out.tune_s > 0 and not out.failures
     assert out.workload_key == workload_task(get_workload(TINY)).workload
     plan = RetimePlan(TINY, str(settings.target), 3, 1, (Candidate("default", None), Candidate("ms@2", out.trace)))
     timed = retime(plan, settings)
