@@ -93,12 +93,10 @@ def _tune(args) -> list[TaskSummary]:
 
 def _load(model: str, input_shapes: Sequence[str]):
     """A built-in benchmark model by name, else a model file."""
-    from benchmarks.models import MODELS, get_model
-    from cinn.cli import load_model, parse_input_shapes
+    from benchmarks.models import get_model
+    from cinn.cli import parse_input_shapes
 
-    if model in MODELS:
-        return get_model(model, small=False).program
-    return load_model(model, parse_input_shapes(input_shapes))
+    return get_model(model, input_shapes=parse_input_shapes(input_shapes)).program
 
 
 class _ProgressBar:

@@ -1,4 +1,4 @@
-"""cinn-bench: fused vs unfused (vs tuned) cinn vs onnxruntime on the built-in models."""
+"""cinn-bench: fused vs unfused (vs tuned) cinn vs onnxruntime on the built-in models or model files."""
 from __future__ import annotations
 
 import argparse
@@ -7,18 +7,20 @@ import sys
 from typing import Sequence
 
 from benchmarks.harness import BenchConfig, run_benchmarks
-from benchmarks.models import MODELS
+from benchmarks.models import MODELS, is_model_file
 from benchmarks.report import format_table, write_csv, write_plot
+from cinn.cli import parse_input_shapes
 from cinn.target import parse_target
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cinn-bench",
-        description="Median latency of cinn (fused, unfused, tuned) and onnxruntime on built-in models; "
+        description="Median latency of cinn (fused, unfused, tuned) and onnxruntime on built-in models or model files; "
         "each engine runs in its own process and the outputs are cross-checked.",
     )
-    p.add_argument("model", nargs="*", help=f"models to run (default: all): {', '.join(MODELS)}")
+    p.add_argument("model", nargs="*", help=f"models to run (default: all built-in ones): {', '.join(MODELS)}, or model "
+                   "files (.onnx, which onnxruntime runs as it is; Paddle .pdmodel/.json or a directory) fed seeded random inputs")
     p.add_argument("--models", default="", help="comma-separated models (added to the positional ones)")
     p.add_argument("--target", default="llvm", help="cinn target (default: llvm, the host CPU)")
     p.add_argument("--log", default=None, metavar="tuning.jsonl", help="schedule log: adds a tuned cinn build")
@@ -26,7 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default: 3)")
     p.add_argument("--csv", default=None, metavar="PATH", help="also write the table as CSV")
     p.add_argument("--plot", default=None, metavar="PATH", help="also write a latency bar chart (PNG)")
-    p.add_argument("--small", action="store_true", help="small model sizes (a quick smoke test)")
+    p.add_argument("--small", action="store_true", help="small built-in model sizes (a quick smoke test)")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="shape of a model file's input with symbolic dims (repeatable)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per engine and model (default: 1800)")
     return p
 
@@ -34,9 +38,12 @@ def _parser() -> argparse.ArgumentParser:
 def _model_names(args: argparse.Namespace, p: argparse.ArgumentParser) -> list[str]:
     names = list(args.model) + [m for m in args.models.split(",") if m.strip()]
     names = [m.strip() for m in names] or list(MODELS)
-    unknown = [m for m in names if m not in MODELS]
+    unknown = [m for m in names if m not in MODELS and not is_model_file(m)]
     if unknown:
-        p.error(f"unknown model(s) {', '.join(unknown)}; built-in models: {', '.join(MODELS)}")
+        p.error(f"unknown model(s) {', '.join(unknown)}: neither a model file nor a built-in model ({', '.join(MODELS)})")
+    missing = [m for m in names if is_model_file(m) and not os.path.exists(m)]
+    if missing:
+        p.error(f"no such model file: {', '.join(missing)}")
     return list(dict.fromkeys(names))
 
 
@@ -52,7 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parse_target(args.target)
     except ValueError as err:
         p.error(f"--target: {err}")
-    config = BenchConfig(target=args.target, repeat=args.repeat, warmup=args.warmup, tuning_log=args.log, small=args.small, timeout=args.timeout)
+    try:
+        shapes = tuple(parse_input_shapes(args.input_shape).items())
+    except ValueError as err:
+        p.error(str(err))
+    config = BenchConfig(target=args.target, repeat=args.repeat, warmup=args.warmup, tuning_log=args.log,
+                         small=args.small, timeout=args.timeout, input_shapes=shapes)
     results = run_benchmarks(_model_names(args, p), config)
     tuned = args.log is not None
     print(format_table(results, tuned))

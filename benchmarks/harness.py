@@ -20,6 +20,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from cinn.cli import USER_ERRORS, parse_input_shapes
+
 RTOL = ATOL = 1e-3
 
 
@@ -42,6 +44,7 @@ class BenchConfig:
     tuning_log: str | None = None
     small: bool = False
     timeout: float = 1800.0
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # fixed shapes of a model file's symbolic inputs
 
     @property
     def is_cuda(self) -> bool:
@@ -158,9 +161,13 @@ def ort_session(onnx_model, cuda: bool = False):
 
 
 def _run_ort(model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]]:
+    import onnx
+
     from benchmarks.onnx_export import to_onnx
 
-    sess = ort_session(to_onnx(model.program), cuda=config.is_cuda)
+    # an imported ONNX model runs as its file is: onnxruntime optimizes the original graph, not our export of it
+    onnx_model = onnx.load(model.onnx_path) if model.onnx_path else to_onnx(model.program)
+    sess = ort_session(onnx_model, cuda=config.is_cuda)
     feeds = dict(model.feeds)
     outputs = sess.run(None, feeds)
     ms = time_runs(lambda: sess.run(None, feeds), config.repeat, config.warmup)
@@ -171,7 +178,7 @@ def run_worker(engine: Engine, model_name: str, config: BenchConfig, outputs_pat
     """Measure one engine on one model in this process; optionally save its outputs (.npz)."""
     from benchmarks.models import get_model
 
-    model = get_model(model_name, config.small)
+    model = get_model(model_name, config.small, dict(config.input_shapes))
     result, outputs = _run_ort(model, config) if engine is Engine.ORT else _run_cinn(engine, model, config)
     if outputs_path:
         np.savez(outputs_path, *[np.asarray(o) for o in outputs])
@@ -193,6 +200,8 @@ def _worker_args(engine: Engine, model: str, config: BenchConfig, outputs_path: 
         args += ["--log", config.tuning_log]
     if config.small:
         args.append("--small")
+    for name, shape in config.input_shapes:
+        args += ["--input-shape", f"{name}={','.join(map(str, shape))}"]
     return args
 
 
@@ -232,26 +241,29 @@ def _load_outputs(path: str) -> list[np.ndarray]:
 
 def bench_model(model: str, config: BenchConfig) -> ModelResult:
     """Run every engine on one model (each in its own process) and cross-check the outputs."""
+    from benchmarks.models import model_label
+
+    name = model_label(model)
     results: dict[Engine, EngineResult] = {}
     errors: dict[Engine, str] = {}
     outputs: dict[Engine, list[np.ndarray]] = {}
     with tempfile.TemporaryDirectory(prefix="cinn-bench-") as tmp:
         for engine in config.engines():
-            _progress(f"{model}: {engine.value} ...")
+            _progress(f"{name}: {engine.value} ...")
             path = os.path.join(tmp, f"{engine.value}.npz")
             try:
                 results[engine] = _spawn(engine, model, config, path)
                 outputs[engine] = _load_outputs(path)
             except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as err:
                 errors[engine] = str(err)
-                _progress(f"{model}: {engine.value} FAILED: {err}")
+                _progress(f"{name}: {engine.value} FAILED: {err}")
                 continue
-            _progress(f"{model}: {engine.value} {results[engine].median_ms:.3f} ms")
+            _progress(f"{name}: {engine.value} {results[engine].median_ms:.3f} ms")
     checks = tuple(compare(e, outputs[e], outputs[Engine.ORT]) for e in outputs if e in (Engine.FUSED, Engine.TUNED) and Engine.ORT in outputs)
     for c in checks:
         if not c.ok:
-            _progress(f"!!! MISMATCH {model}: {c.engine.value} differs from onnxruntime (max abs err {c.max_abs_err:.3g}, rtol/atol {RTOL})")
-    return ModelResult(model, results, checks, errors)
+            _progress(f"!!! MISMATCH {name}: {c.engine.value} differs from onnxruntime (max abs err {c.max_abs_err:.3g}, rtol/atol {RTOL})")
+    return ModelResult(name, results, checks, errors)
 
 
 def run_benchmarks(models: Sequence[str], config: BenchConfig) -> list[ModelResult]:
@@ -262,18 +274,20 @@ def run_benchmarks(models: Sequence[str], config: BenchConfig) -> list[ModelResu
 def _worker_main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.harness", description="Time one engine on one model (a cinn-bench worker).")
     p.add_argument("--worker", required=True, choices=[e.value for e in Engine], help="engine to run")
-    p.add_argument("model", help="built-in model name")
+    p.add_argument("model", help="built-in model name or model file")
     p.add_argument("--target", default="llvm")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--log", default=None, help="schedule log for the tuned engine")
     p.add_argument("--small", action="store_true", help="small model sizes (tests)")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
     p.add_argument("--outputs", default=None, help="save the outputs to this .npz file")
     a = p.parse_args(argv)
-    config = BenchConfig(target=a.target, repeat=a.repeat, warmup=a.warmup, tuning_log=a.log, small=a.small)
+    shapes = tuple(parse_input_shapes(a.input_shape).items())
+    config = BenchConfig(target=a.target, repeat=a.repeat, warmup=a.warmup, tuning_log=a.log, small=a.small, input_shapes=shapes)
     try:
         print(run_worker(Engine(a.worker), a.model, config, a.outputs).to_json(), flush=True)
-    except RuntimeError as err:  # e.g. no CUDA device, no CUDA provider: one line, the parent names the engine
+    except (RuntimeError, *USER_ERRORS) as err:  # no CUDA device, a model that cannot be imported: one line
         print(f"[cinn-bench] {a.model}: {a.worker}: {err}", file=sys.stderr, flush=True)
         return 1
     return 0

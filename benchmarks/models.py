@@ -1,7 +1,8 @@
-"""Built-in benchmark models, written with NetBuilder; each has a full size and a small (test) size."""
+"""Benchmark models: built-in ones written with NetBuilder (each with a full and a small test size), or model files."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Mapping
@@ -21,6 +22,7 @@ class BenchModel:
     name: str
     program: Program
     feeds: Mapping[str, np.ndarray]
+    onnx_path: str | None = None  # the ONNX file the program was imported from: what onnxruntime runs
 
     def __post_init__(self):
         object.__setattr__(self, "feeds", MappingProxyType(dict(self.feeds)))
@@ -130,10 +132,29 @@ MODELS: dict[str, Callable[[bool], BenchModel]] = {
 }
 
 
-def get_model(name: str, small: bool = False) -> BenchModel:
-    """Build a built-in model by name."""
+MODEL_FILE_SUFFIXES = (".onnx", ".pdmodel", ".json")
+
+
+def is_model_file(name: str) -> bool:
+    """Whether a model name is a model file (ONNX, Paddle .pdmodel/.json) or a Paddle model directory."""
+    return name not in MODELS and (os.path.isdir(name) or name.endswith(MODEL_FILE_SUFFIXES))
+
+
+def model_label(name: str) -> str:
+    """How reports name a model: a file by its stem, a built-in model by its name."""
+    return os.path.splitext(os.path.basename(os.path.normpath(name)))[0] if is_model_file(name) else name
+
+
+def get_model(name: str, small: bool = False, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> BenchModel:
+    """A built-in model by name (`small`: its test size), or a model file with seeded random inputs (`input_shapes`
+    fixes its symbolic input dims)."""
+    if is_model_file(name):
+        from cinn.cli import load_model, random_inputs
+
+        program = load_model(name, input_shapes or {})
+        return BenchModel(model_label(name), program, random_inputs(program, SEED), name if name.endswith(".onnx") else None)
     try:
         factory = MODELS[name]
     except KeyError:
-        raise ValueError(f"unknown model {name!r}; built-in models: {', '.join(MODELS)}") from None
+        raise ValueError(f"unknown model {name!r}: neither a model file nor a built-in model ({', '.join(MODELS)})") from None
     return factory(small)

@@ -30,13 +30,16 @@ from schedules.analysis import (
     write_dtype,
 )
 from schedules.cpu_common import injective, lanes
-from schedules.knobs import DEFAULT, Knobs, divisors, unroll
+from schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knobs, divisors, unroll
 
 MAX_COLS = 32
 MAX_ROWS = 16  # register-tile rows the tuner may try
 # accumulator tile (fp32 elements) by the vector width LLVM uses for the target: 4x32 in 8 of the 32 zmm registers
 # measured best on znver4 (2x32 and 8x32 were 30-50% slower); 3x32 in 12 of the 16 ymm registers on AVX2
 TILE_ELEMS = {512: 128, 256: 96}
+# a conv tile's accumulators (vectors), by vector width: 16 of the 32 zmm registers on AVX-512 (a 64->64 3x3 56x56
+# conv on znver5: 8 took 1.13 ms, 16 0.61 ms), 12 of the 16 ymm registers on AVX2
+CONV_TILE_VECTORS = {512: 16, 256: 12}
 # a channel tile's packed weight panel is read again for every pixel tile: wider tiles must keep it in L2 (half of
 # a 512 KiB znver3 L2; a 7x7 512->512 conv's 64-channel panel, 1.2 MB, made it stream from L3)
 PANEL_BYTES = 256 * 1024
@@ -141,8 +144,8 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     free = [i for i in range(n) if i != col and block.iter_vars[i].var not in used and ext[i] > 1]
     row = free[-1] if free else (col - 1 if col > 0 else None)
     row2, in_vector = _second_row_axis(block, n, ext, col, row) if free else (None, False)
-    default_cols, default_rows, default_rows2 = _default_tile(ext, n, col, row, row2, in_vector, width,
-                                                              tile_elems(target), write_dtype(sch, main))
+    default_cols, default_rows, default_rows2 = _default_tile(ext, n, col, row, row2, in_vector, width, target,
+                                                              write_dtype(sch, main))
     cols = knobs.choose(sch, "cols", _col_candidates(ext[col], width, default_cols), default_cols)
     rows = rows2 = 1
     if row is not None:
@@ -156,13 +159,13 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
 
 
 def _default_tile(ext: list[int], n: int, col: int, row: int | None, row2: int | None, in_vector: bool, width: int,
-                  elems: int, dtype: str) -> tuple[int, int, int]:
+                  target: Target, dtype: str) -> tuple[int, int, int]:
     """The hand-written (cols, rows, rows2): matmul-like tiles take the widest vector tile and the rows that fill the
     accumulator budget; conv tiles (over channels, or with a second row axis) the most FMAs per load."""
     if row is None or (row2 is None and col == n - 1):
         cols = _tile_cols(ext[col], width)
-        return cols, (_tile_rows(ext[row], max(1, elems // cols)) if row is not None else 1), 1
-    budget = elems // width
+        return cols, (_tile_rows(ext[row], max(1, tile_elems(target) // cols)) if row is not None else 1), 1
+    budget = CONV_TILE_VECTORS.get(target.vector_bits, CONV_TILE_VECTORS[256])
     # over channels any number of weight vectors fits; over output columns the widest vector tile, as matmul
     vectors = (_channel_vectors(ext[col], prod(ext[n:]), width, budget, dtype) if col != n - 1
                else [max(1, _tile_cols(ext[col], width) // width)])
@@ -240,10 +243,12 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     pack_outer = tiling.pack is not None and row_outer is not None
     if pack_outer:
         _pack(sch, main, tiling, par)
+    elif tiling.pack is not None and tiling.pack_perm != tuple(range(len(tiling.pack_perm))):
+        _pack_once(sch, main, tiling, target)
     sch.reverse_compute_at(write_back, row_outer if pack_outer else par)
     stages = _producer_at_tile(sch, knobs, par, stages, producers)
     sch.parallel(par)
-    unroll(sch, knobs, par)
+    unroll(sch, knobs, par, TILED_UNROLL_STEPS)
     _vectorize_write_back(sch, write_back, tiling)
     *reduce_loops, inner_row2, inner_row, inner_col = loops
     for inner in (inner_row2, inner_row):
@@ -323,6 +328,15 @@ def _pack(sch: Schedule, main, t: Tiling, par) -> None:
     sch.compute_at(panel, par)
     if t.pack_perm[-1] == len(t.pack_perm) - 1:  # contiguous copy: vectorize it
         _vectorize_innermost(sch, panel)
+
+
+def _pack_once(sch: Schedule, main, t: Tiling, target: Target) -> None:
+    """Transpose the whole vector operand once, before the parallel loop, where row tiles run in parallel (no serial
+    loop to pack a panel at): unpacked, each vector of a channel-vectorized conv would be a strided gather of weights
+    (a 64->64 3x3 conv on AVX-512 took 3.9 ms for 0.5)."""
+    panel = sch.cache_read(main, t.pack, "global")
+    sch.transform_layout(panel, ("write", 0), lambda *ix: [ix[d] for d in t.pack_perm])
+    injective(sch, panel, target)
 
 
 def _vectorize_write_back(sch: Schedule, write_back, t: Tiling) -> None:

@@ -95,6 +95,17 @@ def test_samples_replay_from_their_traces():
         assert tvm_ffi.structural_equal(space.replay(task, TARGET, cand.trace_json()).mod, cand.sch.mod)
 
 
+def test_register_tiled_sketch_keeps_the_unroll_budget_small():
+    # a 512-step auto-unroll over the explicitly unrolled register tile made conv builds outlast the build timeout
+    from schedules.knobs import TILED_UNROLL_STEPS
+
+    task = _task(_conv_relu())
+    rng = random.Random(0)
+    plans = [[0], [1]]  # the first decision picks the sketch: cinn's register tiling, then SSRSRS
+    unrolls = {p[0]: [d.candidates for d in space.sample(task, TARGET, rng, p).decisions if d.name == "unroll"] for p in plans}
+    assert unrolls[0] == [TILED_UNROLL_STEPS] and 512 in unrolls[1][0]
+
+
 def test_mutation_changes_one_decision():
     task = _task(_matmul_relu())
     rng = random.Random(0)

@@ -160,3 +160,59 @@ def test_cuda_target_without_a_gpu_fails_clearly(tmp_cache, monkeypatch, capfd):
     assert main(["mlp", "--small", "--target", "cuda", "--repeat", "1", "--warmup", "0"]) == 1
     err = capfd.readouterr().err  # the workers' stderr too
     assert "cinn-fused: no CUDA device present" in err and "Traceback" not in err
+
+
+def _onnx_file(path) -> str:
+    """A small ONNX model with a symbolic batch dim, written as a file: relu(x @ w + b)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["z"]),
+         helper.make_node("Relu", ["z"], ["y"])],
+        "file_model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+        [numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w"),
+         numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def test_model_file_engines_agree(tmp_path, monkeypatch):
+    """A model file runs on cinn and, as the file itself, on onnxruntime, with the same seeded inputs."""
+    monkeypatch.setenv("TVM_NUM_THREADS", "1")
+    path = _onnx_file(tmp_path / "tiny.onnx")
+    config = BenchConfig(repeat=1, warmup=0, input_shapes=(("x", (4, 16)),))
+    model = get_model(path, input_shapes={"x": (4, 16)})
+    assert model.name == "tiny" and model.onnx_path == path and model.feeds["x"].shape == (4, 16)
+    outs = {e: tmp_path / f"{e.value}.npz" for e in (Engine.FUSED, Engine.ORT)}
+    for engine, out in outs.items():
+        assert run_worker(engine, path, config, str(out)).model == "tiny"
+    with np.load(outs[Engine.FUSED]) as got, np.load(outs[Engine.ORT]) as want:
+        np.testing.assert_allclose(got["arr_0"], want["arr_0"], rtol=RTOL, atol=ATOL)
+
+
+def test_cli_runs_a_model_file(tmp_path, tmp_cache, monkeypatch, capsys):
+    from benchmarks.cli import main
+
+    monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_cache))
+    path = _onnx_file(tmp_path / "tiny.onnx")
+    csv_path = tmp_path / "bench.csv"
+    assert main([path, "--input-shape", "x=2,16", "--repeat", "2", "--warmup", "0", "--csv", str(csv_path)]) == 0
+    with open(csv_path) as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["model"] == "tiny" and row["check"] == "ok" and float(row["ORT ms"]) > 0
+
+
+def test_cli_rejects_a_missing_model_file(tmp_path, capsys):
+    from benchmarks.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([str(tmp_path / "missing.onnx")])
+    assert exc.value.code == 2
+    assert "no such model file" in capsys.readouterr().err

@@ -94,7 +94,7 @@ def conv_ref(x, w, stride, pad, groups):
 
 @pytest.mark.parametrize(
     "c, o, hw, stride, groups, channels_vectorized",
-    [(4, 16, 8, 1, 1, False), (3, 6, 9, 2, 1, False), (8, 8, 10, 1, 8, False), (8, 16, 14, 1, 1, True),
+    [(4, 16, 32, 1, 1, False), (3, 6, 9, 2, 1, False), (8, 8, 10, 1, 8, False), (8, 16, 14, 1, 1, True),
      (4, 16, 12, 2, 1, True)],
     ids=["conv", "stride2", "depthwise", "channels", "channels-stride2"],
 )
@@ -117,6 +117,20 @@ def test_conv_epilogue(c, o, hw, stride, groups, channels_vectorized):
     assert (f"T.sblock_alloc_buffer((1, {ow}, {ow}, {o}))" in sch.mod.script()) == channels_vectorized
     # the padding is computed per parallel tile, into a buffer of the tile's input alone
     assert sch.get(sch.get_loops(sch.get_sblock("pad_temp"))[0]).kind == tvm.tirx.ForKind.PARALLEL
+
+
+def test_conv_with_parallel_row_tiles_packs_its_weights_once():
+    # 16 output channels are one channel tile (AVX2 or AVX-512), so the row tiles run in parallel and there is no
+    # serial loop to pack a weight panel at: the weights are transposed once, before the parallel loop, and the
+    # inner loop reads contiguous weight vectors instead of gathering them with a stride of c*kh*kw
+    x = te.placeholder((1, 8, 14, 14), name="x")
+    w = te.placeholder((16, 8, 3, 3), name="w")
+    sch = check([x, w], [topi.nn.conv2d_nchw(x, w, 1, 1, 1)], K.OUT_FUSIBLE, lambda xa, wa: [conv_ref(xa, wa, 1, 1, 1)])
+    (panel,) = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if sch.get(b).name_hint == "w_global"]
+    assert [tuple(int(d) for d in r.source.shape) for r in sch.get(panel).writes] == [(8, 3, 3, 16)]
+    update = sch.get_sblock("conv2d_nchw_update")
+    assert not sch.get(sch.get_loops(panel)[0]).same_as(sch.get(sch.get_loops(update)[0]))  # before the tile loop
+    assert "w" not in [r.source.name for r in sch.get(update).reads]
 
 
 def test_conv_register_tile_spans_output_rows():
