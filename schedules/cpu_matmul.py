@@ -40,6 +40,9 @@ TILE_ELEMS = {512: 128, 256: 96}
 # a conv tile's accumulators (vectors), by vector width: 16 of the 32 zmm registers on AVX-512 (a 64->64 3x3 56x56
 # conv on znver5: 8 took 1.13 ms, 16 0.61 ms), 12 of the 16 ymm registers on AVX2
 CONV_TILE_VECTORS = {512: 16, 256: 12}
+# vector registers by width: a register tile with more accumulators spills every step, and its unrolled body (up to
+# 16 x 16 rows x 4 vectors) took seconds to build; the tuner's tiles stay within the register file
+VECTOR_REGISTERS = {512: 32, 256: 16}
 # a channel tile's packed weight panel is read again for every pixel tile: wider tiles must keep it in L2 (half of
 # a 512 KiB znver3 L2; a 7x7 512->512 conv's 64-channel panel, 1.2 MB, made it stream from L3)
 PANEL_BYTES = 256 * 1024
@@ -147,15 +150,24 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     default_cols, default_rows, default_rows2 = _default_tile(ext, n, col, row, row2, in_vector, width, target,
                                                               write_dtype(sch, main))
     cols = knobs.choose(sch, "cols", _col_candidates(ext[col], width, default_cols), default_cols)
+    registers = VECTOR_REGISTERS.get(target.vector_bits, VECTOR_REGISTERS[256])
     rows = rows2 = 1
     if row is not None:
-        rows = knobs.choose(sch, "rows", sorted(set(divisors(ext[row], MAX_ROWS)) | {default_rows}), default_rows)
+        rows = knobs.choose(sch, "rows", _fitting_rows(ext[row], max(1, cols // width), registers, default_rows),
+                            default_rows)
     if row2 is not None:
-        rows2 = knobs.choose(sch, "rows2", divisors(ext[row2], MAX_ROWS), default_rows2)
+        rows2 = knobs.choose(sch, "rows2", _fitting_rows(ext[row2], max(1, cols // width) * rows, registers,
+                                                         default_rows2), default_rows2)
     pack, perm = _packable(block, n, col, vec_reads) if free else (None, ())
     if pack is not None and not knobs.choose(sch, "pack", [0, 1], 1):
         pack, perm = None, ()
     return Tiling(col, cols, row, rows, row2, rows2, pack, perm)
+
+
+def _fitting_rows(extent: int, vectors: int, registers: int, default: int) -> list[int]:
+    """Register rows the tuner may try: divisors of the axis (up to MAX_ROWS) whose tile of `vectors` accumulators
+    per row fits in the register file, and the default."""
+    return sorted({r for r in divisors(extent, MAX_ROWS) if r * vectors <= registers} | {default})
 
 
 def _default_tile(ext: list[int], n: int, col: int, row: int | None, row2: int | None, in_vector: bool, width: int,
