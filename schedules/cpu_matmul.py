@@ -34,12 +34,10 @@ from schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knobs, divisors, unroll
 
 MAX_COLS = 32
 MAX_ROWS = 16  # register-tile rows the tuner may try
-# accumulator tile (fp32 elements) by the vector width LLVM uses for the target: 4x32 in 8 of the 32 zmm registers
-# measured best on znver4 (2x32 and 8x32 were 30-50% slower); 3x32 in 12 of the 16 ymm registers on AVX2
-TILE_ELEMS = {512: 128, 256: 96}
-# a conv tile's accumulators (vectors), by vector width: 16 of the 32 zmm registers on AVX-512 (a 64->64 3x3 56x56
-# conv on znver5: 8 took 1.13 ms, 16 0.61 ms), 12 of the 16 ymm registers on AVX2
-CONV_TILE_VECTORS = {512: 16, 256: 12}
+# accumulator tile (fp32 elements) by the vector width LLVM uses for the target: 8x32 in 16 of the 32 zmm registers
+# on znver5 (4x32 in 8: matmul 512^3 0.636 -> 0.556 ms, 1024^3 5.01 -> 4.41 ms, a 64->64 3x3 56x56 conv 1.13 ->
+# 0.61 ms); 3x32 in 12 of the 16 ymm registers on AVX2
+TILE_ELEMS = {512: 256, 256: 96}
 # vector registers by width: a register tile with more accumulators spills every step, and its unrolled body (up to
 # 16 x 16 rows x 4 vectors) took seconds to build; the tuner's tiles stay within the register file
 VECTOR_REGISTERS = {512: 32, 256: 16}
@@ -177,7 +175,7 @@ def _default_tile(ext: list[int], n: int, col: int, row: int | None, row2: int |
     if row is None or (row2 is None and col == n - 1):
         cols = _tile_cols(ext[col], width)
         return cols, (_tile_rows(ext[row], max(1, tile_elems(target) // cols)) if row is not None else 1), 1
-    budget = CONV_TILE_VECTORS.get(target.vector_bits, CONV_TILE_VECTORS[256])
+    budget = tile_elems(target) // width
     # over channels any number of weight vectors fits; over output columns the widest vector tile, as matmul
     vectors = (_channel_vectors(ext[col], prod(ext[n:]), width, budget, dtype) if col != n - 1
                else [max(1, _tile_cols(ext[col], width) // width)])
