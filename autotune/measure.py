@@ -37,6 +37,9 @@ class MeasureConfig:
     min_repeat_ms: int = 20  # TVM raises `number` until one repeat lasts this long
     build_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     check_correctness: bool = True  # compare outputs with the workload's default schedule
+    # CPU: before every timed call, flush the caches of all arguments but the first (the weights, the output), which a
+    # kernel inside a model finds cold; each repeat is then one call (number and min_repeat_ms do not apply)
+    cache_flush: bool = False
     rtol: float = 1e-4
     atol: float = 1e-4
     seed: int = 0  # of the random kernel arguments
@@ -97,6 +100,7 @@ class Timing:
     number: int
     repeat: int
     min_repeat_ms: int
+    cache_flush: bool = False
 
 
 @dataclass(frozen=True)
@@ -179,7 +183,10 @@ def run_kernel(request: RunRequest) -> RunOutput:
     dev.sync()
     outputs = tuple(t.numpy() for t, a in zip(args, request.args) if a.is_output) if request.fetch_outputs else ()
     t = request.timing
-    timer = module.time_evaluator("main", dev, number=t.number, repeat=t.repeat, min_repeat_ms=t.min_repeat_ms)
+    flush = t.cache_flush and not request.target.is_cuda
+    timer = module.time_evaluator("main", dev, number=1 if flush else t.number, repeat=t.repeat,
+                                  min_repeat_ms=0 if flush else t.min_repeat_ms,
+                                  f_preproc="cache_flush_cpu_non_first_arg" if flush else "")
     return RunOutput(tuple(float(c) for c in timer(*args).results), outputs)
 
 
@@ -367,7 +374,7 @@ class _PoolRunner:
         if ref is not None and ref.error:
             return MeasureResult((), f"reference: the default schedule failed ({ref.error})")
         c = self.config
-        out = self._run(spec, built.value, target, Timing(c.number, c.repeat, c.min_repeat_ms))
+        out = self._run(spec, built.value, target, Timing(c.number, c.repeat, c.min_repeat_ms, c.cache_flush))
         if out.error:
             return MeasureResult((), out.error)
         mismatch = compare_outputs(ref.outputs, out.value.outputs, c.rtol, c.atol) if ref is not None else ""

@@ -107,6 +107,33 @@ def _assert_ok(result) -> None:
     assert len(result.costs) == FAST.repeat and 0 < result.mean < 1
 
 
+@pytest.mark.parametrize("flush", [False, True])
+def test_cache_flush_times_one_cold_call_per_repeat(task, target, monkeypatch, flush):
+    """With cache_flush, every timed call follows a flush of the weights' and outputs' caches (TVM's preprocessor),
+    so a repeat is one call; without it, calls are batched to min_repeat_ms on warm caches."""
+    import tvm
+
+    import autotune.measure as measure
+
+    seen = {}
+
+    class FakeModule:
+        def __getitem__(self, name):
+            return lambda *args: None
+
+        def time_evaluator(self, name, dev, **kwargs):
+            seen.update(kwargs)
+            return lambda *args: type("Result", (), {"results": [1e-3] * kwargs["repeat"]})()
+
+    monkeypatch.setattr(measure, "_open_local", lambda request: (FakeModule(), tvm.cpu(0), lambda *a: None))
+    timing = measure.Timing(number=4, repeat=3, min_repeat_ms=20, cache_flush=flush)
+    out = measure.run_kernel(measure.RunRequest("unused.so", arg_infos(task), target, timing, 0, False, None))
+    assert out.costs == (1e-3,) * 3
+    want = {"number": 1, "min_repeat_ms": 0, "f_preproc": "cache_flush_cpu_non_first_arg"} if flush else {
+        "number": 4, "min_repeat_ms": 20, "f_preproc": ""}
+    assert {k: seen[k] for k in want} == want
+
+
 def test_arg_infos(task):
     f32 = "float32"
     assert arg_infos(task) == (ArgInfo((64, 64), f32, False), ArgInfo((64, 64), f32, False), ArgInfo((64, 64), f32, True))
