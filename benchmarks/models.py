@@ -9,6 +9,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from cinn.cli import PADDLE_SUFFIXES
 from cinn.ir import Program, Value
 from frontend import NetBuilder
 
@@ -132,7 +133,7 @@ MODELS: dict[str, Callable[[bool], BenchModel]] = {
 }
 
 
-MODEL_FILE_SUFFIXES = (".onnx", ".pdmodel", ".json")
+MODEL_FILE_SUFFIXES = (".onnx", *PADDLE_SUFFIXES)  # what cinn.cli.load_model reads
 
 
 def is_model_file(name: str) -> bool:

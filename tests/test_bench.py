@@ -165,21 +165,15 @@ def test_cuda_target_without_a_gpu_fails_clearly(tmp_cache, monkeypatch, capfd):
 def _onnx_file(path) -> str:
     """A small ONNX model with a symbolic batch dim, written as a file: relu(x @ w + b)."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
+
+    from tests.test_onnx_import import F32, make_model
 
     rng = np.random.default_rng(2)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["z"]),
-         helper.make_node("Relu", ["z"], ["y"])],
-        "file_model",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
-        [numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w"),
-         numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = IR_VERSION
-    onnx.save(model, str(path))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["z"]),
+             helper.make_node("Relu", ["z"], ["y"])]
+    inits = [("w", rng.standard_normal((16, 8)).astype(np.float32)), ("b", rng.standard_normal(8).astype(np.float32))]
+    onnx.save(make_model(nodes, [("x", F32, ("batch", 16))], [("y", F32, ("batch", 8))], inits), str(path))
     return str(path)
 
 
