@@ -1,7 +1,7 @@
-"""python -m autotune: the cinn-tune command."""
+"""python -m cinn.autotune: the cinn-tune command."""
 import sys
 
-from autotune.cli import main
+from cinn.autotune.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,14 +6,14 @@ import math
 import sys
 from typing import Sequence
 
-from autotune.tuner import Progress, TaskSummary
+from cinn.autotune.tuner import Progress, TaskSummary
 
 EXIT_FAILED = 1  # a task has no working schedule
 EXIT_USAGE = 2  # bad arguments or an unreadable model
 
 
 def _parser() -> argparse.ArgumentParser:
-    from benchmarks.models import MODELS
+    from cinn.benchmarks.models import MODELS
 
     p = argparse.ArgumentParser(prog="cinn-tune", description="Tune the fused kernels of a model and append every "
                                 "measured schedule to a JSON-lines log that cinn.compile(..., tuning_log=LOG) applies.")
@@ -75,10 +75,10 @@ def _tune(args) -> list[TaskSummary]:
     """Load the model, extract its tasks and tune them."""
     import os
 
-    from autotune.cost_model import CostModel
-    from autotune.measure import LocalRunner, MeasureConfig, RpcRunner
-    from autotune.task import extract_tasks
-    from autotune.tuner import TuneConfig, tune
+    from cinn.autotune.cost_model import CostModel
+    from cinn.autotune.measure import LocalRunner, MeasureConfig, RpcRunner
+    from cinn.autotune.task import extract_tasks
+    from cinn.autotune.tuner import TuneConfig, tune
     from cinn.target import parse_target
 
     target = parse_target(args.target)
@@ -100,7 +100,7 @@ def _tune(args) -> list[TaskSummary]:
 
 def _load(model: str, input_shapes: Sequence[str]):
     """A built-in benchmark model by name, else a model file."""
-    from benchmarks.models import get_model
+    from cinn.benchmarks.models import get_model
     from cinn.cli import parse_input_shapes
 
     return get_model(model, input_shapes=parse_input_shapes(input_shapes)).program

@@ -18,7 +18,7 @@ from typing import Callable, Generic, Protocol, Sequence, TypeVar
 
 import numpy as np
 
-from autotune.task import Task
+from cinn.autotune.task import Task
 from cinn.build import KernelSpec, build_kernel
 from cinn.runtime import configure_threads
 from cinn.target import Target

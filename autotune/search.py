@@ -8,9 +8,9 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from autotune import features, space
-from autotune.space import Candidate, Decisions
-from autotune.task import Task
+from cinn.autotune import features, space
+from cinn.autotune.space import Candidate, Decisions
+from cinn.autotune.task import Task
 from cinn.target import Target
 
 

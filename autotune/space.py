@@ -13,9 +13,9 @@ from typing import Sequence
 import tvm
 from tvm.s_tir import Schedule, Trace
 
-from autotune.task import Task
+from cinn.autotune.task import Task
 from cinn.target import Target
-from schedules import apply_default
+from cinn.schedules import apply_default
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ import os
 import sys
 from typing import Sequence
 
-from benchmarks.harness import BenchConfig, run_benchmarks
-from benchmarks.models import MODELS, is_model_file
-from benchmarks.report import format_table, write_csv, write_plot
+from cinn.benchmarks.harness import BenchConfig, run_benchmarks
+from cinn.benchmarks.models import MODELS, is_model_file
+from cinn.benchmarks.report import format_table, write_csv, write_plot
 from cinn.cli import parse_input_shapes
 from cinn.target import parse_target
 

@@ -1,7 +1,7 @@
 """Benchmark harness: each engine runs a model in its own worker process and reports JSON.
 
 onnxruntime's spinning threads slow TVM's parallel kernels when both live in one process, so every
-(engine, model) pair is timed in a fresh interpreter: ``python -m benchmarks.harness --worker ENGINE MODEL``.
+(engine, model) pair is timed in a fresh interpreter: ``python -m cinn.benchmarks.harness --worker ENGINE MODEL``.
 """
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def ort_session(onnx_model, cuda: bool = False):
 def _run_ort(model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]]:
     import onnx
 
-    from benchmarks.onnx_export import to_onnx
+    from cinn.benchmarks.onnx_export import to_onnx
 
     # an imported ONNX model runs as its file is: onnxruntime optimizes the original graph, not our export of it
     onnx_model = onnx.load(model.onnx_path) if model.onnx_path else to_onnx(model.program)
@@ -176,7 +176,7 @@ def _run_ort(model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]
 
 def run_worker(engine: Engine, model_name: str, config: BenchConfig, outputs_path: str | None) -> EngineResult:
     """Measure one engine on one model in this process; optionally save its outputs (.npz)."""
-    from benchmarks.models import get_model
+    from cinn.benchmarks.models import get_model
 
     model = get_model(model_name, config.small, dict(config.input_shapes))
     result, outputs = _run_ort(model, config) if engine is Engine.ORT else _run_cinn(engine, model, config)
@@ -222,7 +222,7 @@ def spawn_module(module: str, args: Sequence[str], timeout: float, env: Mapping[
 
 def _spawn(engine: Engine, model: str, config: BenchConfig, outputs_path: str) -> EngineResult:
     """Run one engine's worker process and parse its result."""
-    return EngineResult.from_json(spawn_module("benchmarks.harness", _worker_args(engine, model, config, outputs_path), config.timeout))
+    return EngineResult.from_json(spawn_module("cinn.benchmarks.harness", _worker_args(engine, model, config, outputs_path), config.timeout))
 
 
 def compare(engine: Engine, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> Check:
@@ -241,7 +241,7 @@ def _load_outputs(path: str) -> list[np.ndarray]:
 
 def bench_model(model: str, config: BenchConfig) -> ModelResult:
     """Run every engine on one model (each in its own process) and cross-check the outputs."""
-    from benchmarks.models import model_label
+    from cinn.benchmarks.models import model_label
 
     name = model_label(model)
     results: dict[Engine, EngineResult] = {}
@@ -272,7 +272,7 @@ def run_benchmarks(models: Sequence[str], config: BenchConfig) -> list[ModelResu
 
 
 def _worker_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.harness", description="Time one engine on one model (a cinn-bench worker).")
+    p = argparse.ArgumentParser(prog="python -m cinn.benchmarks.harness", description="Time one engine on one model (a cinn-bench worker).")
     p.add_argument("--worker", required=True, choices=[e.value for e in Engine], help="engine to run")
     p.add_argument("model", help="built-in model name or model file")
     p.add_argument("--target", default="llvm")

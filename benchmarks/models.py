@@ -11,7 +11,7 @@ import numpy as np
 
 from cinn.cli import PADDLE_SUFFIXES
 from cinn.ir import Program, Value
-from frontend import NetBuilder
+from cinn.frontend import NetBuilder
 
 SEED = 0
 

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Generic, Mapping, Sequence, TypeVar
 
-from benchmarks.harness import Engine, ModelResult
+from cinn.benchmarks.harness import Engine, ModelResult
 
 R = TypeVar("R")
 

@@ -1,8 +1,8 @@
 """tune-bench workers: each step of benchmarks/tune_bench.py in its own interpreter; the result is the last stdout line.
 
-``python -m benchmarks.tune_worker tune WORKLOAD --tuner ours|ms --trials N --target T``  -> TuneOutcome JSON
-``python -m benchmarks.tune_worker retime PLAN.json``                                  -> Retimed JSON
-``python -m benchmarks.tune_worker numpy WORKLOAD``                                    -> GFLOP/s
+``python -m cinn.benchmarks.tune_worker tune WORKLOAD --tuner ours|ms --trials N --target T``  -> TuneOutcome JSON
+``python -m cinn.benchmarks.tune_worker retime PLAN.json``                                  -> Retimed JSON
+``python -m cinn.benchmarks.tune_worker numpy WORKLOAD``                                    -> GFLOP/s
 The parent sets the thread-count environment variables before these processes start.
 """
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Sequence
 
 import numpy as np
 
-from autotune.database import read_records
-from autotune.space import trace_json
-from autotune.task import Task
-from benchmarks.harness import ATOL, RTOL, time_runs
-from benchmarks.tune_bench import Candidate, RetimePlan, Retimed, TuneOutcome, Tuner, Workload, get_workload
+from cinn.autotune.database import read_records
+from cinn.autotune.space import trace_json
+from cinn.autotune.task import Task
+from cinn.benchmarks.harness import ATOL, RTOL, time_runs
+from cinn.benchmarks.tune_bench import Candidate, RetimePlan, Retimed, TuneOutcome, Tuner, Workload, get_workload
 from cinn.runtime import configure_threads
 from cinn.target import Target, parse_target
 
@@ -83,7 +83,7 @@ def tune_ms(task: Task, target: Target, trials: int, work_dir: str) -> TunerResu
 
 def tune_ours(task: Task, target: Target, trials: int, work_dir: str) -> TunerResult:
     """Tune with our tuner into a fresh log: the best trace (None = default schedule), its cost, failures by kind."""
-    from autotune.tuner import TuneConfig, tune
+    from cinn.autotune.tuner import TuneConfig, tune
 
     log = os.path.join(work_dir, "tuning.jsonl")
     (summary,) = tune([task], target, log, TuneConfig(trials=trials, seed=0))
@@ -214,7 +214,7 @@ def run_numpy(workload: Workload, repeat: int, warmup: int) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.tune_worker", description="One step of the tuner benchmark.")
+    p = argparse.ArgumentParser(prog="python -m cinn.benchmarks.tune_worker", description="One step of the tuner benchmark.")
     sub = p.add_subparsers(dest="step", required=True)
     t = sub.add_parser("tune", help="tune one workload with one tuner")
     t.add_argument("workload")

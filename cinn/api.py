@@ -85,7 +85,7 @@ def _tuning_records(log, target: Target) -> dict[str, str]:
     """Best tuned trace per workload from a schedule log."""
     if log is None:
         return {}
-    from autotune.database import best_traces
+    from cinn.autotune.database import best_traces
 
     return best_traces(log, target)
 

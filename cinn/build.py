@@ -52,10 +52,10 @@ def default_cache_dir() -> pathlib.Path:
 def code_version() -> str:
     """A hash of the code that decides what a kernel becomes, so schedule changes invalidate the cache."""
     import cinn
-    import schedules
+    import cinn.schedules
 
     h = hashlib.sha256(tvm.__version__.encode())
-    for pkg in (schedules, cinn):
+    for pkg in (cinn.schedules, cinn):
         root = pathlib.Path(pkg.__file__).parent
         for f in sorted(root.rglob("*.py")):
             h.update(f.read_bytes())
@@ -72,7 +72,7 @@ def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
     """Schedule and compile one kernel to a shared library at `path` (atomically); returns `path`."""
     from tvm.s_tir import Schedule, Trace
 
-    from schedules import apply_default
+    from cinn.schedules import apply_default
 
     func = tvm.ir.load_json(spec.func_json)
     sch = Schedule(tvm.IRModule({"main": func}))
@@ -94,7 +94,7 @@ def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
 
 def _check_bound(sch, spec: KernelSpec) -> None:
     """Fail loudly on a CUDA kernel with unbound blocks: TVM would silently compile them as host code."""
-    from schedules.cuda_common import unbound_blocks
+    from cinn.schedules.cuda_common import unbound_blocks
 
     unbound = unbound_blocks(sch)
     if unbound:

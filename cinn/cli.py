@@ -47,12 +47,12 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
 def load_model(path: str, input_shapes: Mapping[str, Sequence[int]]) -> Program:
     """A Program from a model file, chosen by its extension."""
     if path.endswith(PADDLE_SUFFIXES) or os.path.isdir(path):
-        from frontend.paddle import load_paddle
+        from cinn.frontend.paddle import load_paddle
 
         return load_paddle(path, input_shapes)
     if not path.endswith(".onnx"):
         raise _Unsupported(f"{path}: unknown model format (expected .onnx, .json, .pdmodel or a Paddle model directory)")
-    from frontend.onnx import load_onnx
+    from cinn.frontend.onnx import load_onnx
 
     return load_onnx(path, input_shapes)
 

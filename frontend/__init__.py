@@ -1,4 +1,4 @@
 """Front doors producing a cinn Program: NetBuilder (and, later, the ONNX and Paddle importers)."""
-from frontend.net_builder import NetBuilder
+from cinn.frontend.net_builder import NetBuilder
 
 __all__ = ["NetBuilder"]

@@ -5,9 +5,9 @@ from tvm.s_tir import Schedule
 
 from cinn.ops import PatternKind
 from cinn.target import Target
-from schedules import cpu_matmul, cpu_reduction, cpu_tiling
-from schedules.cpu_common import generic
-from schedules.knobs import DEFAULT, Knobs
+from cinn.schedules import cpu_matmul, cpu_reduction, cpu_tiling
+from cinn.schedules.cpu_common import generic
+from cinn.schedules.knobs import DEFAULT, Knobs
 
 
 def schedule(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DEFAULT) -> None:

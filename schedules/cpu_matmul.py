@@ -17,7 +17,7 @@ from tvm import DataType
 from tvm.s_tir import Schedule
 
 from cinn.target import Target
-from schedules.analysis import (
+from cinn.schedules.analysis import (
     blocks,
     extents,
     inline_all,
@@ -29,8 +29,8 @@ from schedules.analysis import (
     vars_in,
     write_dtype,
 )
-from schedules.cpu_common import injective, lanes
-from schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knobs, divisors, unroll
+from cinn.schedules.cpu_common import injective, lanes
+from cinn.schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knobs, divisors, unroll
 
 MAX_COLS = 32
 MAX_ROWS = 16  # register-tile rows the tuner may try

@@ -9,7 +9,7 @@ from __future__ import annotations
 from tvm.s_tir import Schedule, ScheduleError
 
 from cinn.target import Target
-from schedules.analysis import (
+from cinn.schedules.analysis import (
     blocks,
     compute_at_row,
     extents,
@@ -21,8 +21,8 @@ from schedules.analysis import (
     spatial_count,
     write_dtype,
 )
-from schedules.cpu_common import PARALLEL_MIN, lanes, vector_width
-from schedules.knobs import DEFAULT, Knobs, unroll
+from cinn.schedules.cpu_common import PARALLEL_MIN, lanes, vector_width
+from cinn.schedules.knobs import DEFAULT, Knobs, unroll
 
 
 def _anchor(sch: Schedule):

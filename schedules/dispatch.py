@@ -5,8 +5,8 @@ from tvm.s_tir import Schedule
 
 from cinn.ops import PatternKind
 from cinn.target import Target
-from schedules import cpu, cuda
-from schedules.knobs import DEFAULT, Knobs
+from cinn.schedules import cpu, cuda
+from cinn.schedules.knobs import DEFAULT, Knobs
 
 
 def apply_default(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DEFAULT) -> None:

@@ -15,16 +15,16 @@ import tvm_ffi
 from tvm.s_tir import Schedule
 
 import cinn
-from autotune import space
-from autotune.database import Record, append_records, best_traces, read_records
-from autotune.measure import MeasureConfig, MeasureResult
-from autotune.scheduler import TaskProgress, next_task, round_size
-from autotune.search import SearchConfig, TaskSearch
-from autotune.task import Task, extract_tasks
-from autotune.tuner import TuneConfig, tune
+from cinn.autotune import space
+from cinn.autotune.database import Record, append_records, best_traces, read_records
+from cinn.autotune.measure import MeasureConfig, MeasureResult
+from cinn.autotune.scheduler import TaskProgress, next_task, round_size
+from cinn.autotune.search import SearchConfig, TaskSearch
+from cinn.autotune.task import Task, extract_tasks
+from cinn.autotune.tuner import TuneConfig, tune
 from cinn.target import parse_target
-from frontend import NetBuilder
-from schedules import apply_default
+from cinn.frontend import NetBuilder
+from cinn.schedules import apply_default
 
 TARGET = parse_target("llvm")
 FAST = MeasureConfig(repeat=1, min_repeat_ms=1, run_timeout=20.0)
@@ -67,7 +67,7 @@ class RandomModel:
 
 @pytest.fixture(scope="module")
 def runner():
-    from autotune.measure import LocalRunner
+    from cinn.autotune.measure import LocalRunner
 
     r = LocalRunner(FAST)
     yield r
@@ -98,9 +98,9 @@ def test_samples_replay_from_their_traces():
 def test_register_tiled_sketch_keeps_builds_small():
     # large auto-unroll budgets over the explicitly unrolled register tile, and tiles beyond the register file, took
     # seconds to minutes to build
-    from schedules.cpu_common import lanes
-    from schedules.cpu_matmul import VECTOR_REGISTERS
-    from schedules.knobs import TILED_UNROLL_STEPS
+    from cinn.schedules.cpu_common import lanes
+    from cinn.schedules.cpu_matmul import VECTOR_REGISTERS
+    from cinn.schedules.knobs import TILED_UNROLL_STEPS
 
     task = _task(_conv_relu())
     rng = random.Random(0)
@@ -141,7 +141,7 @@ def test_search_proposes_new_distinct_candidates():
 def test_sampled_schedules_are_correct(make, sketch, runner):
     """Random points of the space (both tiling sketches for matmul/conv) build and match the default schedule's
     output (checked by the runner)."""
-    from autotune.measure import MeasureInput
+    from cinn.autotune.measure import MeasureInput
 
     task = _task(make())
     rng = random.Random(1)
@@ -178,8 +178,8 @@ def test_warm_up_shares_a_small_budget_among_all_tasks():
 
 
 def test_summary_tells_untuned_tasks_from_failed_ones():
-    from autotune.cli import format_summary
-    from autotune.tuner import TaskSummary
+    from cinn.autotune.cli import format_summary
+    from cinn.autotune.tuner import TaskSummary
 
     task = extract_tasks(_softmax())[0]
     table = format_summary([TaskSummary(task, 4, 2e-3, 1e-3, "t"), TaskSummary(task, 0, math.inf, math.inf, None),
@@ -338,7 +338,7 @@ def test_concurrent_appends_do_not_interleave(tmp_path):
 
 
 def test_cinn_tune_cli(tmp_path, capsys):
-    from autotune import cli
+    from cinn.autotune import cli
 
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper
@@ -361,9 +361,9 @@ def test_cinn_tune_cli(tmp_path, capsys):
 
 
 def test_cinn_tune_usage_errors(tmp_path, capsys):
-    from autotune import cli
+    from cinn.autotune import cli
 
     assert cli.main([str(tmp_path / "missing.onnx"), "--log", str(tmp_path / "l.jsonl")]) == 2
     assert cli.main(["encoder", "--log", "l", "--rpc-key", "k"]) == 2
-    proc = subprocess.run([sys.executable, "-m", "autotune", "--help"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "cinn.autotune", "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "--trials" in proc.stdout

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 import cinn
-from autotune.database import Record
-from benchmarks.harness import ATOL, RTOL, BenchConfig, Engine, EngineResult, ModelResult, compare, ort_session, run_worker
-from benchmarks.models import MODELS, get_model
-from benchmarks.onnx_export import CONVERTERS, IR_VERSION, to_onnx
-from benchmarks.report import format_table
+from cinn.autotune.database import Record
+from cinn.benchmarks.harness import ATOL, RTOL, BenchConfig, Engine, EngineResult, ModelResult, compare, ort_session, run_worker
+from cinn.benchmarks.models import MODELS, get_model
+from cinn.benchmarks.onnx_export import CONVERTERS, IR_VERSION, to_onnx
+from cinn.benchmarks.report import format_table
 from cinn.target import parse_target
-from frontend import NetBuilder
+from cinn.frontend import NetBuilder
 
 pytest.importorskip("onnxruntime")
 
@@ -113,7 +113,7 @@ def test_tuned_engine_with_unknown_workload_log_matches_fused(tmp_path, tmp_cach
 
 
 def test_cli_rejects_missing_log(tmp_path, capsys):
-    from benchmarks.cli import main
+    from cinn.benchmarks.cli import main
 
     with pytest.raises(SystemExit) as exc:
         main(["mlp", "--log", str(tmp_path / "missing.jsonl")])
@@ -123,7 +123,7 @@ def test_cli_rejects_missing_log(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_cli_end_to_end(tmp_path, tmp_cache, monkeypatch, capsys):
-    from benchmarks.cli import main
+    from cinn.benchmarks.cli import main
 
     monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_cache))
     csv_path, png_path = tmp_path / "out" / "bench.csv", tmp_path / "out" / "bench.png"
@@ -141,7 +141,7 @@ def test_cli_end_to_end(tmp_path, tmp_cache, monkeypatch, capsys):
 
 
 def test_cli_rejects_unknown_model(capsys):
-    from benchmarks.cli import main
+    from cinn.benchmarks.cli import main
 
     with pytest.raises(SystemExit) as exc:
         main(["nope"])
@@ -151,7 +151,7 @@ def test_cli_rejects_unknown_model(capsys):
 
 def test_cuda_target_without_a_gpu_fails_clearly(tmp_cache, monkeypatch, capfd):
     """cinn-bench --target cuda builds the CUDA kernels, then each engine says in one line why it cannot run here."""
-    from benchmarks.cli import main
+    from cinn.benchmarks.cli import main
     from cinn.cuda_module import device_present
 
     if device_present():
@@ -192,7 +192,7 @@ def test_model_file_engines_agree(tmp_path, monkeypatch):
 
 
 def test_cli_runs_a_model_file(tmp_path, tmp_cache, monkeypatch, capsys):
-    from benchmarks.cli import main
+    from cinn.benchmarks.cli import main
 
     monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_cache))
     path = _onnx_file(tmp_path / "tiny.onnx")
@@ -204,7 +204,7 @@ def test_cli_runs_a_model_file(tmp_path, tmp_cache, monkeypatch, capsys):
 
 
 def test_cli_rejects_a_missing_model_file(tmp_path, capsys):
-    from benchmarks.cli import main
+    from cinn.benchmarks.cli import main
 
     with pytest.raises(SystemExit) as exc:
         main([str(tmp_path / "missing.onnx")])

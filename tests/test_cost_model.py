@@ -8,11 +8,11 @@ import tvm
 from tvm.s_tir import Schedule
 
 import cinn
-from autotune import features
-from autotune.cost_model import CostModel, CostModelConfig
+from cinn.autotune import features
+from cinn.autotune.cost_model import CostModel, CostModelConfig
 from cinn.runtime import configure_threads
 from cinn.target import parse_target
-from frontend import NetBuilder
+from cinn.frontend import NetBuilder
 
 TARGET = parse_target("llvm")
 

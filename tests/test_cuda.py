@@ -11,7 +11,7 @@ import tvm
 from tvm.s_tir import Schedule
 
 import cinn
-from benchmarks.models import MODELS, get_model
+from cinn.benchmarks.models import MODELS, get_model
 from cinn.build import KernelSpec, build_kernel, workload_key
 from cinn.cuda_module import device_present
 from cinn.lower import lower_group
@@ -19,8 +19,8 @@ from cinn.ops import OPS
 from cinn.passes.fusion import fuse
 from cinn.passes.pipeline import optimize
 from cinn.target import parse_target
-from schedules import apply_default
-from schedules.cuda_common import unbound_blocks
+from cinn.schedules import apply_default
+from cinn.schedules.cuda_common import unbound_blocks
 from tests.cases import TOLERANCE
 from tests.test_ops import CASES, _build, _case_id
 
@@ -143,8 +143,8 @@ def test_tuning_candidates_build_for_cuda(tmp_path):
     """The tuner's CUDA space: sampled thread/register/shared-memory decisions bind every block and compile to PTX."""
     import random
 
-    from autotune import space
-    from autotune.task import extract_tasks
+    from cinn.autotune import space
+    from cinn.autotune.task import extract_tasks
 
     b = cinn.NetBuilder("mm")
     x = b.create_input("float32", (64, 128), "x")

@@ -12,8 +12,8 @@ import cloudpickle
 import numpy as np
 import pytest
 
-import frontend
-from autotune.measure import (
+import cinn.frontend
+from cinn.autotune.measure import (
     ArgInfo,
     LocalRunner,
     MeasureConfig,
@@ -25,7 +25,7 @@ from autotune.measure import (
     compare_outputs,
     run_kernel,
 )
-from autotune.task import Task
+from cinn.autotune.task import Task
 from cinn.api import lower_program
 from cinn.build import KernelSpec, build_kernel
 from cinn.target import Target, parse_target
@@ -39,7 +39,7 @@ NO_DEFAULT = "workload-without-default"  # a workload whose default schedule fai
 
 
 def _task(epilogue: str = "relu") -> Task:
-    b = frontend.NetBuilder("mm")
+    b = cinn.frontend.NetBuilder("mm")
     x = b.create_input("float32", (64, 64), "x")
     w = b.create_input("float32", (64, 64), "w")
     _, (lg,) = lower_program(b.build([getattr(b, epilogue)(b.matmul(x, w))]))

@@ -10,7 +10,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 
 import cinn  # noqa: E402
-from frontend.onnx import CONVERTERS, OnnxImportError  # noqa: E402
+from cinn.frontend.onnx import CONVERTERS, OnnxImportError  # noqa: E402
 
 # Cases whose ops are all supported but that are expected to fail, each with its reason.
 _3D = "3-D spatial op: the op table has conv2d/pool2d only (1-D runs as 2-D)"

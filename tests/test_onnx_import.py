@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import cinn  # noqa: E402
 from cinn import cli  # noqa: E402
-from frontend.onnx import OnnxImportError  # noqa: E402
+from cinn.frontend.onnx import OnnxImportError  # noqa: E402
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 RNG = np.random.default_rng(0)

@@ -5,9 +5,9 @@ import csv
 
 import pytest
 
-from benchmarks import tune_bench
-from benchmarks.report import render_table, write_rows_csv
-from benchmarks.tune_bench import (
+from cinn.benchmarks import tune_bench
+from cinn.benchmarks.report import render_table, write_rows_csv
+from cinn.benchmarks.tune_bench import (
     WORKLOADS,
     BenchSettings,
     Candidate,
@@ -24,7 +24,7 @@ from benchmarks.tune_bench import (
     tune_columns,
     write_tune_plot,
 )
-from benchmarks.tune_worker import failure_kind, workload_task
+from cinn.benchmarks.tune_worker import failure_kind, workload_task
 from cinn.target import parse_target
 
 TINY = "matmul_64"

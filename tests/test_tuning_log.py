@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cinn
-from autotune.database import Record, best_traces
+from cinn.autotune.database import Record, best_traces
 from cinn.target import parse_target
 
 

@@ -7,7 +7,7 @@ from cinn.ops import get_op
 
 def decompose(program: Program) -> Program:
     """Replace every composite node by the primitive nodes its op table entry emits."""
-    from frontend.net_builder import NetBuilder  # the emitter; frontend depends on cinn, not the reverse
+    from cinn.frontend.net_builder import NetBuilder  # the emitter; frontend depends on cinn, not the reverse
 
     if not any(get_op(n.op).is_composite for n in program.nodes):
         return program

@@ -8,7 +8,7 @@ import numpy as np
 from cinn.ir import Attrs, Value
 from cinn.ops import get_op, infer
 from cinn.passes.fold_constants import MAX_FOLDED_BYTES
-from frontend.net_builder import NetBuilder
+from cinn.frontend.net_builder import NetBuilder
 
 
 class FoldingBuilder(NetBuilder):

@@ -7,9 +7,9 @@ from typing import Mapping, Sequence
 import onnx
 
 from cinn.ir import Node, Program, Value
-from frontend.onnx import ops_elementwise, ops_nn, ops_reduce, ops_resize, ops_shape  # noqa: F401  (register converters)
-from frontend.onnx.builder import FoldingBuilder
-from frontend.onnx.registry import CONVERTERS, NodeContext, OnnxImportError, onnx_dtype, tensor_to_array
+from cinn.frontend.onnx import ops_elementwise, ops_nn, ops_reduce, ops_resize, ops_shape  # noqa: F401  (register converters)
+from cinn.frontend.onnx.builder import FoldingBuilder
+from cinn.frontend.onnx.registry import CONVERTERS, NodeContext, OnnxImportError, onnx_dtype, tensor_to_array
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # 7-21 is the contract; the newer opsets only added element types to the ops converted here (the

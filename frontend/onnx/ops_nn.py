@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cinn.ir import Value
-from frontend.onnx.registry import NodeContext, OnnxImportError, converter
+from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
 
 
 def _as_2d(ctx: NodeContext, x: Value) -> Value:

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from cinn.ir import Value
-from frontend.onnx.registry import NodeContext, converter
+from cinn.frontend.onnx.registry import NodeContext, converter
 
 # ONNX op -> (cinn reduction, elementwise op applied before it or None, after it or None)
 _REDUCE = {

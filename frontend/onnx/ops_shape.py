@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from cinn.ir import Value
-from frontend.onnx.registry import NodeContext, OnnxImportError, converter
+from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
 
 
 def _axis(axis: int, rank: int) -> int:

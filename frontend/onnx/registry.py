@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 
 from cinn.ir import DTYPES, Value
-from frontend.onnx.builder import FoldingBuilder
+from cinn.frontend.onnx.builder import FoldingBuilder
 
 
 class OnnxImportError(ValueError):

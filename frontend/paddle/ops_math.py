@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from cinn.ir import Value
-from frontend.paddle.graph import PaddleImportError
-from frontend.paddle.registry import OpContext, converter, dtype_arg
+from cinn.frontend.paddle.graph import PaddleImportError
+from cinn.frontend.paddle.registry import OpContext, converter, dtype_arg
 
 # Paddle op (legacy and PIR names) -> cinn op, for ops taking one input X and no attributes used here
 _UNARY = {

@@ -5,8 +5,8 @@ import math
 from typing import Sequence
 
 from cinn.ir import Value
-from frontend.paddle.graph import PaddleImportError
-from frontend.paddle.registry import OpContext, converter
+from cinn.frontend.paddle.graph import PaddleImportError
+from cinn.frontend.paddle.registry import OpContext, converter
 
 
 def _attr_of(ctx: OpContext, names: Sequence[str], default):

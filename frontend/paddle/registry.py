@@ -14,9 +14,9 @@ from typing import Any, Callable, Mapping, Sequence, Union
 import numpy as np
 
 from cinn.ir import DTYPES, Value
-from frontend.onnx.builder import FoldingBuilder
-from frontend.paddle.graph import Operand, PaddleImportError, PaddleOp
-from frontend.paddle.schema import DTYPE_OF_CODE, UNSUPPORTED_CODES
+from cinn.frontend.onnx.builder import FoldingBuilder
+from cinn.frontend.paddle.graph import Operand, PaddleImportError, PaddleOp
+from cinn.frontend.paddle.schema import DTYPE_OF_CODE, UNSUPPORTED_CODES
 
 # what a value key is bound to while converting: a tensor, a PIR vector (builtin.combine), or an
 # output no converter produces (reading it is an error naming the op)
