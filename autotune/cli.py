@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from cinn.autotune.tuner import Progress, TaskSummary
 

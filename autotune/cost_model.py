@@ -5,8 +5,8 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import xgboost as xgb
@@ -90,7 +90,7 @@ class CostModel:
             np.savez(f, **arrays)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "CostModel":
+    def load(cls, path: str | os.PathLike) -> CostModel:
         """A model saved by save(): it predicts as before and keeps learning from further updates."""
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
@@ -159,7 +159,7 @@ class _WorkloadData:
         """Per-store feature count the rows were aggregated from (see aggregate)."""
         return (self.rows.shape[1] - 1) // 2
 
-    def extended(self, rows: np.ndarray, costs: Sequence[float]) -> "_WorkloadData":
+    def extended(self, rows: np.ndarray, costs: Sequence[float]) -> _WorkloadData:
         return _WorkloadData(np.concatenate([self.rows, rows]), np.concatenate([self.costs, np.asarray(costs, np.float64)]))
 
     def labels(self) -> np.ndarray:

@@ -6,8 +6,8 @@ import json
 import math
 import os
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Iterator, Sequence
 
 from cinn.target import Target
 
@@ -27,7 +27,7 @@ class Record:
         return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, line: str) -> "Record":
+    def from_json(cls, line: str) -> Record:
         d = json.loads(line)
         return cls(
             workload=str(d["workload"]),

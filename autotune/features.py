@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import tvm
@@ -25,7 +25,7 @@ def num_features() -> int:
     return int(_extractor().feature_vector_length)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _context(target: Target, num_threads: int) -> ms.TuneContext:
     """A bare tuning context: the extractor reads only its target and thread count (extract_workload is off)."""
     # built through the FFI constructor: TuneContext.__init__ imports tvm.s_tir.tensor_intrin, which takes ~40 s

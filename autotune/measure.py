@@ -13,8 +13,9 @@ import os
 import socket
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Generic, Protocol, Sequence, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -210,7 +211,7 @@ def _open_remote(request: RunRequest):
     _probe(remote, min(remote.session_timeout, 5.0))
     try:
         session = rpc.connect_tracker(remote.host, remote.port).request(remote.key, session_timeout=remote.session_timeout)
-    except Exception as err:  # noqa: BLE001 - any connection failure gets the endpoint named
+    except Exception as err:
         raise ConnectionError(f"RPC: no session for {remote}: {_short(err)}") from err
     dev = session.cuda(0) if request.target.is_cuda else session.cpu(0)
     if not dev.exist:
@@ -251,7 +252,7 @@ def _guarded(fn: Callable[..., T], *args) -> _Outcome[T]:
     to rebuild exception types with other constructors)."""
     try:
         return _Outcome(fn(*args))
-    except Exception as err:  # noqa: BLE001 - every failure of a candidate is a result, not a crash
+    except Exception as err:
         return _Outcome(None, _short(err))
 
 
@@ -271,7 +272,7 @@ def _collect(future, stage: str, timeout: float) -> _Outcome:
         return _Outcome(None, f"{stage}: timeout after {timeout} s")
     except ChildProcessError:
         return _Outcome(None, f"{stage}: worker crashed (the process died: segfault, abort or out of memory)")
-    except Exception as err:  # noqa: BLE001 - e.g. a function the pool could not pickle
+    except Exception as err:
         return _Outcome(None, f"{stage}: {_short(err)}")
     return out if not out.error else _Outcome(None, f"{stage}: {out.error}")
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import tvm
 from tvm.s_tir import Schedule, Trace
 
 from cinn.autotune.task import Task
-from cinn.target import Target
 from cinn.schedules import apply_default
+from cinn.target import Target
 
 
 @dataclass(frozen=True)

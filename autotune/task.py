@@ -21,7 +21,7 @@ class Task:
     weight: int = 1
 
     @classmethod
-    def from_func(cls, func, kind: PatternKind, name: str = "main", weight: int = 1) -> "Task":
+    def from_func(cls, func, kind: PatternKind, name: str = "main", weight: int = 1) -> Task:
         """A task for a PrimFunc."""
         func = func.with_attr("global_symbol", "main")
         return cls(workload_key(func), tvm.ir.save_json(func), kind, name, weight)

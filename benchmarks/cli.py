@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from cinn.benchmarks.harness import BenchConfig, run_benchmarks
 from cinn.benchmarks.models import MODELS, is_model_file

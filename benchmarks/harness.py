@@ -15,8 +15,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -73,7 +73,7 @@ class EngineResult:
         return json.dumps(dataclasses.asdict(self) | {"engine": self.engine.value})
 
     @classmethod
-    def from_json(cls, text: str) -> "EngineResult":
+    def from_json(cls, text: str) -> EngineResult:
         data = json.loads(text)
         return cls(**(data | {"engine": Engine(data["engine"])}))
 

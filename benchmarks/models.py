@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Mapping
 
 import numpy as np
 
 from cinn.cli import PADDLE_SUFFIXES
-from cinn.ir import Program, Value
 from cinn.frontend import NetBuilder
+from cinn.ir import Program, Value
 
 SEED = 0
 

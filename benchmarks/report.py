@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Generic, Mapping, Sequence, TypeVar
+from typing import Generic, TypeVar
 
 from cinn.benchmarks.harness import Engine, ModelResult
 
@@ -16,7 +17,7 @@ class Column(Generic[R]):
     """One report column: header, how to get its value from a row, and its text format."""
 
     header: str
-    value: Callable[[R], "float | str | None"]
+    value: Callable[[R], float | str | None]
     fmt: str = "{:.3f}"
 
     def text(self, r: R) -> str:

@@ -18,8 +18,8 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 from cinn.benchmarks.harness import spawn_module
 from cinn.benchmarks.report import Column, bar_chart, render_table, write_rows_csv
@@ -134,7 +134,7 @@ class TuneOutcome:
         return json.dumps(dataclasses.asdict(self) | {"tuner": self.tuner.value})
 
     @classmethod
-    def from_json(cls, text: str) -> "TuneOutcome":
+    def from_json(cls, text: str) -> TuneOutcome:
         data = json.loads(text)
         return cls(**(data | {"tuner": Tuner(data["tuner"])}))
 
@@ -161,7 +161,7 @@ class RetimePlan:
         return json.dumps(dataclasses.asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "RetimePlan":
+    def from_json(cls, text: str) -> RetimePlan:
         data = json.loads(text)
         return cls(**(data | {"candidates": tuple(Candidate(**c) for c in data["candidates"])}))
 
@@ -177,7 +177,7 @@ class Retimed:
         return json.dumps({"median_s": dict(self.median_s), "errors": dict(self.errors)})
 
     @classmethod
-    def from_json(cls, text: str) -> "Retimed":
+    def from_json(cls, text: str) -> Retimed:
         data = json.loads(text)
         return cls(data["median_s"], data["errors"])
 

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from cinn.autotune.database import read_records
 from cinn.autotune.space import trace_json
 from cinn.autotune.task import Task
 from cinn.benchmarks.harness import ATOL, RTOL, time_runs
-from cinn.benchmarks.tune_bench import Candidate, RetimePlan, Retimed, TuneOutcome, Tuner, Workload, get_workload
+from cinn.benchmarks.tune_bench import Candidate, Retimed, RetimePlan, TuneOutcome, Tuner, Workload, get_workload
 from cinn.runtime import configure_threads
 from cinn.target import Target, parse_target
 
@@ -172,7 +172,7 @@ def run_retime(plan: RetimePlan) -> Retimed:
         for cand in plan.candidates:
             try:
                 mod = _build(task, cand, target, lib_dir)
-            except Exception as err:  # noqa: BLE001 - any build failure is reported for that candidate, the others go on
+            except Exception as err:
                 errors[cand.label] = f"build failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
                 continue
             args = [tvm.runtime.tensor(a.copy(), dev) for a in data]

@@ -1,9 +1,9 @@
 """cinn: a CINN-style tensor compiler on Apache TVM."""
-from cinn.api import compile  # noqa: A004
+from cinn.api import compile
 from cinn.ir import Node, Program, TensorType, Value
 from cinn.runtime import Executable
 
-__all__ = ["Executable", "NetBuilder", "load_onnx", "load_paddle", "Node", "Program", "TensorType", "Value", "compile"]
+__all__ = ["Executable", "NetBuilder", "Node", "Program", "TensorType", "Value", "compile", "load_onnx", "load_paddle"]
 
 
 def __getattr__(name: str):

@@ -5,7 +5,7 @@ import json
 import os
 import pathlib
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import tvm
 
@@ -20,13 +20,13 @@ from cinn.runtime import Executable, Kernel, configure_threads
 from cinn.target import Target, parse_target
 
 
-def compile(  # noqa: A001 - the public name of the contract
+def compile(
     program: Program,
-    target: "str | Target" = "llvm",
+    target: str | Target = "llvm",
     fuse: bool = True,
-    tuning_log: "str | os.PathLike | None" = None,
+    tuning_log: str | os.PathLike | None = None,
     *,
-    cache_dir: "str | os.PathLike | None" = None,
+    cache_dir: str | os.PathLike | None = None,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     passes: bool = True,

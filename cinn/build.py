@@ -9,8 +9,8 @@ import os
 import pathlib
 import tempfile
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import tvm
 import tvm_ffi
@@ -48,7 +48,7 @@ def default_cache_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("CINN_CACHE_DIR") or pathlib.Path.home() / ".cache" / "cinn")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def code_version() -> str:
     """A hash of the code that decides what a kernel becomes, so schedule changes invalidate the cache."""
     import cinn
@@ -171,7 +171,7 @@ def _load_cached(path: str, target: Target) -> BuiltKernel | None:
         return None
     try:
         return _read(path, target)
-    except Exception as err:  # noqa: BLE001 - any load failure means the entry is unusable
+    except Exception as err:
         warnings.warn(f"cinn: corrupt cache entry {path} ({type(err).__name__}: {err}); rebuilding", stacklevel=3)
         os.unlink(path)
         return None
@@ -191,7 +191,7 @@ def _build_missing(missing: list[KernelSpec], target: Target, paths: dict, worke
         yield futures[fut]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pool(workers: int):
     """Worker processes kept for the life of the process (fresh interpreters: no fork of TVM's threads,
     and no re-import of the user's __main__)."""

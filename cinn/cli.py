@@ -6,7 +6,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

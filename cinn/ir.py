@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 import numpy as np
 
@@ -95,7 +95,7 @@ class Program:
     def __post_init__(self):
         object.__setattr__(self, "constants", MappingProxyType(dict(self.constants)))
 
-    def replace(self, **changes) -> "Program":
+    def replace(self, **changes) -> Program:
         """Return a copy with some fields changed."""
         return dataclasses.replace(self, **changes)
 

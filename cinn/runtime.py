@@ -2,15 +2,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import tvm
 
 from cinn.cuda_module import NO_DEVICE
 from cinn.ir import Program, TensorType, Value
-
 
 SHARE_ALL_CORES = -3  # TVM's AffinityMode kSpecifyThreadShareAllCore: each worker may run on any listed CPU
 

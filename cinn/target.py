@@ -40,7 +40,7 @@ def _llvm_dict(mcpu: str, cores: int) -> dict:
     return {"kind": "llvm", "mcpu": mcpu, "num-cores": cores}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _vector_bits(mcpu: str) -> int:
     import tvm
     from tvm.target import codegen
@@ -52,7 +52,7 @@ def _vector_bits(mcpu: str) -> int:
     return 128
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def host_cpu() -> str:
     """LLVM's name for the host CPU (e.g. znver3, skylake)."""
     import tvm
@@ -60,7 +60,7 @@ def host_cpu() -> str:
     return str(tvm.target.codegen.llvm_get_system_cpu())
 
 
-def parse_target(spec: "str | Target") -> Target:
+def parse_target(spec: str | Target) -> Target:
     """Parse 'llvm', 'llvm -mcpu=X -num-cores=N', 'cuda' or 'cuda -arch=sm_80'."""
     if isinstance(spec, Target):
         return spec

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ class NetBuilder:
         self._counter = itertools.count()
 
     @classmethod
-    def continuing(cls, program: Program) -> "NetBuilder":
+    def continuing(cls, program: Program) -> NetBuilder:
         """A builder holding a program's inputs and constants, for passes that re-emit its nodes."""
         b = cls(program.name)
         b._inputs = list(program.inputs)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from cinn.target import Target
 from cinn.schedules.analysis import blocks, inline_all, is_reduction, spatial_count, write_dtype
 from cinn.schedules.knobs import DEFAULT, Knobs, unroll
+from cinn.target import Target
 
 PARALLEL_MIN = 4096  # elements below which a thread fork costs more than it saves
 

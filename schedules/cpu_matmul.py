@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from tvm import DataType
 from tvm.s_tir import Schedule
 
-from cinn.target import Target
 from cinn.schedules.analysis import (
     blocks,
     extents,
@@ -31,6 +30,7 @@ from cinn.schedules.analysis import (
 )
 from cinn.schedules.cpu_common import injective, lanes
 from cinn.schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knobs, divisors, unroll
+from cinn.target import Target
 
 MAX_COLS = 32
 MAX_ROWS = 16  # register-tile rows the tuner may try

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule, ScheduleError
 
-from cinn.target import Target
 from cinn.schedules.analysis import (
     blocks,
     compute_at_row,
@@ -23,6 +22,7 @@ from cinn.schedules.analysis import (
 )
 from cinn.schedules.cpu_common import PARALLEL_MIN, lanes, vector_width
 from cinn.schedules.knobs import DEFAULT, Knobs, unroll
+from cinn.target import Target
 
 
 def _anchor(sch: Schedule):

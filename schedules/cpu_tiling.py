@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from cinn.target import Target
 from cinn.schedules.analysis import blocks, extents, inline_all, is_reduction, reverse_inline_all, spatial_count, write_dtype
 from cinn.schedules.cpu_common import injective, lanes
 from cinn.schedules.knobs import Knobs, unroll
+from cinn.target import Target
 
 INNER_SPATIAL = 16  # largest innermost tile of a non-vector spatial axis (register rows)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 from tvm.s_tir import Schedule
 
 from cinn.ops import PatternKind
-from cinn.target import Target
 from cinn.schedules import cpu_matmul, cpu_reduction, cuda_matmul, cuda_reduction
 from cinn.schedules.cuda_common import generic
 from cinn.schedules.knobs import DEFAULT, Knobs
+from cinn.target import Target
 
 
 def schedule(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DEFAULT) -> None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule, ScheduleError
 
-from cinn.target import Target
 from cinn.schedules.analysis import blocks, extents, inline_all, is_reduction, prod, spatial_count, write_dtype
 from cinn.schedules.knobs import DEFAULT, Knobs
+from cinn.target import Target
 
 THREADS = 256  # threads per block for injective kernels and cross-thread reductions
 WARP = 32

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from tvm.s_tir import Schedule, ScheduleError
 
-from cinn.target import Target
 from cinn.schedules.analysis import blocks, inline_all, is_reduction, reverse_inline_all, spatial_count, vars_in
 from cinn.schedules.cuda_common import injective, is_bound, thread_inner
 from cinn.schedules.knobs import DEFAULT, Knobs, unroll
+from cinn.target import Target
 
 COL_THREADS, ROW_THREADS = 16, 16  # a 16x16 thread block
 REGS = 4  # register tile per thread along each tiled axis: 4x4 accumulators

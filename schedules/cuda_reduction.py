@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from cinn.target import Target
 from cinn.schedules.analysis import blocks, compute_at_row, extents, inline_all, is_output, is_reduction, prod, write_dtype
 from cinn.schedules.cpu_reduction import row_depth
 from cinn.schedules.cuda_common import FEW_OUTPUTS, STAGE_BLOCKS, TWO_STAGE_MIN, cross_thread_ok, thread_inner, tuned_threads
 from cinn.schedules.knobs import DEFAULT, Knobs
+from cinn.target import Target
 
 SHARED_BYTES = 48 * 1024  # static shared memory a block may use without opting in
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 from tvm.s_tir import Schedule
 
 from cinn.ops import PatternKind
-from cinn.target import Target
 from cinn.schedules import cpu, cuda
 from cinn.schedules.knobs import DEFAULT, Knobs
+from cinn.target import Target
 
 
 def apply_default(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DEFAULT) -> None:

@@ -6,7 +6,8 @@ TVM sampling instruction in the schedule's trace.
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from tvm.s_tir import Schedule
 

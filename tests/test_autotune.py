@@ -1,7 +1,6 @@
 """The auto-tuner: search space, evolutionary search, task scheduler, tuning loop, log, resume, cinn-tune."""
 from __future__ import annotations
 
-import json
 import math
 import random
 import subprocess
@@ -10,7 +9,6 @@ import warnings
 
 import numpy as np
 import pytest
-import tvm
 import tvm_ffi
 from tvm.s_tir import Schedule
 
@@ -22,9 +20,9 @@ from cinn.autotune.scheduler import TaskProgress, next_task, round_size
 from cinn.autotune.search import SearchConfig, TaskSearch
 from cinn.autotune.task import Task, extract_tasks
 from cinn.autotune.tuner import TuneConfig, tune
-from cinn.target import parse_target
 from cinn.frontend import NetBuilder
 from cinn.schedules import apply_default
+from cinn.target import parse_target
 
 TARGET = parse_target("llvm")
 FAST = MeasureConfig(repeat=1, min_repeat_ms=1, run_timeout=20.0)

@@ -13,8 +13,8 @@ from cinn.benchmarks.harness import ATOL, RTOL, BenchConfig, Engine, EngineResul
 from cinn.benchmarks.models import MODELS, get_model
 from cinn.benchmarks.onnx_export import CONVERTERS, IR_VERSION, to_onnx
 from cinn.benchmarks.report import format_table
-from cinn.target import parse_target
 from cinn.frontend import NetBuilder
+from cinn.target import parse_target
 
 pytest.importorskip("onnxruntime")
 

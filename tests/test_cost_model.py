@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+
 import numpy as np
 import pytest
 import tvm
@@ -10,9 +11,9 @@ from tvm.s_tir import Schedule
 import cinn
 from cinn.autotune import features
 from cinn.autotune.cost_model import CostModel, CostModelConfig
+from cinn.frontend import NetBuilder
 from cinn.runtime import configure_threads
 from cinn.target import parse_target
-from cinn.frontend import NetBuilder
 
 TARGET = parse_target("llvm")
 

@@ -18,9 +18,9 @@ from cinn.lower import lower_group
 from cinn.ops import OPS
 from cinn.passes.fusion import fuse
 from cinn.passes.pipeline import optimize
-from cinn.target import parse_target
 from cinn.schedules import apply_default
 from cinn.schedules.cuda_common import unbound_blocks
+from cinn.target import parse_target
 from tests.cases import TOLERANCE
 from tests.test_ops import CASES, _build, _case_id
 

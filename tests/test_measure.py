@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import cinn.frontend
+from cinn.api import lower_program
 from cinn.autotune.measure import (
     ArgInfo,
     LocalRunner,
@@ -26,7 +27,6 @@ from cinn.autotune.measure import (
     run_kernel,
 )
 from cinn.autotune.task import Task
-from cinn.api import lower_program
 from cinn.build import KernelSpec, build_kernel
 from cinn.target import Target, parse_target
 

@@ -79,7 +79,7 @@ def _shape_args(model, inputs) -> dict[str, np.ndarray]:
     pads, k) and 1-D float ones that a node reads after its first input (Resize's scales and roi)."""
     later = {name for n in model.graph.node for name in n.input[1:]}
     return {i.name: a for i, a in zip(model.graph.input, inputs) if isinstance(a, np.ndarray) and (
-        a.dtype.kind in "iu" or a.dtype.kind == "f" and a.ndim == 1 and i.name in later)}
+        a.dtype.kind in "iu" or (a.dtype.kind == "f" and a.ndim == 1 and i.name in later))}
 
 
 def _bind(model, data: dict[str, np.ndarray]):

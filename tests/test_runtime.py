@@ -69,7 +69,7 @@ def test_feeds_are_validated_before_running(small_exe):
 def test_kernel_sources_and_count(small_exe):
     assert small_exe.num_kernels == 1
     (src,) = small_exe.kernel_sources()
-    assert "def main" in src and "parallel" in src or "vectorized" in src or "for" in src
+    assert ("def main" in src and "parallel" in src) or "vectorized" in src or "for" in src
 
 
 def test_second_compile_hits_cache(tmp_path):

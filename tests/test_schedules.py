@@ -11,8 +11,8 @@ from tvm import te, topi  # noqa: E402
 from tvm.s_tir import Schedule  # noqa: E402
 
 from cinn.ops import PatternKind as K  # noqa: E402
-from cinn.target import parse_target  # noqa: E402
 from cinn.schedules import apply_default, cpu_matmul, cpu_reduction  # noqa: E402
+from cinn.target import parse_target  # noqa: E402
 
 TARGET = parse_target("llvm")
 RNG = np.random.default_rng(0)

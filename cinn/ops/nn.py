@@ -8,17 +8,16 @@ Padding convention (conv2d and pool2d, as CINN's pool2d and ONNX's `pads`): `pad
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 from cinn.ir import Attrs, TensorType
 from cinn.ops.common import StrEnum, coerce_enum, normalize_axes, normalize_axis, register_elementwise, same_dtype
 from cinn.ops.registry import DtypeClass as D
-from cinn.ops.registry import OpDef
+from cinn.ops.registry import OpDef, register
 from cinn.ops.registry import PatternKind as K
-from cinn.ops.registry import register
 
 
 class PoolType(StrEnum):

@@ -1,8 +1,8 @@
 """Reductions over axes (reduce_sum, reduce_mean, ...) and argmax/argmin."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 

@@ -7,15 +7,14 @@ a small math namespace, so the TE compute (TIR expressions) and the numpy refere
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
 from cinn.ir import Attrs, TensorType
 from cinn.ops.common import StrEnum, coerce_enum
 from cinn.ops.registry import OpDef, PatternKind, register
-
 
 MAX_TAPS = 1024  # antialias filters widen as 1 / scale: beyond this an output sums too many inputs
 

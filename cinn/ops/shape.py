@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,7 +27,7 @@ def _te():
     return te
 
 
-def _map_compute(name: str, x: "te.Tensor", out_shape: Shape, in_index: IndexMap) -> "te.Tensor":
+def _map_compute(name: str, x: te.Tensor, out_shape: Shape, in_index: IndexMap) -> te.Tensor:
     """A new tensor whose element at idx is x[in_index(idx)] (a fresh compute even for a pure view)."""
     import tvm
 
@@ -40,7 +41,7 @@ def _map_compute(name: str, x: "te.Tensor", out_shape: Shape, in_index: IndexMap
     return _te().compute(out_shape, body, name=name, tag="injective")
 
 
-def _dims(t: "te.Tensor") -> Shape:
+def _dims(t: te.Tensor) -> Shape:
     """A te.Tensor's static shape as ints."""
     return tuple(int(d) for d in t.shape)
 

@@ -8,8 +8,8 @@ fine for the class-score axes topk is used on.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -1,7 +1,7 @@
 """TE helpers shared by op computes (imported lazily: tvm is only needed when lowering)."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import tvm
 from tvm import te

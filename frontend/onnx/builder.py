@@ -1,14 +1,14 @@
 """A NetBuilder that folds ops on constants as it goes, so ONNX shape subgraphs become constants."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from cinn.frontend.net_builder import NetBuilder
 from cinn.ir import Attrs, Value
 from cinn.ops import get_op, infer
 from cinn.passes.fold_constants import MAX_FOLDED_BYTES
-from cinn.frontend.net_builder import NetBuilder
 
 
 class FoldingBuilder(NetBuilder):

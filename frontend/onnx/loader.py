@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import os
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import onnx
 
-from cinn.ir import Node, Program, Value
 from cinn.frontend.onnx import ops_elementwise, ops_nn, ops_reduce, ops_resize, ops_shape  # noqa: F401  (register converters)
 from cinn.frontend.onnx.builder import FoldingBuilder
 from cinn.frontend.onnx.registry import CONVERTERS, NodeContext, OnnxImportError, onnx_dtype, tensor_to_array
+from cinn.ir import Node, Program, Value
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # 7-21 is the contract; the newer opsets only added element types to the ops converted here (the
@@ -17,7 +17,7 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 MIN_OPSET, MAX_OPSET = 7, 28
 
 
-def load_onnx(model: "str | os.PathLike | onnx.ModelProto", input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program:
+def load_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program:
     """Convert an ONNX model (a path or a ModelProto) to a Program; initializers become constants.
 
     input_shapes gives the shape of graph inputs with symbolic dims (or overrides static ones).
@@ -47,7 +47,7 @@ def _read(model) -> onnx.ModelProto:
         proto = onnx.load(path)
     except Exception as e:  # protobuf's DecodeError, RuntimeWarning-as-error, external-data OSError...
         raise OnnxImportError(f"{path}: not a valid ONNX model ({type(e).__name__}: {e})") from None
-    if not proto.HasField("graph") or not proto.graph.node and not proto.graph.output:
+    if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
         raise OnnxImportError(f"{path}: not a valid ONNX model (no graph)")
     return proto
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cinn.ir import Value
 from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
+from cinn.ir import Value
 
 
 def _as_2d(ctx: NodeContext, x: Value) -> Value:

@@ -5,8 +5,8 @@ import math
 
 import numpy as np
 
-from cinn.ir import Value
 from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
+from cinn.ir import Value
 
 
 def _axis(axis: int, rank: int) -> int:

@@ -1,14 +1,15 @@
 """The ONNX op-mapper table: one converter per ONNX op type, and the context a converter reads."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
 
-from cinn.ir import DTYPES, Value
 from cinn.frontend.onnx.builder import FoldingBuilder
+from cinn.ir import DTYPES, Value
 
 
 class OnnxImportError(ValueError):

@@ -1,9 +1,10 @@
 """A Paddle inference program as both formats decode to it: inputs, parameters, ops, fetched values."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 
 class PaddleImportError(ValueError):

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from cinn.ir import Program, Value
 from cinn.frontend.onnx.builder import FoldingBuilder
 from cinn.frontend.paddle import ops_math, ops_nn, ops_shape  # noqa: F401  (register converters)
 from cinn.frontend.paddle.graph import PaddleImportError, PaddleModel, PaddleOp, Tensor
@@ -13,11 +12,12 @@ from cinn.frontend.paddle.params import params_path, read_params
 from cinn.frontend.paddle.pdmodel import read_pdmodel
 from cinn.frontend.paddle.pir import read_pir
 from cinn.frontend.paddle.registry import CONVERTERS, Bound, OpContext, Unavailable
+from cinn.ir import Program, Value
 
 MODEL_SUFFIXES = (".json", ".pdmodel")
 
 
-def load_paddle(path: "str | os.PathLike", input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program:
+def load_paddle(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program:
     """Convert a Paddle inference model to a Program; its parameters (`.pdiparams` beside it) become constants.
 
     `path` is a `.json` (PIR) or `.pdmodel` (legacy) file, or a directory holding one with its
@@ -41,7 +41,7 @@ def resolve_model_path(path: str) -> str:
     """The model file named by a path: the file itself, or the one model file in a directory."""
     if os.path.isdir(path):
         found = sorted(f for f in glob.glob(os.path.join(glob.escape(path), "*"))
-                       if f.endswith(".pdmodel") or f.endswith(".json") and os.path.isfile(params_path(f)))
+                       if f.endswith(".pdmodel") or (f.endswith(".json") and os.path.isfile(params_path(f))))
         if len(found) != 1:
             what = "no" if not found else f"{len(found)} ({', '.join(map(os.path.basename, found))})"
             raise PaddleImportError(f"{path}: {what} Paddle model files (.json with .pdiparams, or .pdmodel); "

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
-from cinn.ir import Value
 from cinn.frontend.paddle.graph import PaddleImportError
 from cinn.frontend.paddle.registry import OpContext, converter
+from cinn.ir import Value
 
 
 def _attr_of(ctx: OpContext, names: Sequence[str], default):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from cinn.ir import Value
 from cinn.frontend.paddle.graph import PaddleImportError
 from cinn.frontend.paddle.registry import OpContext, converter, dtype_arg, dtype_of_name
+from cinn.ir import Value
 
 
 def _axis(axis: int, rank: int) -> int:

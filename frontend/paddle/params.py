@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from google.protobuf.message import DecodeError

@@ -8,15 +8,16 @@ serves both formats where the op has the same meaning in each.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Union
 
 import numpy as np
 
-from cinn.ir import DTYPES, Value
 from cinn.frontend.onnx.builder import FoldingBuilder
 from cinn.frontend.paddle.graph import Operand, PaddleImportError, PaddleOp
 from cinn.frontend.paddle.schema import DTYPE_OF_CODE, UNSUPPORTED_CODES
+from cinn.ir import DTYPES, Value
 
 # what a value key is bound to while converting: a tensor, a PIR vector (builtin.combine), or an
 # output no converter produces (reading it is an error naming the op)

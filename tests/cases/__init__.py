@@ -1,8 +1,9 @@
 """Op test rows: one module per op family, each with CASES: list[Case]."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
