@@ -18,11 +18,17 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 import numpy as np
+import tvm
+from tvm import rpc
+from tvm.s_tir import Schedule
+from tvm.support.popen_pool import PopenPoolExecutor
 
 from cinn.autotune.task import Task
 from cinn.build import KernelSpec, build_kernel
+from cinn.cuda_module import require_device
 from cinn.runtime import configure_threads
 from cinn.target import Target
+from cinn.utils import random_arrays
 
 T = TypeVar("T")
 
@@ -145,8 +151,6 @@ RunFn = Callable[[RunRequest], RunOutput]
 
 def arg_infos(task: Task) -> tuple[ArgInfo, ...]:
     """The kernel's parameters in call order (inputs, then outputs), from its unscheduled PrimFunc."""
-    from tvm.s_tir import Schedule
-
     sch = Schedule(task.module())
     func = sch.mod["main"]  # the schedule's copy: its blocks write these very buffers
     written = [r.source for b in sch.get_child_blocks(sch.get_sblock("root")) for r in sch.get(b).writes]
@@ -155,31 +159,14 @@ def arg_infos(task: Task) -> tuple[ArgInfo, ...]:
     )
 
 
-def random_args(args: Sequence[ArgInfo], seed: int) -> list[np.ndarray]:
-    """Seeded arguments: floats uniform in [-1, 1], integers in [0, 4) (valid small indices), random bools."""
-    rng = np.random.default_rng(seed)
-    return [_random_array(rng, a) for a in args]
-
-
-def _random_array(rng: np.random.Generator, arg: ArgInfo) -> np.ndarray:
-    dtype = np.dtype(arg.dtype)
-    if dtype == np.bool_:
-        return rng.integers(0, 2, arg.shape).astype(bool)
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(0, 4, arg.shape).astype(dtype)
-    return rng.uniform(-1.0, 1.0, arg.shape).astype(dtype)
-
-
 def run_kernel(request: RunRequest) -> RunOutput:
     """Load a kernel library (here or on the RPC device), call it once on seeded arguments, then time it."""
-    import tvm
-
     module, dev, config_threads = _open_local(request) if request.remote is None else _open_remote(request)
     if not request.target.is_cuda and request.remote is None:  # TVM's pool defaults to one thread on some machines
         configure_threads(request.target.num_cores, config_threads)
     elif not request.target.is_cuda:  # an RPC call cannot carry the CPU list: such a server needs TVM_NUM_THREADS
         config_threads(1, request.target.num_cores)
-    args = [tvm.runtime.tensor(a, dev) for a in random_args(request.args, request.seed)]
+    args = [tvm.runtime.tensor(a, dev) for a in random_arrays([(a.shape, a.dtype) for a in request.args], request.seed)]
     module["main"](*args)
     dev.sync()
     outputs = tuple(t.numpy() for t, a in zip(args, request.args) if a.is_output) if request.fetch_outputs else ()
@@ -193,11 +180,7 @@ def run_kernel(request: RunRequest) -> RunOutput:
 
 def _open_local(request: RunRequest):
     """The loaded library, its device and the thread-pool setter, on this machine."""
-    import tvm
-
     if request.target.is_cuda:
-        from cinn.cuda_module import require_device
-
         require_device()
     dev = tvm.cuda(0) if request.target.is_cuda else tvm.cpu(0)
     return tvm.runtime.load_module(request.lib_path), dev, tvm.get_global_func("runtime.config_threadpool")
@@ -205,8 +188,6 @@ def _open_local(request: RunRequest):
 
 def _open_remote(request: RunRequest):
     """The uploaded library, its device and the thread-pool setter, on a device leased from the tracker."""
-    from tvm import rpc
-
     remote = request.remote
     _probe(remote, min(remote.session_timeout, 5.0))
     try:
@@ -279,12 +260,12 @@ def _collect(future, stage: str, timeout: float) -> _Outcome:
 
 def _import_compiler() -> None:
     """Worker initializer: import TVM and the schedules before the first (timed-out) build."""
-    import schedules  # noqa: F401
+    import cinn.schedules  # noqa: F401  (runs in the worker process: its purpose is the import)
 
 
 def _import_runtime() -> None:
     """Worker initializer: import TVM before the first (timed-out) run."""
-    import tvm  # noqa: F401
+    import tvm  # noqa: F401  (runs in the worker process: its purpose is the import)
 
 
 @dataclass(frozen=True)
@@ -340,8 +321,6 @@ class _PoolRunner:
 
     def _build(self, specs: list[KernelSpec], target: Target, tmp: str) -> dict[KernelSpec, _Outcome[str]]:
         """Build every spec in parallel workers, each into its own file under tmp."""
-        from tvm.support.popen_pool import PopenPoolExecutor
-
         if self._build_pool is None:
             self._build_pool = PopenPoolExecutor(
                 max_workers=self.config.build_workers, timeout=self.config.build_timeout, initializer=_import_compiler
@@ -354,8 +333,6 @@ class _PoolRunner:
 
     def _run(self, spec: KernelSpec, lib: str, target: Target, timing: Timing) -> _Outcome[RunOutput]:
         """Run one built candidate in the run worker (restarted by the pool after a crash or timeout)."""
-        from tvm.support.popen_pool import PopenPoolExecutor
-
         if self._run_pool is None:
             self._run_pool = PopenPoolExecutor(max_workers=1, timeout=self.config.run_timeout, initializer=_import_runtime)
         c = self.config
@@ -412,8 +389,6 @@ class RpcRunner(_PoolRunner):
 
 def _check_tracker(remote: RpcEndpoint, timeout: float) -> None:
     """Fail now, clearly, if the tracker is unreachable or has never seen a device under the key."""
-    from tvm import rpc
-
     _probe(remote, timeout)
     deadline = time.monotonic() + timeout
     while True:  # a server registers with the tracker shortly after it starts

@@ -10,7 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from cinn.autotune import features, space
-from cinn.autotune.space import Candidate, Decisions
+from cinn.autotune.space import Candidate, Decisions, Plan
 from cinn.autotune.task import Task
 from cinn.target import Target
 
@@ -60,7 +60,7 @@ class TaskSearch:
         """Up to n unmeasured candidates: the model's best of an evolved population, plus a random share."""
         pool: dict[tuple, Candidate] = {}
         half = self.config.population // 2  # the first population: half random, half mutants of the elites
-        self._grow(pool, [[] for _ in range(half)] + [self._child() for _ in range(self.config.population - half)])
+        self._grow(pool, [{} for _ in range(half)] + [self._child() for _ in range(self.config.population - half)])
         for _ in range(self.config.generations):
             parents = [c.decisions for c in self._ranked(pool, model)[: max(2, self.config.population // 4)]]
             parents += [d for _, d in self.elites]
@@ -68,23 +68,24 @@ class TaskSearch:
             pool = {c.key: c for c in self._ranked(pool, model)[: self.config.population]}
         ranked = self._ranked(pool, model)
         k = min(n, len(ranked))
-        explore = int(round(k * self.config.eps))
+        explore = round(k * self.config.eps)
         return ranked[: k - explore] + self.rng.sample(ranked[k - explore :], explore)
 
-    def _child(self, parents: Sequence[Decisions] = ()) -> list:
-        """Planned decisions for a new candidate: random without parents, else a mutant or a crossover."""
+    def _child(self, parents: Sequence[Decisions] = ()) -> Plan:
+        """A plan for a new candidate: random without parents, else a mutant or a crossover."""
         parents = list(parents) or [d for _, d in self.elites]
         if not parents:
-            return []
+            return {}
         if len(parents) > 1 and self.rng.random() < self.config.crossover:
             a, b = self.rng.sample(parents, 2)
             return space.crossover(a, b, self.rng)
         return space.mutate(self.rng.choice(parents), self.rng)
 
-    def _grow(self, pool: dict, plans: Sequence[list]) -> None:
+    def _grow(self, pool: dict, plans: Sequence[Plan]) -> None:
         """Add the candidates of plans that are new and unmeasured."""
         for plan in plans:
-            if tuple(plan) in pool or tuple(plan) in self.measured:
+            planned = tuple(plan.items()) if isinstance(plan, dict) else ()
+            if planned and (planned in pool or planned in self.measured):
                 continue  # a complete plan replays to its own key: skip applying the schedule again
             cand = space.sample(self.task, self.target, self.rng, plan, module=self.module)
             if cand is not None and cand.key not in self.measured:

@@ -1,13 +1,16 @@
 """The search space: cinn's schedules with their knobs sampled; every candidate is a replayable TVM trace.
 
-A candidate is the list of decisions its schedule took. Replaying a decision list re-runs the schedule with those
-decisions where they still fit and samples the rest, so mutating one decision may change what follows it.
+A candidate is the list of decisions its schedule took, each keyed by its knob and occurrence (the second `rows` the
+schedule asked for). A plan maps keys to values; replaying it re-runs the schedule, taking a planned value where its
+key comes up and still fits and sampling the rest, so mutating one decision may change which knobs follow it.
 """
 from __future__ import annotations
 
 import json
+import math
 import random
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import tvm
@@ -15,83 +18,108 @@ from tvm.s_tir import Schedule, Trace
 
 from cinn.autotune.task import Task
 from cinn.schedules import apply_default
+from cinn.schedules.knobs import Knob
 from cinn.target import Target
+
+DecisionKey = tuple[Knob, int]  # a knob and how many times the schedule had asked for it before
+DecisionValue = int | tuple[int, ...]
 
 
 @dataclass(frozen=True)
 class Choice:
     """A categorical decision: one of `candidates`."""
 
-    name: str
+    knob: Knob
+    occurrence: int
     value: int
     candidates: tuple[int, ...]
+
+    @property
+    def key(self) -> DecisionKey:
+        return (self.knob, self.occurrence)
 
 
 @dataclass(frozen=True)
 class Split:
     """A perfect-tile decision: factors multiplying to a loop's extent, the innermost at most `max_innermost`."""
 
-    name: str
+    knob: Knob
+    occurrence: int
     factors: tuple[int, ...]
     max_innermost: int
+
+    @property
+    def key(self) -> DecisionKey:
+        return (self.knob, self.occurrence)
+
+    @property
+    def value(self) -> tuple[int, ...]:
+        return self.factors
 
 
 Decision = Choice | Split
 Decisions = tuple[Decision, ...]
+# Planned values by decision key; a plain sequence replays a recorded trace's decisions in their order
+Plan = Mapping[DecisionKey, DecisionValue] | Sequence[DecisionValue]
 
 
 def key(decisions: Decisions) -> tuple:
-    """What identifies a candidate: its decision values."""
-    return tuple(d.value if isinstance(d, Choice) else d.factors for d in decisions)
+    """What identifies a candidate: its keyed decision values, in the order the schedule took them."""
+    return tuple((d.key, d.value) for d in decisions)
+
+
+def plan_of(decisions: Decisions) -> dict[DecisionKey, DecisionValue]:
+    """The decisions as a plan that replays them."""
+    return {d.key: d.value for d in decisions}
 
 
 class SampledKnobs:
     """Knobs that record each decision as a TVM sampling instruction: planned values are taken where they fit,
     otherwise the hand-written default (`use_defaults`) or a random value."""
 
-    def __init__(self, rng: random.Random, planned: Sequence = (), use_defaults: bool = False):
+    def __init__(self, rng: random.Random, planned: Plan = (), use_defaults: bool = False):
         self.rng = rng
-        self.planned = list(planned)
+        self.keyed = dict(planned) if isinstance(planned, Mapping) else None
+        self.positional = None if isinstance(planned, Mapping) else list(planned)
         self.use_defaults = use_defaults
         self.taken: list[Decision] = []
+        self._asked: Counter[Knob] = Counter()
 
-    def _plan(self):
+    def _plan(self, knob: Knob) -> tuple[int, DecisionValue | None]:
+        """The occurrence of this knob and its planned value (None: none planned)."""
+        occurrence = self._asked[knob]
+        self._asked[knob] += 1
+        if self.keyed is not None:
+            return occurrence, self.keyed.get((knob, occurrence))
         i = len(self.taken)
-        return self.planned[i] if i < len(self.planned) else None
+        return occurrence, self.positional[i] if i < len(self.positional) else None
 
-    def choose(self, sch: Schedule, name: str, candidates: Sequence[int], default: int) -> int:
+    def choose(self, sch: Schedule, knob: Knob, candidates: Sequence[int], default: int) -> int:
         cands = [int(c) for c in candidates]
-        want = self._plan()
+        occurrence, want = self._plan(knob)
         if want in cands:
-            value = want
+            value = int(want)  # type: ignore[arg-type]
         else:
             value = default if self.use_defaults else self.rng.choice(cands)
         sch.sample_categorical(cands, [1.0 / len(cands)] * len(cands), decision=cands.index(value))
-        self.taken.append(Choice(name, value, tuple(cands)))
+        self.taken.append(Choice(knob, occurrence, value, tuple(cands)))
         return value
 
-    def tile(self, sch: Schedule, name: str, loop, n: int, default: Sequence[int], max_innermost: int) -> list:
-        extent = _prod(default)
-        want = self._plan()
+    def tile(self, sch: Schedule, knob: Knob, loop, n: int, default: Sequence[int], max_innermost: int) -> list:
+        extent = math.prod(default)
+        occurrence, want = self._plan(knob)
         if _fits(want, n, extent, max_innermost):
-            factors = tuple(want)
+            factors = tuple(want)  # type: ignore[arg-type]
         else:
             factors = tuple(default) if self.use_defaults else random_tile(self.rng, extent, n, max_innermost)
         rvs = sch.sample_perfect_tile(loop, n, max_innermost, decision=list(factors))
-        self.taken.append(Split(name, factors, max_innermost))
+        self.taken.append(Split(knob, occurrence, factors, max_innermost))
         return rvs
-
-
-def _prod(values) -> int:
-    out = 1
-    for v in values:
-        out *= int(v)
-    return out
 
 
 def _fits(want, n: int, extent: int, max_innermost: int) -> bool:
     """Whether a planned value is a valid perfect tile for this loop."""
-    return isinstance(want, tuple) and len(want) == n and _prod(want) == extent and want[-1] <= max_innermost
+    return isinstance(want, tuple) and len(want) == n and math.prod(want) == extent and want[-1] <= max_innermost
 
 
 def random_tile(rng: random.Random, extent: int, n: int, max_innermost: int) -> tuple[int, ...]:
@@ -135,7 +163,7 @@ def trace_json(sch: Schedule) -> str:
     return json.dumps(sch.trace.as_json(), default=lambda o: o.value, separators=(",", ":"))
 
 
-def sample(task: Task, target: Target, rng: random.Random, planned: Sequence = (), use_defaults: bool = False,
+def sample(task: Task, target: Target, rng: random.Random, planned: Plan = (), use_defaults: bool = False,
            module: tvm.IRModule | None = None) -> Candidate | None:
     """Apply the task's schedule with sampled knobs; None when the decisions do not give a valid schedule."""
     sch = Schedule(module if module is not None else task.module())
@@ -155,23 +183,18 @@ def default_candidate(task: Task, target: Target, module: tvm.IRModule | None = 
     return cand
 
 
-def mutate(decisions: Decisions, rng: random.Random) -> list:
-    """Planned values with one decision changed: another candidate, or a prime factor moved between split levels."""
-    values = list(key(decisions))
-    mutable = [i for i, d in enumerate(decisions) if _can_mutate(d)]
-    if not mutable:
-        return values
-    i = rng.choice(mutable)
-    d = decisions[i]
-    if isinstance(d, Choice):
-        values[i] = rng.choice([c for c in d.candidates if c != d.value])
-    else:
-        values[i] = _move_factor(d, rng)
-    return values
+def mutate(decisions: Decisions, rng: random.Random) -> dict[DecisionKey, DecisionValue]:
+    """A plan with one decision changed: another candidate, or a prime factor moved between split levels."""
+    plan = plan_of(decisions)
+    mutable = [d for d in decisions if _can_mutate(d)]
+    if mutable:
+        d = rng.choice(mutable)
+        plan[d.key] = rng.choice([c for c in d.candidates if c != d.value]) if isinstance(d, Choice) else _move_factor(d, rng)
+    return plan
 
 
 def _can_mutate(d: Decision) -> bool:
-    return len(d.candidates) > 1 if isinstance(d, Choice) else _prod(d.factors) > 1
+    return len(d.candidates) > 1 if isinstance(d, Choice) else math.prod(d.factors) > 1
 
 
 def _move_factor(d: Split, rng: random.Random) -> tuple[int, ...]:
@@ -186,17 +209,20 @@ def _move_factor(d: Split, rng: random.Random) -> tuple[int, ...]:
         out[dst] *= p
         if out[-1] <= d.max_innermost:
             return tuple(out)
-    return random_tile(rng, _prod(d.factors), len(d.factors), d.max_innermost)
+    return random_tile(rng, math.prod(d.factors), len(d.factors), d.max_innermost)
 
 
-def crossover(a: Decisions, b: Decisions, rng: random.Random) -> list:
-    """Planned values taking each decision from either parent (where their structures agree)."""
-    va, vb = key(a), key(b)
-    return [rng.choice(pair) for pair in zip(va, vb)] + list(va[len(vb) :])
+def crossover(a: Decisions, b: Decisions, rng: random.Random) -> dict[DecisionKey, DecisionValue]:
+    """A plan taking each decision from either parent, matched by knob and occurrence; a decision only one parent
+    took (its schedule asked for a knob the other's did not) comes from that parent."""
+    plan_a, plan_b = plan_of(a), plan_of(b)
+    return {k: rng.choice((plan_a[k], plan_b[k])) if k in plan_a and k in plan_b else plan_a.get(k, plan_b.get(k))
+            for k in {**plan_a, **plan_b}}
 
 
-def decisions_of_trace(trace_text: str) -> list:
-    """The decision values recorded in a logged trace, in order (to replay it through the space)."""
+def decisions_of_trace(trace_text: str) -> list[DecisionValue]:
+    """The decision values recorded in a logged trace, in order: a positional plan that replays it through the space
+    (the trace's sampling instructions carry no knob names)."""
     insts, decided = json.loads(trace_text)
     by_inst = dict((int(i), d) for i, d in decided)
     values = []

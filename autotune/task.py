@@ -7,6 +7,7 @@ import tvm
 
 from cinn.build import workload_key
 from cinn.ir import Program
+from cinn.lower import lower_program
 from cinn.ops import PatternKind
 
 
@@ -37,8 +38,6 @@ class Task:
 
 def extract_tasks(program: Program, fuse: bool = True, passes: bool = True) -> list[Task]:
     """The unique kernels `cinn.compile` would build for a Program, in first-use order, weighted by occurrences."""
-    from cinn.api import lower_program
-
     _, lowered = lower_program(program, fuse, passes)
     tasks: dict[str, Task] = {}
     for lg in lowered:

@@ -6,10 +6,11 @@ import os
 import sys
 from collections.abc import Sequence
 
+from cinn import __version__
 from cinn.benchmarks.harness import BenchConfig, run_benchmarks
-from cinn.benchmarks.models import MODELS, is_model_file
 from cinn.benchmarks.report import format_table, write_csv, write_plot
-from cinn.cli import parse_input_shapes
+from cinn.frontend.loading import parse_input_shapes
+from cinn.frontend.zoo import MODELS, is_model_name
 from cinn.target import parse_target
 
 
@@ -32,16 +33,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="shape of a model file's input with symbolic dims (repeatable)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per engine and model (default: 1800)")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
 
 def _model_names(args: argparse.Namespace, p: argparse.ArgumentParser) -> list[str]:
     names = list(args.model) + [m for m in args.models.split(",") if m.strip()]
     names = [m.strip() for m in names] or list(MODELS)
-    unknown = [m for m in names if m not in MODELS and not is_model_file(m)]
+    unknown = [m for m in names if m not in MODELS and not is_model_name(m)]
     if unknown:
         p.error(f"unknown model(s) {', '.join(unknown)}: neither a model file nor a built-in model ({', '.join(MODELS)})")
-    missing = [m for m in names if is_model_file(m) and not os.path.exists(m)]
+    missing = [m for m in names if is_model_name(m) and not os.path.exists(m)]
     if missing:
         p.error(f"no such model file: {', '.join(missing)}")
     return list(dict.fromkeys(names))

@@ -10,22 +10,27 @@ import dataclasses
 import enum
 import json
 import os
-import pathlib
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 
-from cinn.cli import USER_ERRORS, parse_input_shapes
+import cinn
+from cinn.benchmarks.onnx_export import to_onnx
+from cinn.cli import USER_ERRORS
+from cinn.frontend.loading import parse_input_shapes
+from cinn.frontend.zoo import get_model, model_label
+from cinn.utils import median_seconds
 
 RTOL = ATOL = 1e-3
 
 
-class Engine(str, enum.Enum):
+class Engine(enum.StrEnum):
     """What runs the model."""
 
     FUSED = "cinn-fused"
@@ -109,21 +114,7 @@ class ModelResult:
 # worker side
 
 
-def time_runs(run: Callable[[], object], repeat: int, warmup: int) -> float:
-    """Median wall time of `run` in milliseconds, after warm-up calls."""
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times) * 1e3)
-
-
 def _timed_compile(program, config: BenchConfig, fuse: bool, tuning_log: str | None, cache_dir: str | None):
-    import cinn
-
     t0 = time.perf_counter()
     exe = cinn.compile(program, target=config.target, fuse=fuse, tuning_log=tuning_log, cache_dir=cache_dir)
     return exe, time.perf_counter() - t0
@@ -141,14 +132,14 @@ def _run_cinn(engine: Engine, model, config: BenchConfig) -> tuple[EngineResult,
             exe, cached = _timed_compile(model.program, config, True, log, cache_dir)
     feeds = dict(model.feeds)
     outputs = exe.run(feeds)
-    ms = time_runs(lambda: exe.run(feeds), config.repeat, config.warmup)
+    ms = median_seconds(lambda: exe.run(feeds), config.repeat, config.warmup) * 1e3
     return EngineResult(engine, model.name, ms, config.repeat, exe.num_kernels, cold, cached), outputs
 
 
 def ort_session(onnx_model, cuda: bool = False):
     """An onnxruntime session with the harness's settings: all cores, sequential, all graph optimizations; on the
     CUDA provider for a cuda target (onnxruntime-gpu), else on the CPU."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # an optional extra (bench): only the onnxruntime worker needs it
 
     provider = "CUDAExecutionProvider" if cuda else "CPUExecutionProvider"
     if provider not in ort.get_available_providers():
@@ -161,23 +152,17 @@ def ort_session(onnx_model, cuda: bool = False):
 
 
 def _run_ort(model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]]:
-    import onnx
-
-    from cinn.benchmarks.onnx_export import to_onnx
-
     # an imported ONNX model runs as its file is: onnxruntime optimizes the original graph, not our export of it
     onnx_model = onnx.load(model.onnx_path) if model.onnx_path else to_onnx(model.program)
     sess = ort_session(onnx_model, cuda=config.is_cuda)
     feeds = dict(model.feeds)
     outputs = sess.run(None, feeds)
-    ms = time_runs(lambda: sess.run(None, feeds), config.repeat, config.warmup)
+    ms = median_seconds(lambda: sess.run(None, feeds), config.repeat, config.warmup) * 1e3
     return EngineResult(Engine.ORT, model.name, ms, config.repeat), outputs
 
 
 def run_worker(engine: Engine, model_name: str, config: BenchConfig, outputs_path: str | None) -> EngineResult:
     """Measure one engine on one model in this process; optionally save its outputs (.npz)."""
-    from cinn.benchmarks.models import get_model
-
     model = get_model(model_name, config.small, dict(config.input_shapes))
     result, outputs = _run_ort(model, config) if engine is Engine.ORT else _run_cinn(engine, model, config)
     if outputs_path:
@@ -210,9 +195,7 @@ def spawn_module(module: str, args: Sequence[str], timeout: float, env: Mapping[
 
     `env` adds variables to the environment (e.g. thread counts that must be set before a runtime starts).
     """
-    root = str(pathlib.Path(__file__).resolve().parent.parent)
     full_env = dict(os.environ, **(env or {}))
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, "-m", module, *args], stdout=subprocess.PIPE, text=True, timeout=timeout, env=full_env)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
@@ -241,8 +224,6 @@ def _load_outputs(path: str) -> list[np.ndarray]:
 
 def bench_model(model: str, config: BenchConfig) -> ModelResult:
     """Run every engine on one model (each in its own process) and cross-check the outputs."""
-    from cinn.benchmarks.models import model_label
-
     name = model_label(model)
     results: dict[Engine, EngineResult] = {}
     errors: dict[Engine, str] = {}

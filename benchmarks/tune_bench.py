@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from cinn.benchmarks.harness import spawn_module
 from cinn.benchmarks.report import Column, bar_chart, render_table, write_rows_csv
+from cinn.frontend import NetBuilder
 from cinn.ir import Program
 from cinn.target import Target, parse_target
 
@@ -32,7 +33,7 @@ WORKER_ERRORS = (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired)
 DEFAULT_TRIALS = (64, 256)
 
 
-class Tuner(str, enum.Enum):
+class Tuner(enum.StrEnum):
     """Who tunes the schedule."""
 
     OURS = "ours"
@@ -63,8 +64,6 @@ class Workload:
 
 def _matmul(n: int) -> Callable[[], Program]:
     def build() -> Program:
-        from cinn.frontend import NetBuilder
-
         b = NetBuilder(f"matmul_{n}")
         x, y = b.create_input("float32", (n, n), "a"), b.create_input("float32", (n, n), "b")
         return b.build([b.matmul(x, y)])
@@ -73,8 +72,6 @@ def _matmul(n: int) -> Callable[[], Program]:
 
 
 def _conv3x3() -> Program:
-    from cinn.frontend import NetBuilder
-
     b = NetBuilder("conv3x3")
     x = b.create_input("float32", (1, 64, 56, 56), "x")
     w = b.create_input("float32", (64, 64, 3, 3), "w")
@@ -84,8 +81,6 @@ def _conv3x3() -> Program:
 
 
 def _softmax() -> Program:
-    from cinn.frontend import NetBuilder
-
     b = NetBuilder("softmax")
     x = b.create_input("float32", (12, 128, 128), "x")
     return b.build([b.softmax(x, axes=[-1])])

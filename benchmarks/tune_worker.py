@@ -18,14 +18,20 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+import tvm
 
 from cinn.autotune.database import read_records
+from cinn.autotune.measure import arg_infos
 from cinn.autotune.space import trace_json
 from cinn.autotune.task import Task
-from cinn.benchmarks.harness import ATOL, RTOL, time_runs
+from cinn.autotune.tuner import TuneConfig, tune
+from cinn.benchmarks.harness import ATOL, RTOL
 from cinn.benchmarks.tune_bench import Candidate, Retimed, RetimePlan, TuneOutcome, Tuner, Workload, get_workload
+from cinn.build import KernelSpec, build_kernel
+from cinn.lower import lower_program
 from cinn.runtime import configure_threads
 from cinn.target import Target, parse_target
+from cinn.utils import interleaved_medians, median_seconds, random_arrays
 
 SAMPLE_S = 0.01  # each interleaved timing sample runs the kernel for about this long
 MS_FAILED_S = 1e9  # MetaSchedule's database records a failed candidate with a run time of 1e10 s
@@ -35,8 +41,6 @@ TunerResult = tuple[str | None, float | None, dict[str, int]]  # best trace, its
 
 def workload_task(workload: Workload) -> Task:
     """The workload's single fused kernel as a tuning task: both tuners start from this PrimFunc."""
-    from cinn.api import lower_program
-
     _, lowered = lower_program(workload.build())
     if len(lowered) != 1:
         names = ", ".join(lg.group.name for lg in lowered)
@@ -51,14 +55,12 @@ def workload_task(workload: Workload) -> Task:
 
 def _fast_build(mod, target, _params):
     """MetaSchedule's default build without `import tvm.s_tir.tensor_intrin` (~38 s per builder worker)."""
-    import tvm
-
     return tvm.tirx.build(mod, target=target)
 
 
 def tune_ms(task: Task, target: Target, trials: int, work_dir: str) -> TunerResult:
     """Tune with MetaSchedule (XGBoost cost model): the best trace, the best cost it measured, failures."""
-    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir import meta_schedule as ms  # slow to import, and only the MetaSchedule run needs it
 
     tvm_target = target.tvm()
     db = ms.tune_tir(
@@ -83,8 +85,6 @@ def tune_ms(task: Task, target: Target, trials: int, work_dir: str) -> TunerResu
 
 def tune_ours(task: Task, target: Target, trials: int, work_dir: str) -> TunerResult:
     """Tune with our tuner into a fresh log: the best trace (None = default schedule), its cost, failures by kind."""
-    from cinn.autotune.tuner import TuneConfig, tune
-
     log = os.path.join(work_dir, "tuning.jsonl")
     (summary,) = tune([task], target, log, TuneConfig(trials=trials, seed=0))
     failures = Counter(failure_kind(r.error) for r in read_records(log) if r.error)
@@ -101,13 +101,12 @@ TUNERS = {Tuner.OURS: tune_ours, Tuner.MS: tune_ms}
 
 
 def _import_tuner(tuner: Tuner) -> None:
-    """Import a tuner's modules before its clock starts: the wall time compares searches, not imports (MetaSchedule's
-    TuneContext imports tvm.s_tir.tensor_intrin, ~40 s here, which would otherwise dominate its time)."""
+    """Import MetaSchedule before its clock starts (ours is imported with this module): the wall time compares searches,
+    not imports (MetaSchedule's TuneContext imports tvm.s_tir.tensor_intrin, ~40 s here, which would otherwise dominate
+    its time)."""
     if tuner is Tuner.MS:
         import tvm.s_tir.tensor_intrin  # noqa: F401
         from tvm.s_tir import meta_schedule  # noqa: F401
-    else:
-        import autotune.tuner  # noqa: F401
 
 
 def run_tune(tuner: Tuner, workload: Workload, trials: int, target: Target) -> TuneOutcome:
@@ -127,43 +126,17 @@ def run_tune(tuner: Tuner, workload: Workload, trials: int, target: Target) -> T
 
 def _build(task: Task, cand: Candidate, target: Target, lib_dir: str):
     """Build a candidate exactly as cinn.compile builds a tuned kernel, and load it."""
-    import tvm
-
-    from cinn.build import KernelSpec, build_kernel
-
     path = os.path.join(lib_dir, f"{len(os.listdir(lib_dir))}.so")
     build_kernel(KernelSpec(task.workload, task.func_json, task.kind, cand.trace), target, path)
     return tvm.runtime.load_module(path)
 
 
-def _random_args(task: Task, rng: np.random.Generator) -> list[np.ndarray]:
-    """Random data for every buffer parameter (inputs, then outputs), in order."""
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-    return [rng.standard_normal(info.shape).astype(info.dtype) for info in ArgInfo.from_prim_func(task.func())]
-
-
-def _interleaved_medians(evaluators: dict, repeat: int, warmup: int) -> dict[str, float]:
-    """Median seconds per kernel; rounds visit every kernel, in a rotating order, so load hits all alike."""
-    labels = list(evaluators)
-    for lbl in labels:
-        for _ in range(warmup):
-            evaluators[lbl]()
-    samples: dict[str, list[float]] = {lbl: [] for lbl in labels}
-    for r in range(repeat):
-        for lbl in labels[r % len(labels):] + labels[: r % len(labels)]:
-            samples[lbl].append(evaluators[lbl]())
-    return {lbl: float(np.median(s)) for lbl, s in samples.items()}
-
-
 def run_retime(plan: RetimePlan) -> Retimed:
     """Build every candidate, check its outputs against the default schedule's, time them interleaved."""
-    import tvm
-
     target = parse_target(plan.target)
     configure_threads(target.num_cores)
     task = workload_task(get_workload(plan.workload))
-    data = _random_args(task, np.random.default_rng(0))
+    data = random_arrays([(info.shape, info.dtype) for info in arg_infos(task)], 0)
     dev = tvm.cpu(0)
     errors: dict[str, str] = {}
     evaluators = {}
@@ -183,7 +156,7 @@ def run_retime(plan: RetimePlan) -> Retimed:
                 errors[cand.label] = "MISMATCH with the first candidate's outputs"
                 continue
             evaluators[cand.label] = _evaluator(mod, dev, args)
-        return Retimed(_interleaved_medians(evaluators, plan.repeat, plan.warmup), errors)
+        return Retimed(interleaved_medians(evaluators, plan.repeat, plan.warmup), errors)
 
 
 def _evaluator(mod, dev, args):
@@ -206,8 +179,8 @@ def run_numpy(workload: Workload, repeat: int, warmup: int) -> float:
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
     c = np.empty((m, n), np.float32)
-    ms = time_runs(lambda: np.matmul(a, b, out=c), repeat, warmup)
-    return workload.flops / (ms * 1e-3) / 1e9
+    seconds = median_seconds(lambda: np.matmul(a, b, out=c), repeat, warmup)
+    return workload.flops / seconds / 1e9
 
 
 # ---------------------------------------------------------------------------------------------

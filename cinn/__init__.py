@@ -1,23 +1,54 @@
-"""cinn: a CINN-style tensor compiler on Apache TVM."""
-from cinn.api import compile
-from cinn.ir import Node, Program, TensorType, Value
-from cinn.runtime import Executable
+"""cinn: a CINN-style tensor compiler on Apache TVM.
 
-__all__ = ["Executable", "NetBuilder", "Node", "Program", "TensorType", "Value", "compile", "load_onnx", "load_paddle"]
+The public names are exported lazily: `import cinn` is cheap, and importing a lower layer (``cinn.ops``) does not load
+the compiler, the importers or TVM's build machinery.
+"""
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
+
+try:
+    __version__ = version("cinn")
+except PackageNotFoundError:  # a source tree used without installing it
+    __version__ = "0+unknown"
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "NetBuilder": "cinn.builder",
+    "compile": "cinn.api",
+    "Executable": "cinn.runtime",
+    "Node": "cinn.ir",
+    "Program": "cinn.ir",
+    "TensorType": "cinn.ir",
+    "Value": "cinn.ir",
+    "load_onnx": "cinn.frontend.onnx",
+    "load_paddle": "cinn.frontend.paddle",
+    "load_model": "cinn.frontend.loading",
+}
+
+__all__ = ["Executable", "NetBuilder", "Node", "Program", "TensorType", "Value", "__version__", "compile", "load_model",
+           "load_onnx", "load_paddle"]
+
+if TYPE_CHECKING:
+    from cinn.api import compile
+    from cinn.builder import NetBuilder
+    from cinn.frontend.loading import load_model
+    from cinn.frontend.onnx import load_onnx
+    from cinn.frontend.paddle import load_paddle
+    from cinn.ir import Node, Program, TensorType, Value
+    from cinn.runtime import Executable
 
 
 def __getattr__(name: str):
-    # NetBuilder lives in frontend, which imports cinn: resolve it lazily so either package may be imported first
-    if name == "NetBuilder":
-        from cinn.frontend.net_builder import NetBuilder
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cinn' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this hook
+    return value
 
-        return NetBuilder
-    if name == "load_onnx":  # importing onnx costs time: only when a model is loaded
-        from cinn.frontend.onnx import load_onnx
 
-        return load_onnx
-    if name == "load_paddle":  # importing protobuf and the converters costs time: only when a model is loaded
-        from cinn.frontend.paddle import load_paddle
-
-        return load_paddle
-    raise AttributeError(f"module 'cinn' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -8,14 +8,12 @@ import warnings
 from collections.abc import Callable
 
 import tvm
+from tvm.s_tir import Schedule, Trace
 
+from cinn.autotune.database import best_traces
 from cinn.build import KernelSpec, build_all, default_cache_dir, workload_key
 from cinn.ir import Program
-from cinn.lower import LoweredGroup, lower_group
-from cinn.passes.fusion import fuse as fuse_groups
-from cinn.passes.fusion import unfused
-from cinn.passes.pipeline import optimize
-from cinn.passes.verify import verify
+from cinn.lower import LoweredGroup, lower_program
 from cinn.runtime import Executable, Kernel, configure_threads
 from cinn.target import Target, parse_target
 
@@ -52,14 +50,6 @@ def compile(
     return Executable(program, kernels, device)
 
 
-def lower_program(program: Program, fuse: bool = True, passes: bool = True) -> tuple[Program, list[LoweredGroup]]:
-    """Verify, optimize and fuse a Program; returns the optimized Program and one PrimFunc per kernel, in order."""
-    verify(program)
-    program = optimize(program, passes)
-    groups = fuse_groups(program) if fuse else unfused(program)
-    return program, [lower_group(g, program.constants) for g in groups]
-
-
 def _entry(module):
     """A kernel library's entry function (None for a CUDA library built on a machine without a GPU)."""
     return module["main"] if module is not None else None
@@ -70,8 +60,6 @@ def _applicable(trace: str | None, lg: LoweredGroup) -> str | None:
     log made by an older cinn whose schedules took other decisions."""
     if trace is None:
         return None
-    from tvm.s_tir import Schedule, Trace
-
     try:
         Trace.apply_json_to_schedule(json.loads(trace), Schedule(tvm.IRModule({"main": lg.func})))
     except (RuntimeError, ValueError, TypeError, KeyError, IndexError) as err:  # TVM raises RuntimeError subclasses
@@ -85,8 +73,6 @@ def _tuning_records(log, target: Target) -> dict[str, str]:
     """Best tuned trace per workload from a schedule log."""
     if log is None:
         return {}
-    from cinn.autotune.database import best_traces
-
     return best_traces(log, target)
 
 

@@ -14,9 +14,13 @@ from dataclasses import dataclass
 
 import tvm
 import tvm_ffi
+from tvm.s_tir import Schedule, Trace
+from tvm.support.popen_pool import PopenPoolExecutor
 
-from cinn import cuda_module
+from cinn import cuda_module, schedules
 from cinn.ops import PatternKind
+from cinn.schedules import apply_default
+from cinn.schedules.cuda_common import unbound_blocks
 from cinn.target import Target
 
 
@@ -51,12 +55,8 @@ def default_cache_dir() -> pathlib.Path:
 @functools.cache
 def code_version() -> str:
     """A hash of the code that decides what a kernel becomes, so schedule changes invalidate the cache."""
-    import cinn
-    import cinn.schedules
-
     h = hashlib.sha256(tvm.__version__.encode())
-    for pkg in (cinn.schedules, cinn):
-        root = pathlib.Path(pkg.__file__).parent
+    for root in (pathlib.Path(schedules.__file__).parent, pathlib.Path(__file__).parent):
         for f in sorted(root.rglob("*.py")):
             h.update(f.read_bytes())
     return h.hexdigest()[:16]
@@ -70,10 +70,6 @@ def cache_key(spec: KernelSpec, target: Target) -> str:
 
 def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
     """Schedule and compile one kernel to a shared library at `path` (atomically); returns `path`."""
-    from tvm.s_tir import Schedule, Trace
-
-    from cinn.schedules import apply_default
-
     func = tvm.ir.load_json(spec.func_json)
     sch = Schedule(tvm.IRModule({"main": func}))
     if spec.trace is None:
@@ -94,8 +90,6 @@ def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
 
 def _check_bound(sch, spec: KernelSpec) -> None:
     """Fail loudly on a CUDA kernel with unbound blocks: TVM would silently compile them as host code."""
-    from cinn.schedules.cuda_common import unbound_blocks
-
     unbound = unbound_blocks(sch)
     if unbound:
         raise RuntimeError(f"cinn: CUDA kernel {spec.workload} has blocks not bound to blockIdx/threadIdx: {unbound}")
@@ -195,6 +189,4 @@ def _build_missing(missing: list[KernelSpec], target: Target, paths: dict, worke
 def _pool(workers: int):
     """Worker processes kept for the life of the process (fresh interpreters: no fork of TVM's threads,
     and no re-import of the user's __main__)."""
-    from tvm.support.popen_pool import PopenPoolExecutor
-
     return PopenPoolExecutor(max_workers=workers)

@@ -2,17 +2,14 @@
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-import numpy as np
+from cinn import __version__, api
+from cinn.frontend.loading import UnsupportedModelFormat, load_model, parse_input_shapes
+from cinn.utils import median_seconds, random_feeds
 
-from cinn.ir import Program
-
-PADDLE_SUFFIXES = (".pdmodel", ".json")
 USER_ERRORS = (ValueError, TypeError, NotImplementedError, OSError)
 
 
@@ -27,53 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=10, help="timed runs; the median is printed (default: 10)")
     p.add_argument("--no-fuse", action="store_true", help="one kernel per op (the unfused baseline)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
-
-
-def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
-    """NAME=2,3,4 specs as {name: shape}; malformed ones raise ValueError naming the spec."""
-    shapes = {}
-    for spec in specs:
-        name, sep, dims = spec.rpartition("=")
-        try:
-            if not sep or not name:
-                raise ValueError
-            shapes[name] = tuple(int(d) for d in dims.split(",")) if dims else ()
-        except ValueError:
-            raise ValueError(f"--input-shape {spec!r}: expected NAME=D0,D1,... with integer dims") from None
-    return shapes
-
-
-def load_model(path: str, input_shapes: Mapping[str, Sequence[int]]) -> Program:
-    """A Program from a model file, chosen by its extension."""
-    if path.endswith(PADDLE_SUFFIXES) or os.path.isdir(path):
-        from cinn.frontend.paddle import load_paddle
-
-        return load_paddle(path, input_shapes)
-    if not path.endswith(".onnx"):
-        raise _Unsupported(f"{path}: unknown model format (expected .onnx, .json, .pdmodel or a Paddle model directory)")
-    from cinn.frontend.onnx import load_onnx
-
-    return load_onnx(path, input_shapes)
-
-
-class _Unsupported(Exception):
-    """A model format this command cannot read (exit status 2)."""
-
-
-def random_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
-    """Random feeds: floats in [-1, 1), integers in {0, 1} (safe as indices), random bools."""
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for v in program.inputs:
-        kind = np.dtype(v.dtype).kind
-        if kind == "f":
-            feeds[v.name] = rng.uniform(-1, 1, v.shape).astype(v.dtype)
-        elif kind == "b":
-            feeds[v.name] = rng.integers(0, 2, v.shape).astype(bool)
-        else:
-            feeds[v.name] = rng.integers(0, 2, v.shape).astype(v.dtype)
-    return feeds
 
 
 def _progress(done: int, total: int) -> None:
@@ -82,23 +34,17 @@ def _progress(done: int, total: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import cinn
-
     program = load_model(args.model, parse_input_shapes(args.input_shape))
     start = time.perf_counter()
-    exe = cinn.compile(program, target=args.target, fuse=not args.no_fuse, tuning_log=args.log, progress=_progress)
+    exe = api.compile(program, target=args.target, fuse=not args.no_fuse, tuning_log=args.log, progress=_progress)
     compile_s = time.perf_counter() - start
-    feeds = random_inputs(program, args.seed)
-    outputs = exe.run(feeds)  # warm-up
-    times = []
-    for _ in range(args.repeat):
-        start = time.perf_counter()
-        exe.run(feeds)
-        times.append(time.perf_counter() - start)
+    feeds = random_feeds(program.inputs, args.seed)
+    outputs = exe.run(feeds)  # also the warm-up run
+    seconds = median_seconds(lambda: exe.run(feeds), args.repeat, 0)
     print(f"model: {args.model} ({len(program.nodes)} ops, {exe.num_kernels} kernels, compiled in {compile_s:.2f} s)")
-    for v, out in zip(program.outputs, outputs):
+    for v, out in zip(program.outputs, outputs, strict=True):
         print(f"output {v.name}: shape {tuple(out.shape)} {out.dtype}")
-    print(f"median latency: {statistics.median(times) * 1e3:.3f} ms over {args.repeat} runs")
+    print(f"median latency: {seconds * 1e3:.3f} ms over {args.repeat} runs")
     return 0
 
 
@@ -110,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--repeat must be >= 1")
     try:
         return run(args)
-    except _Unsupported as e:
+    except UnsupportedModelFormat as e:
         print(f"cinn-run: error: {e}", file=sys.stderr)
         return 2
     except USER_ERRORS as e:

@@ -11,6 +11,8 @@ import os
 import struct
 
 import tvm
+import tvm_ffi
+from tvm.support import nvcc
 
 from cinn.target import Target
 
@@ -36,8 +38,6 @@ def cuda_source(ex) -> str:
 
 def compile_ptx(source: str, target: Target) -> bytes:
     """Compile CUDA C to PTX with nvcc for the target's architecture."""
-    from tvm.support import nvcc
-
     with target.tvm():  # nvcc.compile_cuda reads the compute version of the current target
         return bytes(nvcc.compile_cuda(source, target_format="ptx", arch=target.arch, compiler="nvcc"))
 
@@ -50,9 +50,6 @@ def runtime_loaded() -> bool:
 def use_nvcc(target: Target) -> None:
     """Make TVM's JIT compile (used when the CUDA runtime is loaded) call nvcc for PTX instead of NVRTC, which
     needs the cuda-python package."""
-    import tvm_ffi
-    from tvm.support import nvcc
-
     def compile_cuda(code: str) -> bytes:
         return bytes(nvcc.compile_cuda(code, target_format="ptx", arch=target.arch, compiler="nvcc"))
 

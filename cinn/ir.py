@@ -11,6 +11,17 @@ import numpy as np
 DTYPES = ("bool", "int8", "int32", "int64", "float16", "float32", "float64")
 
 
+def shape_of(shape: object, what: str) -> tuple[int, ...]:
+    """A user-given shape as a tuple of ints; anything else (2.5, '34', a bare int) raises naming `what`."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise TypeError(f"{what}: shape must be a sequence of ints, got {shape!r}")
+    dims = tuple(shape)  # type: ignore[call-overload]
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+            raise TypeError(f"{what}: shape {dims!r} has a non-integer dimension {d!r}")
+    return tuple(int(d) for d in dims)
+
+
 @dataclass(frozen=True)
 class TensorType:
     """Static shape and dtype of a tensor."""

@@ -8,10 +8,13 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import te
 
-from cinn.ir import Value
+from cinn.ir import Program, Value
 from cinn.ops import get_op
 from cinn.ops.te_util import const
-from cinn.passes.fusion import Group
+from cinn.passes.fusion import Group, unfused
+from cinn.passes.fusion import fuse as fuse_groups
+from cinn.passes.pipeline import optimize
+from cinn.passes.verify import verify
 
 
 @dataclass(frozen=True)
@@ -51,3 +54,11 @@ def _filled(scalar, dtype: str):
 
 def _ident(name: str) -> str:
     return re.sub(r"\W", "_", name)
+
+
+def lower_program(program: Program, fuse: bool = True, passes: bool = True) -> tuple[Program, list[LoweredGroup]]:
+    """Verify, optimize and fuse a Program; returns the optimized Program and one PrimFunc per kernel, in order."""
+    verify(program)
+    program = optimize(program, passes)
+    groups = fuse_groups(program) if fuse else unfused(program)
+    return program, [lower_group(g, program.constants) for g in groups]

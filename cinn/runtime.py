@@ -89,10 +89,6 @@ class Executable:
         """Kernels launched per run."""
         return len(self._kernels)
 
-    @property
-    def input_names(self) -> list[str]:
-        return [v.name for v in self.program.inputs]
-
     def kernel_sources(self) -> list[str]:
         """Each kernel's source: the scheduled TIR on CPU, CUDA C on GPU."""
         return [k.source for k in self._kernels]

@@ -5,6 +5,9 @@ import functools
 import os
 from dataclasses import dataclass
 
+import tvm
+from tvm.target import codegen
+
 
 @dataclass(frozen=True)
 class Target:
@@ -26,8 +29,6 @@ class Target:
 
     def tvm(self):
         """The tvm.target.Target for this target."""
-        import tvm
-
         if self.is_cuda:
             return tvm.target.Target({"kind": "cuda", "arch": self.arch}, host=_llvm_dict(host_cpu(), os.cpu_count() or 1))
         return tvm.target.Target(_llvm_dict(self.mcpu, self.num_cores))
@@ -42,9 +43,6 @@ def _llvm_dict(mcpu: str, cores: int) -> dict:
 
 @functools.cache
 def _vector_bits(mcpu: str) -> int:
-    import tvm
-    from tvm.target import codegen
-
     target = tvm.target.Target(_llvm_dict(mcpu, 1))
     for feature, bits in (("avx512f", 512), ("avx2", 256)):
         if codegen.target_has_features(feature, target):
@@ -55,8 +53,6 @@ def _vector_bits(mcpu: str) -> int:
 @functools.cache
 def host_cpu() -> str:
     """LLVM's name for the host CPU (e.g. znver3, skylake)."""
-    import tvm
-
     return str(tvm.target.codegen.llvm_get_system_cpu())
 
 

@@ -3,18 +3,24 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Sequence
 
-from cinn.autotune.tuner import Progress, TaskSummary
+from cinn import __version__
+from cinn.autotune.cost_model import CostModel
+from cinn.autotune.measure import LocalRunner, MeasureConfig, RpcRunner
+from cinn.autotune.task import extract_tasks
+from cinn.autotune.tuner import Progress, TaskSummary, TuneConfig, tune
+from cinn.frontend.loading import parse_input_shapes
+from cinn.frontend.zoo import MODELS, get_model
+from cinn.target import parse_target
 
 EXIT_FAILED = 1  # a task has no working schedule
 EXIT_USAGE = 2  # bad arguments or an unreadable model
 
 
 def _parser() -> argparse.ArgumentParser:
-    from cinn.benchmarks.models import MODELS
-
     p = argparse.ArgumentParser(prog="cinn-tune", description="Tune the fused kernels of a model and append every "
                                 "measured schedule to a JSON-lines log that cinn.compile(..., tuning_log=LOG) applies.")
     p.add_argument("model", help=f"a model file (.onnx, Paddle .pdmodel/.json or its directory) or a built-in model: "
@@ -40,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="shape of a model input with symbolic dims (repeatable)")
     p.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on devices from this TVM RPC tracker")
     p.add_argument("--rpc-key", metavar="KEY", help="device key at the RPC tracker")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
 
@@ -73,14 +80,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _tune(args) -> list[TaskSummary]:
     """Load the model, extract its tasks and tune them."""
-    import os
-
-    from cinn.autotune.cost_model import CostModel
-    from cinn.autotune.measure import LocalRunner, MeasureConfig, RpcRunner
-    from cinn.autotune.task import extract_tasks
-    from cinn.autotune.tuner import TuneConfig, tune
-    from cinn.target import parse_target
-
     target = parse_target(args.target)
     tasks = extract_tasks(_load(args.model, args.input_shape))
     print(f"cinn-tune: {len(tasks)} tasks, {args.trials} trials, target {target}, log {args.log}", file=sys.stderr)
@@ -100,9 +99,6 @@ def _tune(args) -> list[TaskSummary]:
 
 def _load(model: str, input_shapes: Sequence[str]):
     """A built-in benchmark model by name, else a model file."""
-    from cinn.benchmarks.models import get_model
-    from cinn.cli import parse_input_shapes
-
     return get_model(model, input_shapes=parse_input_shapes(input_shapes)).program
 
 

@@ -1,17 +1,19 @@
-"""Benchmark models: built-in ones written with NetBuilder (each with a full and a small test size), or model files."""
+"""The model zoo: built-in models written with NetBuilder (each with a full and a small test size), and model files
+with seeded random inputs, as the benchmarks, the tuner and the tests use them."""
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
 
-from cinn.cli import PADDLE_SUFFIXES
-from cinn.frontend import NetBuilder
+from cinn.builder import NetBuilder
+from cinn.frontend.loading import is_model_file, load_model
 from cinn.ir import Program, Value
+from cinn.utils import random_array, random_feeds
 
 SEED = 0
 
@@ -38,8 +40,8 @@ class _Builder:
         self.feeds: dict[str, np.ndarray] = {}
 
     def input(self, shape: tuple[int, ...], name: str = "x") -> Value:
-        """A float32 input with standard-normal data."""
-        self.feeds[name] = self.rng.standard_normal(shape, dtype=np.float32)
+        """A float32 input with random data."""
+        self.feeds[name] = random_array(self.rng, shape, "float32")
         return self.b.create_input("float32", shape, name)
 
     def weight(self, shape: tuple[int, ...], name: str, fan_in: int | None = None) -> Value:
@@ -133,27 +135,22 @@ MODELS: dict[str, Callable[[bool], BenchModel]] = {
 }
 
 
-MODEL_FILE_SUFFIXES = (".onnx", *PADDLE_SUFFIXES)  # what cinn.cli.load_model reads
-
-
-def is_model_file(name: str) -> bool:
-    """Whether a model name is a model file (ONNX, Paddle .pdmodel/.json) or a Paddle model directory."""
-    return name not in MODELS and (os.path.isdir(name) or name.endswith(MODEL_FILE_SUFFIXES))
+def is_model_name(name: str) -> bool:
+    """Whether a model name is a model file rather than a built-in model."""
+    return name not in MODELS and is_model_file(name)
 
 
 def model_label(name: str) -> str:
     """How reports name a model: a file by its stem, a built-in model by its name."""
-    return os.path.splitext(os.path.basename(os.path.normpath(name)))[0] if is_model_file(name) else name
+    return os.path.splitext(os.path.basename(os.path.normpath(name)))[0] if is_model_name(name) else name
 
 
-def get_model(name: str, small: bool = False, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> BenchModel:
+def get_model(name: str, small: bool = False, input_shapes: Mapping[str, Sequence[int]] | None = None) -> BenchModel:
     """A built-in model by name (`small`: its test size), or a model file with seeded random inputs (`input_shapes`
     fixes its symbolic input dims)."""
-    if is_model_file(name):
-        from cinn.cli import load_model, random_inputs
-
-        program = load_model(name, input_shapes or {})
-        return BenchModel(model_label(name), program, random_inputs(program, SEED), name if name.endswith(".onnx") else None)
+    if is_model_name(name):
+        program = load_model(name, input_shapes)
+        return BenchModel(model_label(name), program, random_feeds(program.inputs, SEED), name if name.endswith(".onnx") else None)
     try:
         factory = MODELS[name]
     except KeyError:

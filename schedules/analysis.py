@@ -28,14 +28,6 @@ def extents(sch: Schedule, loops) -> list[int]:
     return [int(sch.get(loop).extent) for loop in loops]
 
 
-def prod(values) -> int:
-    """The product of integers (1 for none)."""
-    out = 1
-    for v in values:
-        out *= int(v)
-    return out
-
-
 def is_fresh(sch: Schedule, block) -> bool:
     """Whether the block's loops still map 1:1, in order, onto its iterators (as te.create_prim_func makes them)."""
     loops = sch.get_loops(block)

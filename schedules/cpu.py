@@ -6,7 +6,7 @@ from tvm.s_tir import Schedule
 from cinn.ops import PatternKind
 from cinn.schedules import cpu_matmul, cpu_reduction, cpu_tiling
 from cinn.schedules.cpu_common import generic
-from cinn.schedules.knobs import DEFAULT, Knobs
+from cinn.schedules.knobs import DEFAULT, Knob, Knobs
 from cinn.target import Target
 
 
@@ -14,7 +14,7 @@ def schedule(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DE
     """Apply the specialised schedule of the group's kind when it matches, else the generic one."""
     if kind == PatternKind.OUT_FUSIBLE and cpu_matmul.applicable(sch):
         # the tuner may also try generic multi-level tiling; the default is cinn's register-tiled schedule
-        (cpu_tiling if knobs.choose(sch, "sketch", [0, 1], 0) else cpu_matmul).schedule(sch, target, knobs)
+        (cpu_tiling if knobs.choose(sch, Knob.SKETCH, [0, 1], 0) else cpu_matmul).schedule(sch, target, knobs)
     elif kind == PatternKind.REDUCTION and cpu_reduction.applicable(sch):
         cpu_reduction.schedule(sch, target, knobs)
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from tvm.s_tir import Schedule
 
 from cinn.schedules.analysis import blocks, inline_all, is_reduction, spatial_count, write_dtype
-from cinn.schedules.knobs import DEFAULT, Knobs, unroll
+from cinn.schedules.knobs import DEFAULT, Knob, Knobs, unroll
 from cinn.target import Target
 
 PARALLEL_MIN = 4096  # elements below which a thread fork costs more than it saves
@@ -37,7 +37,7 @@ def injective(sch: Schedule, block, target: Target, knobs: Knobs = DEFAULT) -> N
     if width:
         fused, inner = sch.split(fused, [None, width])
         sch.vectorize(inner)
-    if extent > 1 and knobs.choose(sch, "parallel", [0, 1], int(extent >= PARALLEL_MIN)):
+    if extent > 1 and knobs.choose(sch, Knob.PARALLEL, [0, 1], int(extent >= PARALLEL_MIN)):
         sch.parallel(fused)
     unroll(sch, knobs, fused)
 
@@ -46,7 +46,7 @@ def vector_width(sch: Schedule, knobs: Knobs, width: int, extent: int, min_vecto
     """The vector width of a loop: one register by default, up to four for the tuner; 0 when the loop is too short
     (under `min_vectors` registers) or not a multiple of the lanes."""
     fits = [w for w in (width, 2 * width, 4 * width) if extent >= min_vectors * w and extent % w == 0]
-    return knobs.choose(sch, "vector", [0, *fits], fits[0]) if fits else 0
+    return knobs.choose(sch, Knob.VECTOR, [0, *fits], fits[0]) if fits else 0
 
 
 def parallel_spatial(sch: Schedule, block) -> None:

@@ -12,6 +12,7 @@ bias/activation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 
 from tvm import DataType
 from tvm.s_tir import Schedule
@@ -22,14 +23,13 @@ from cinn.schedules.analysis import (
     inline_all,
     is_fresh,
     is_reduction,
-    prod,
     reverse_inline_all,
     spatial_count,
     vars_in,
     write_dtype,
 )
 from cinn.schedules.cpu_common import injective, lanes
-from cinn.schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knobs, divisors, unroll
+from cinn.schedules.knobs import DEFAULT, Knob, Knobs, TILED_UNROLL_STEPS, divisors, unroll
 from cinn.target import Target
 
 MAX_COLS = 32
@@ -152,17 +152,17 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     row2, in_vector = _second_row_axis(block, n, ext, col, row) if free else (None, False)
     default_cols, default_rows, default_rows2 = _default_tile(ext, n, col, row, row2, in_vector, width, target,
                                                               write_dtype(sch, main))
-    cols = knobs.choose(sch, "cols", _col_candidates(ext[col], width, default_cols), default_cols)
+    cols = knobs.choose(sch, Knob.COLS, _col_candidates(ext[col], width, default_cols), default_cols)
     registers = VECTOR_REGISTERS.get(target.vector_bits, VECTOR_REGISTERS[256])
     vectors = max(1, cols // width)
     rows = rows2 = 1
     if row is not None:
-        rows = knobs.choose(sch, "rows", _fitting_rows(ext[row], vectors, registers, default_rows), default_rows)
+        rows = knobs.choose(sch, Knob.ROWS, _fitting_rows(ext[row], vectors, registers, default_rows), default_rows)
     if row2 is not None:
-        rows2 = knobs.choose(sch, "rows2", _fitting_rows(ext[row2], vectors * rows, registers, default_rows2),
+        rows2 = knobs.choose(sch, Knob.ROWS2, _fitting_rows(ext[row2], vectors * rows, registers, default_rows2),
                              default_rows2)
     pack, perm = _packable(block, n, col, vec_reads) if free else (None, ())
-    if pack is not None and not knobs.choose(sch, "pack", [0, 1], 1):
+    if pack is not None and not knobs.choose(sch, Knob.PACK, [0, 1], 1):
         pack, perm = None, ()
     return Tiling(col, cols, row, rows, row2, rows2, pack, perm)
 
@@ -222,7 +222,7 @@ def _vector_axis(sch: Schedule, knobs: Knobs, block, n: int, ext: list[int], wid
                if _packable(block, n, c, rs)[0] is not None and not any(r in last_reads for r in rs)]
     if not channel:
         return last
-    return knobs.choose(sch, "vector_axis", [last, channel[-1]], last if ext[last] % width == 0 else channel[-1])
+    return knobs.choose(sch, Knob.VECTOR_AXIS, [last, channel[-1]], last if ext[last] % width == 0 else channel[-1])
 
 
 def _packable(block, n: int, col: int, vec_reads: list) -> tuple[int | None, tuple[int, ...]]:
@@ -282,7 +282,7 @@ def _producer_at_tile(sch: Schedule, knobs: Knobs, par, stages: list, producers:
     hot in cache (a 64->64 3x3 56x56 conv: 3.06 -> 1.78 ms), instead of a full padded copy beforehand; the tuner may
     choose the full copy. Returns the stages still to schedule on their own."""
     mine = [b for b in stages if sch.get(b).name_hint in producers]
-    if len(mine) != 1 or not knobs.choose(sch, "producer_at_tile", [0, 1], 1):
+    if len(mine) != 1 or not knobs.choose(sch, Knob.PRODUCER_AT_TILE, [0, 1], 1):
         return stages
     sch.compute_at(mine[0], par)
     _vectorize_innermost(sch, mine[0])
@@ -296,21 +296,21 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):
     loops = sch.get_loops(main)
     n = spatial_count(sch, main)
     col_outer, col_inner = sch.split(loops[t.col], [None, t.cols])
-    col_outer, col_mid = _split2(sch, knobs, "col", col_outer)
+    col_outer, col_mid = _split2(sch, knobs, Knob.COL_SPLIT, col_outer)
     row_outer = row_mid = row_inner = None
     if t.row is not None:
         row_outer, row_inner = sch.split(loops[t.row], [None, t.rows])
-        row_outer, row_mid = _split2(sch, knobs, "row", row_outer)
+        row_outer, row_mid = _split2(sch, knobs, Knob.ROW_SPLIT, row_outer)
     row2_outer = row2_inner = None
     if t.row2 is not None:
         row2_outer, row2_inner = sch.split(loops[t.row2], [None, t.rows2])
-    reduce_outer, reduce_inner = _split2(sch, knobs, "reduce", loops[n], outer_default=False)
+    reduce_outer, reduce_inner = _split2(sch, knobs, Knob.REDUCE_SPLIT, loops[n], outer_default=False)
     outer = [{t.col: col_outer, t.row2: row2_outer}.get(i, loops[i]) for i in range(n) if i != t.row]
     # vectorized over channels, the spatial axes after them stay serial, so a channel tile's panel is packed once
     cut = outer.index(col_outer) + 1 if t.col != n - 1 else len(outer)
     outer, serial = outer[:cut], outer[cut:] + ([row_outer] if row_outer is not None else [])
     few = prod(extents(sch, outer)) < PARALLEL_TILES * target.num_cores
-    if serial and knobs.choose(sch, "parallel_rows", [0, 1], int(few)):
+    if serial and knobs.choose(sch, Knob.PARALLEL_ROWS, [0, 1], int(few)):
         outer, serial = outer[:-1] + serial + outer[-1:], []
     middle = [lp for lp in (row_mid, col_mid) if lp is not None]
     inner = [lp for lp in (row2_inner, row_inner, col_inner) if lp is not None]
@@ -328,11 +328,11 @@ def _vector_axis_last(sch: Schedule, main, t: Tiling) -> None:
         sch.transform_layout(main, ("write", 0), lambda *ix: [*ix[:dim], *ix[dim + 1 :], ix[dim]])
 
 
-def _split2(sch: Schedule, knobs: Knobs, name: str, loop, outer_default: bool = True) -> list:
+def _split2(sch: Schedule, knobs: Knobs, knob: Knob, loop, outer_default: bool = True) -> list:
     """Split a loop in two tunable levels; by default all of it stays in the outer (or, for reductions, inner)."""
     extent = int(sch.get(loop).extent)
     default = [extent, 1] if outer_default else [1, extent]
-    return sch.split(loop, knobs.tile(sch, name, loop, 2, default, extent))
+    return sch.split(loop, knobs.tile(sch, knob, loop, 2, default, extent))
 
 
 def _packed_copy(sch: Schedule, main, t: Tiling):

@@ -6,6 +6,8 @@ intermediates live in per-row buffers; reductions are vectorized by rfactor over
 """
 from __future__ import annotations
 
+from math import prod
+
 from tvm.s_tir import Schedule, ScheduleError
 
 from cinn.schedules.analysis import (
@@ -16,12 +18,11 @@ from cinn.schedules.analysis import (
     is_fresh,
     is_output,
     is_reduction,
-    prod,
     spatial_count,
     write_dtype,
 )
 from cinn.schedules.cpu_common import PARALLEL_MIN, lanes, vector_width
-from cinn.schedules.knobs import DEFAULT, Knobs, unroll
+from cinn.schedules.knobs import DEFAULT, Knob, Knobs, unroll
 from cinn.target import Target
 
 
@@ -79,7 +80,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
             _vectorize_spatial(sch, block, target, knobs)
     rows = int(sch.get(row).extent)
     big = rows > 1 and rows * prod(extents(sch, sch.get_loops(anchor)[1:])) >= PARALLEL_MIN
-    if rows > 1 and knobs.choose(sch, "parallel", [0, 1], int(big)):
+    if rows > 1 and knobs.choose(sch, Knob.PARALLEL, [0, 1], int(big)):
         sch.parallel(row)  # before decompose_reduction, which leaves blocks parallel() refuses
     unroll(sch, knobs, row)
     for partial in partials:

@@ -12,7 +12,7 @@ from tvm.s_tir import Schedule
 
 from cinn.schedules.analysis import blocks, extents, inline_all, is_reduction, reverse_inline_all, spatial_count, write_dtype
 from cinn.schedules.cpu_common import injective, lanes
-from cinn.schedules.knobs import Knobs, unroll
+from cinn.schedules.knobs import Knob, Knobs, unroll
 from cinn.target import Target
 
 INNER_SPATIAL = 16  # largest innermost tile of a non-vector spatial axis (register rows)
@@ -29,13 +29,13 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs) -> None:
     width = lanes(write_dtype(sch, main), target)
     loops = sch.get_loops(main)
     n = spatial_count(sch, main)
-    spatial = [_split(sch, knobs, f"s{i}", lp, 4, 4 * width if i == n - 1 else INNER_SPATIAL)
+    spatial = [_split(sch, knobs, Knob.SPATIAL_TILE, lp, 4, 4 * width if i == n - 1 else INNER_SPATIAL)
                for i, lp in enumerate(loops[:n])]
-    reduce = [_split(sch, knobs, f"r{i}", lp, 2, int(sch.get(lp).extent)) for i, lp in enumerate(loops[n:])]
+    reduce = [_split(sch, knobs, Knob.REDUCE_TILE, lp, 2, int(sch.get(lp).extent)) for i, lp in enumerate(loops[n:])]
     level = [[parts[k] for parts in spatial] for k in range(4)]
     sch.reorder(*level[0], *level[1], *[p[0] for p in reduce], *level[2], *[p[1] for p in reduce], *level[3])
     par = sch.fuse(*level[0]) if len(level[0]) > 1 else level[0][0]
-    sch.reverse_compute_at(write_back, level[1][-1] if knobs.choose(sch, "write_back_at", [0, 1], 1) else par)
+    sch.reverse_compute_at(write_back, level[1][-1] if knobs.choose(sch, Knob.WRITE_BACK_AT, [0, 1], 1) else par)
     sch.parallel(par)
     unroll(sch, knobs, par)
     sch.vectorize(level[3][-1])
@@ -48,7 +48,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs) -> None:
         injective(sch, stage, target)
 
 
-def _split(sch: Schedule, knobs: Knobs, name: str, loop, n: int, max_innermost: int) -> list:
+def _split(sch: Schedule, knobs: Knobs, knob: Knob, loop, n: int, max_innermost: int) -> list:
     """Split a loop into n sampled perfect levels (the default keeps it whole in the outermost)."""
     extent = int(sch.get(loop).extent)
-    return sch.split(loop, knobs.tile(sch, name, loop, n, [extent] + [1] * (n - 1), max_innermost))
+    return sch.split(loop, knobs.tile(sch, knob, loop, n, [extent] + [1] * (n - 1), max_innermost))

@@ -5,10 +5,12 @@ with each block under a thread binding; `unbound_blocks` lets the build check th
 """
 from __future__ import annotations
 
+from math import prod
+
 from tvm.s_tir import Schedule, ScheduleError
 
-from cinn.schedules.analysis import blocks, extents, inline_all, is_reduction, prod, spatial_count, write_dtype
-from cinn.schedules.knobs import DEFAULT, Knobs
+from cinn.schedules.analysis import blocks, extents, inline_all, is_reduction, spatial_count, write_dtype
+from cinn.schedules.knobs import DEFAULT, Knob, Knobs
 from cinn.target import Target
 
 THREADS = 256  # threads per block for injective kernels and cross-thread reductions
@@ -32,7 +34,7 @@ def tuned_threads(sch: Schedule, knobs: Knobs, extent: int) -> int:
     """Threads per block for `extent` parallel items: a whole number of warps (threads_for) or a tuned count."""
     default = threads_for(extent)
     options = {t for t in TUNE_THREADS if t <= max(WARP, extent)} | {default}
-    return knobs.choose(sch, "threads", sorted(options), default)
+    return knobs.choose(sch, Knob.THREADS, sorted(options), default)
 
 
 def generic(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
@@ -52,7 +54,7 @@ def injective(sch: Schedule, block, knobs: Knobs = DEFAULT) -> None:
     fused = _fuse(sch, block, loops)
     extent = int(sch.get(fused).extent)
     aligned = write_dtype(sch, block) in VECTOR_DTYPES and extent % (VECTOR * WARP) == 0
-    lanes = knobs.choose(sch, "vector", [1, VECTOR], VECTOR) if aligned else 1
+    lanes = knobs.choose(sch, Knob.VECTOR, [1, VECTOR], VECTOR) if aligned else 1
     threads = tuned_threads(sch, knobs, extent // lanes)
     if lanes > 1:
         bx, tx, vec = sch.split(fused, [None, threads, lanes])

@@ -14,7 +14,7 @@ from tvm.s_tir import Schedule, ScheduleError
 
 from cinn.schedules.analysis import blocks, inline_all, is_reduction, reverse_inline_all, spatial_count, vars_in
 from cinn.schedules.cuda_common import injective, is_bound, thread_inner
-from cinn.schedules.knobs import DEFAULT, Knobs, unroll
+from cinn.schedules.knobs import DEFAULT, Knob, Knobs, unroll
 from cinn.target import Target
 
 COL_THREADS, ROW_THREADS = 16, 16  # a 16x16 thread block
@@ -44,12 +44,12 @@ def _largest_divisor(extent: int, cap: int) -> int:
     return max(d for d in range(1, min(extent, cap) + 1) if extent % d == 0)
 
 
-def _split(sch: Schedule, knobs: Knobs, name: str, extent: int, threads: int) -> tuple[int, int]:
+def _split(sch: Schedule, knobs: Knobs, knob: tuple[Knob, Knob], extent: int, threads: int) -> tuple[int, int]:
     """(threads, registers) along an axis: a register tile of up to REGS, then up to `threads` threads."""
     default = _largest_divisor(extent, REGS) if extent >= REGS * threads else 1
-    regs = knobs.choose(sch, f"{name}_regs", _fitting(extent, TUNE_REGS, default), default)
+    regs = knobs.choose(sch, knob[0], _fitting(extent, TUNE_REGS, default), default)
     default = _largest_divisor(extent // regs, threads)
-    return knobs.choose(sch, f"{name}_threads", _fitting(extent // regs, TUNE_THREADS, default), default), regs
+    return knobs.choose(sch, knob[1], _fitting(extent // regs, TUNE_THREADS, default), default), regs
 
 
 def _fitting(extent: int, options: tuple[int, ...], default: int) -> list[int]:
@@ -69,8 +69,8 @@ def plan(sch: Schedule, main, knobs: Knobs = DEFAULT) -> Tiling:
     used = set().union(*(vars_in(rg.min) for r in col_reads for rg in r.region))
     free = [i for i in range(col) if block.iter_vars[i].var not in used and ext[i] > 1]
     row = free[-1] if free else None
-    row_split = _split(sch, knobs, "row", ext[row], ROW_THREADS) if row is not None else (1, 1)
-    return Tiling(col, _split(sch, knobs, "col", ext[col], COL_THREADS), row, row_split)
+    row_split = _split(sch, knobs, (Knob.ROW_REGS, Knob.ROW_THREADS), ext[row], ROW_THREADS) if row is not None else (1, 1)
+    return Tiling(col, _split(sch, knobs, (Knob.COL_REGS, Knob.COL_THREADS), ext[col], COL_THREADS), row, row_split)
 
 
 def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
@@ -113,7 +113,7 @@ def _tile(sch: Schedule, main, t: Tiling, knobs: Knobs):
     reduce_loops = loops[n:]
     k_extent = int(sch.get(reduce_loops[0]).extent)
     default = _largest_divisor(k_extent, K_STEP)
-    k_step = knobs.choose(sch, "k_step", _fitting(k_extent, TUNE_K_STEPS, default), default)
+    k_step = knobs.choose(sch, Knob.K_STEP, _fitting(k_extent, TUNE_K_STEPS, default), default)
     k_outer, k_inner = sch.split(reduce_loops[0], [None, k_step])
     sch.reorder(*others, *outer, *thread, k_outer, k_inner, *reduce_loops[1:], *regs)
     block_loop = sch.fuse(*others, *outer)

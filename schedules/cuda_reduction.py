@@ -7,9 +7,11 @@ writes the row, all in one kernel that reads the row once.
 """
 from __future__ import annotations
 
+from math import prod
+
 from tvm.s_tir import Schedule
 
-from cinn.schedules.analysis import blocks, compute_at_row, extents, inline_all, is_output, is_reduction, prod, write_dtype
+from cinn.schedules.analysis import blocks, compute_at_row, extents, inline_all, is_output, is_reduction, write_dtype
 from cinn.schedules.cpu_reduction import row_depth
 from cinn.schedules.cuda_common import FEW_OUTPUTS, STAGE_BLOCKS, TWO_STAGE_MIN, cross_thread_ok, thread_inner, tuned_threads
 from cinn.schedules.knobs import DEFAULT, Knobs

@@ -22,6 +22,7 @@ from cinn.autotune.task import Task, extract_tasks
 from cinn.autotune.tuner import TuneConfig, tune
 from cinn.frontend import NetBuilder
 from cinn.schedules import apply_default
+from cinn.schedules.knobs import Knob
 from cinn.target import parse_target
 
 TARGET = parse_target("llvm")
@@ -79,7 +80,7 @@ def test_default_is_a_point_of_the_space(make):
     ref = Schedule(task.module())
     apply_default(ref, task.kind, TARGET)
     assert tvm_ffi.structural_equal(cand.sch.mod, ref.mod)
-    assert space.decisions_of_trace(cand.trace_json()) == list(cand.key)
+    assert space.decisions_of_trace(cand.trace_json()) == [value for _, value in cand.key]
 
 
 def test_samples_replay_from_their_traces():
@@ -104,11 +105,12 @@ def test_register_tiled_sketch_keeps_builds_small():
     rng = random.Random(0)
     width, registers = lanes("float32", TARGET), VECTOR_REGISTERS.get(TARGET.vector_bits, VECTOR_REGISTERS[256])
     for _ in range(20):
-        d = {x.name: x for x in space.sample(task, TARGET, rng, [0]).decisions}  # sketch 0: cinn's register tiling
-        assert d["unroll"].candidates == TILED_UNROLL_STEPS
-        assert max(1, d["cols"].value // width) * d["rows"].value * d["rows2"].value <= registers
-    ssrsrs = space.sample(task, TARGET, rng, [1]).decisions
-    assert 512 in next(x for x in ssrsrs if x.name == "unroll").candidates
+        sketch0 = space.sample(task, TARGET, rng, {(Knob.SKETCH, 0): 0}).decisions  # cinn's register tiling
+        d = {x.knob: x for x in sketch0}
+        assert d[Knob.UNROLL].candidates == TILED_UNROLL_STEPS
+        assert max(1, d[Knob.COLS].value // width) * d[Knob.ROWS].value * d[Knob.ROWS2].value <= registers
+    ssrsrs = space.sample(task, TARGET, rng, {(Knob.SKETCH, 0): 1}).decisions
+    assert 512 in next(x for x in ssrsrs if x.knob is Knob.UNROLL).candidates
 
 
 def test_mutation_changes_one_decision():
@@ -117,11 +119,53 @@ def test_mutation_changes_one_decision():
     cand = space.sample(task, TARGET, rng)
     for _ in range(20):
         planned = space.mutate(cand.decisions, rng)
-        changed = [i for i, (a, b) in enumerate(zip(planned, cand.key)) if a != b]
+        before = dict(cand.key)
+        assert planned.keys() == before.keys()
+        changed = [k for k in planned if planned[k] != before[k]]
         assert len(changed) == 1
-        split = cand.decisions[changed[0]]
+        split = next(d for d in cand.decisions if d.key == changed[0])
         if isinstance(split, space.Split):
             assert math.prod(planned[changed[0]]) == math.prod(split.factors)
+
+
+def test_crossover_matches_decisions_by_knob_not_position():
+    """Parents whose schedules asked for different knobs: each knob's value still comes from a parent's same knob."""
+    choice = space.Choice
+    a = (choice(Knob.SKETCH, 0, 0, (0, 1)), choice(Knob.COLS, 0, 16, (8, 16)), choice(Knob.PARALLEL, 0, 1, (0, 1)))
+    b = (choice(Knob.SKETCH, 0, 0, (0, 1)), choice(Knob.PACK, 0, 0, (0, 1)), choice(Knob.COLS, 0, 8, (8, 16)),
+         choice(Knob.PARALLEL, 0, 0, (0, 1)))
+    rng = random.Random(0)
+    seen = set()
+    for _ in range(40):
+        plan = space.crossover(a, b, rng)
+        assert set(plan) == {(Knob.SKETCH, 0), (Knob.COLS, 0), (Knob.PARALLEL, 0), (Knob.PACK, 0)}
+        assert plan[(Knob.COLS, 0)] in (16, 8) and plan[(Knob.PARALLEL, 0)] in (0, 1)
+        assert plan[(Knob.PACK, 0)] == 0  # only b took it
+        seen.add((plan[(Knob.COLS, 0)], plan[(Knob.PARALLEL, 0)]))
+    assert len(seen) == 4  # each shared knob is drawn from either parent independently
+
+
+def test_repeated_knobs_are_keyed_by_occurrence():
+    """The SSRSRS sketch asks for one spatial tile per loop: each occurrence is its own decision, and a plan for the
+    second one lands on the second loop."""
+    task = _task(_matmul_relu())
+    cand = space.sample(task, TARGET, random.Random(0), {(Knob.SKETCH, 0): 1})
+    tiles = [d for d in cand.decisions if d.knob is Knob.SPATIAL_TILE]
+    assert [d.occurrence for d in tiles] == list(range(len(tiles))) and len(tiles) >= 2
+    second = tiles[1]
+    alt = space.random_tile(random.Random(5), math.prod(second.factors), len(second.factors), second.max_innermost)
+    again = space.sample(task, TARGET, random.Random(1), {(Knob.SKETCH, 0): 1, second.key: alt})
+    assert next(d for d in again.decisions if d.key == second.key).factors == alt
+
+
+def test_a_plan_replays_to_its_candidate():
+    task = _task(_conv_relu())
+    rng = random.Random(2)
+    for _ in range(3):
+        cand = space.sample(task, TARGET, rng)
+        again = space.sample(task, TARGET, random.Random(9), space.plan_of(cand.decisions))
+        assert again.key == cand.key
+        assert tvm_ffi.structural_equal(again.sch.mod, cand.sch.mod)
 
 
 def test_search_proposes_new_distinct_candidates():
@@ -143,11 +187,11 @@ def test_sampled_schedules_are_correct(make, sketch, runner):
 
     task = _task(make())
     rng = random.Random(1)
-    planned = [] if sketch is None else [sketch]
+    planned = {} if sketch is None else {(Knob.SKETCH, 0): sketch}
     cands = [space.sample(task, TARGET, rng, planned) for _ in range(4)]
     assert all(c is not None for c in cands)
     if sketch is not None:
-        assert all(c.decisions[0] == space.Choice("sketch", sketch, (0, 1)) for c in cands)
+        assert all(c.decisions[0] == space.Choice(Knob.SKETCH, 0, sketch, (0, 1)) for c in cands)
     results = runner.measure([MeasureInput(task, c.trace_json()) for c in cands], TARGET)
     assert all(r.ok for r in results), [r.error for r in results]
 
@@ -176,8 +220,8 @@ def test_warm_up_shares_a_small_budget_among_all_tasks():
 
 
 def test_summary_tells_untuned_tasks_from_failed_ones():
-    from cinn.autotune.cli import format_summary
     from cinn.autotune.tuner import TaskSummary
+    from cinn.tune_cli import format_summary
 
     task = extract_tasks(_softmax())[0]
     table = format_summary([TaskSummary(task, 4, 2e-3, 1e-3, "t"), TaskSummary(task, 0, math.inf, math.inf, None),
@@ -336,7 +380,7 @@ def test_concurrent_appends_do_not_interleave(tmp_path):
 
 
 def test_cinn_tune_cli(tmp_path, capsys):
-    from cinn.autotune import cli
+    from cinn import tune_cli as cli
 
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper
@@ -359,7 +403,7 @@ def test_cinn_tune_cli(tmp_path, capsys):
 
 
 def test_cinn_tune_usage_errors(tmp_path, capsys):
-    from cinn.autotune import cli
+    from cinn import tune_cli as cli
 
     assert cli.main([str(tmp_path / "missing.onnx"), "--log", str(tmp_path / "l.jsonl")]) == 2
     assert cli.main(["encoder", "--log", "l", "--rpc-key", "k"]) == 2

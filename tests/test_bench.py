@@ -10,10 +10,10 @@ import pytest
 import cinn
 from cinn.autotune.database import Record
 from cinn.benchmarks.harness import ATOL, RTOL, BenchConfig, Engine, EngineResult, ModelResult, compare, ort_session, run_worker
-from cinn.benchmarks.models import MODELS, get_model
 from cinn.benchmarks.onnx_export import CONVERTERS, IR_VERSION, to_onnx
 from cinn.benchmarks.report import format_table
 from cinn.frontend import NetBuilder
+from cinn.frontend.zoo import MODELS, get_model
 from cinn.target import parse_target
 
 pytest.importorskip("onnxruntime")

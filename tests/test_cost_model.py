@@ -22,7 +22,7 @@ def matmul_func(m: int, k: int, n: int, relu: bool):
     """The PrimFunc cinn lowers for x(m,k) @ w(k,n) [+ relu]."""
     b = NetBuilder(f"mm{m}x{k}x{n}")
     y = b.matmul(b.create_input("float32", (m, k), "x"), b.create_input("float32", (k, n), "w"))
-    _, (lowered,) = cinn.api.lower_program(b.build([b.relu(y) if relu else y]))
+    _, (lowered,) = cinn.lower.lower_program(b.build([b.relu(y) if relu else y]))
     return lowered.func
 
 

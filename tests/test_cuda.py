@@ -11,9 +11,9 @@ import tvm
 from tvm.s_tir import Schedule
 
 import cinn
-from cinn.benchmarks.models import MODELS, get_model
 from cinn.build import KernelSpec, build_kernel, workload_key
 from cinn.cuda_module import device_present
+from cinn.frontend.zoo import MODELS, get_model
 from cinn.lower import lower_group
 from cinn.ops import OPS
 from cinn.passes.fusion import fuse

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import cinn.frontend
-from cinn.api import lower_program
 from cinn.autotune.measure import (
     ArgInfo,
     LocalRunner,
@@ -28,6 +27,7 @@ from cinn.autotune.measure import (
 )
 from cinn.autotune.task import Task
 from cinn.build import KernelSpec, build_kernel
+from cinn.lower import lower_program
 from cinn.target import Target, parse_target
 
 # the workers unpickle this module's injected build/run functions: ship them by value, whatever the cwd

@@ -8,16 +8,7 @@ import numpy as np
 
 from cinn.ir import Attrs, NoAttrs, TensorType
 from cinn.ops.registry import DtypeClass, OpDef, PatternKind, register
-
-
-class StrEnum(str, enum.Enum):
-    """A string-valued attribute enum that prints as its value."""
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-    def __str__(self) -> str:
-        return self.value
+from cinn.ops.te_util import elementwise_compute
 
 
 def coerce_enum(attrs: Attrs, name: str, enum_cls: type[enum.Enum], op: str) -> None:
@@ -60,11 +51,6 @@ def normalize_axes(op: str, axes: Sequence[int], ndim: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def same_type(_types: Sequence[TensorType], _attrs: Attrs) -> tuple[TensorType]:
-    """Inference of an op whose output has the type of its first input."""
-    return (_types[0],)
-
-
 def elementwise_type(op: str, out_dtype: str | None = None) -> Callable:
     """Inference for n-ary broadcasting ops with a common input dtype."""
 
@@ -104,8 +90,6 @@ def register_elementwise(
         return [np.broadcast_to(np.asarray(out), shape).astype(dtype)]
 
     def compute(tensors, a: Attrs, out_types: Sequence[TensorType]):
-        from cinn.ops.te_util import elementwise_compute  # tvm is needed only when lowering
-
         if fast_f32 is not None and tensors[0].dtype == "float32":
             return [fast_f32(*tensors, a) if with_attrs else fast_f32(*tensors)]
         fn = (lambda *xs: te_fn(*xs, a)) if with_attrs else te_fn

@@ -6,39 +6,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from tvm import tirx, topi
 
 from cinn.ir import Attrs, TensorType
 from cinn.ops.common import broadcast_shapes, register_elementwise, same_dtype
 from cinn.ops.registry import DtypeClass as D
 from cinn.ops.registry import OpDef, PatternKind, register
-
-
-def _tir():
-    import tvm
-
-    return tvm.tirx
+from cinn.ops.te_util import dtype_of, elementwise_compute
 
 
 def _dtype(expr) -> str:
     """The dtype of a TIR expression."""
-    from cinn.ops.te_util import dtype_of
-
     return dtype_of(expr)
 
 
 def _c(value, like):
     """A constant with the dtype of an expression."""
-    return _tir().const(value, _dtype(like))
+    return tirx.const(value, _dtype(like))
 
 
 def _np_c(value, like: np.ndarray) -> np.ndarray:
     """A numpy scalar with the dtype of an array (so references compute in the input dtype)."""
     return np.asarray(value, like.dtype)
-
-
-def _tir_fn(name: str):
-    """The scalar TE function tvm.tirx.<name>, resolved lazily (importing cinn.ops must not import tvm)."""
-    return lambda *xs: getattr(_tir(), name)(*xs)
 
 
 # numpy has no erf; math.erf in float64 is the reference
@@ -112,7 +101,7 @@ def _scale_np(x, a: ScaleAttrs):
 
 
 def _clip_te(x, lo, hi):
-    return _tir().min(_tir().max(x, _c(lo, x)), _c(hi, x))
+    return tirx.min(tirx.max(x, _c(lo, x)), _c(hi, x))
 
 
 def _clip_np(x, lo, hi):
@@ -120,11 +109,10 @@ def _clip_np(x, lo, hi):
 
 
 def _gelu_te(x, a: GeluAttrs):
-    t = _tir()
     if a.approximate:
         inner = _c(_SQRT_2_OVER_PI, x) * (x + _c(0.044715, x) * x * x * x)
-        return _c(0.5, x) * x * (_c(1.0, x) + t.tanh(inner))
-    return _c(0.5, x) * x * (_c(1.0, x) + t.erf(x * _c(1 / math.sqrt(2.0), x)))
+        return _c(0.5, x) * x * (_c(1.0, x) + tirx.tanh(inner))
+    return _c(0.5, x) * x * (_c(1.0, x) + tirx.erf(x * _c(1 / math.sqrt(2.0), x)))
 
 
 def _gelu_np(x, a: GeluAttrs):
@@ -139,14 +127,12 @@ def _np_sigmoid(x):
 
 
 def _sign_te(x):
-    t = _tir()
-    return t.Select(x > _c(0, x), _c(1, x), t.Select(x < _c(0, x), _c(-1, x), _c(0, x)))
+    return tirx.Select(x > _c(0, x), _c(1, x), tirx.Select(x < _c(0, x), _c(-1, x), _c(0, x)))
 
 
 def _softplus_te(x):
     # max(x, 0) + log1p(exp(-|x|)) does not overflow for large x
-    t = _tir()
-    return t.max(x, _c(0, x)) + t.log1p(t.exp(-t.abs(x)))
+    return tirx.max(x, _c(0, x)) + tirx.log1p(tirx.exp(-tirx.abs(x)))
 
 
 def _is_float(x) -> bool:
@@ -155,19 +141,17 @@ def _is_float(x) -> bool:
 
 def _floor_divide_te(x, y):
     # tirx.floordiv is integer-only
-    t = _tir()
-    return t.floor(x / y) if _is_float(x) else t.floordiv(x, y)
+    return tirx.floor(x / y) if _is_float(x) else tirx.floordiv(x, y)
 
 
 def _mod_te(x, y):
     # numpy's mod: the result takes the divisor's sign (LLVM codegen has no tirx.fmod for floats)
-    t = _tir()
     if not _is_float(x):
-        return t.floormod(x, y)
+        return tirx.floormod(x, y)
     # an infinite divisor leaves a finite x as it is, or gives the divisor when the signs differ (as numpy);
     # the formula would give inf * 0 = NaN
-    by_inf = t.Select(x * y < _c(0, x), y, x)
-    return t.Select(t.And(t.isinf(y), t.Not(t.isinf(x))), by_inf, x - t.floor(x / y) * y)
+    by_inf = tirx.Select(x * y < _c(0, x), y, x)
+    return tirx.Select(tirx.And(tirx.isinf(y), tirx.Not(tirx.isinf(x))), by_inf, x - tirx.floor(x / y) * y)
 
 
 def _compare(name: str):
@@ -176,7 +160,7 @@ def _compare(name: str):
     def body(x, y):
         if _dtype(x) == "bool":
             x, y = x.astype("int8"), y.astype("int8")
-        return getattr(_tir(), name)(x, y)
+        return getattr(tirx, name)(x, y)
 
     return body
 
@@ -185,37 +169,29 @@ def _where_positive_te(negative_branch):
     """x where x > 0, else negative_branch(x, attrs): leaky_relu and elu."""
 
     def body(x, a):
-        return _tir().Select(x > _c(0, x), x, negative_branch(x, a))
+        return tirx.Select(x > _c(0, x), x, negative_branch(x, a))
 
     return body
 
 
 # -- float32 fast paths: vectorizable polynomial approximations from topi -------------------------
-def _topi():
-    from tvm import topi
-
-    return topi
-
-
 def _fast_sigmoid(x):
-    t = _topi()
-    return t.divide(1.0, t.add(1.0, t.fast_exp(t.negative(x))))
+    return topi.divide(1.0, topi.add(1.0, topi.fast_exp(topi.negative(x))))
 
 
 def _fast_gelu(x, a: GeluAttrs):
-    t = _topi()
     if a.approximate:
-        inner = t.multiply(t.add(x, t.multiply(t.multiply(t.multiply(x, x), x), 0.044715)), _SQRT_2_OVER_PI)
-        return t.multiply(t.multiply(x, 0.5), t.add(1.0, t.fast_tanh(inner)))
-    return t.multiply(t.multiply(x, 0.5), t.add(1.0, t.fast_erf(t.multiply(x, 1 / math.sqrt(2.0)))))
+        inner = topi.multiply(topi.add(x, topi.multiply(topi.multiply(topi.multiply(x, x), x), 0.044715)), _SQRT_2_OVER_PI)
+        return topi.multiply(topi.multiply(x, 0.5), topi.add(1.0, topi.fast_tanh(inner)))
+    return topi.multiply(topi.multiply(x, 0.5), topi.add(1.0, topi.fast_erf(topi.multiply(x, 1 / math.sqrt(2.0)))))
 
 
 _FAST_F32 = {
-    "exp": lambda x: _topi().fast_exp(x),
-    "erf": lambda x: _topi().fast_erf(x),
-    "tanh": lambda x: _topi().fast_tanh(x),
+    "exp": topi.fast_exp,
+    "erf": topi.fast_erf,
+    "tanh": topi.fast_tanh,
     "sigmoid": _fast_sigmoid,
-    "silu": lambda x: _topi().multiply(x, _fast_sigmoid(x)),
+    "silu": lambda x: topi.multiply(x, _fast_sigmoid(x)),
     "gelu": _fast_gelu,
 }
 
@@ -223,37 +199,37 @@ _FAST_F32 = {
 # -- unary ops ------------------------------------------------------------------------------
 # name -> (scalar TE body, numpy reference, accepted dtypes); float-only unless stated
 _UNARY = {
-    "relu": (lambda x: _tir().max(x, _c(0, x)), lambda x: np.maximum(x, 0), D.NUMBER),
+    "relu": (lambda x: tirx.max(x, _c(0, x)), lambda x: np.maximum(x, 0), D.NUMBER),
     "relu6": (lambda x: _clip_te(x, 0, 6), lambda x: _clip_np(x, 0, 6), D.FLOAT),
-    "sigmoid": (_tir_fn("sigmoid"), _np_sigmoid, D.FLOAT),
-    "tanh": (_tir_fn("tanh"), np.tanh, D.FLOAT),
-    "exp": (_tir_fn("exp"), np.exp, D.FLOAT),
-    "log": (_tir_fn("log"), np.log, D.FLOAT),
-    "sqrt": (_tir_fn("sqrt"), np.sqrt, D.FLOAT),
-    "rsqrt": (_tir_fn("rsqrt"), lambda x: 1.0 / np.sqrt(x.astype(np.float64)), D.FLOAT),
-    "abs": (_tir_fn("abs"), np.abs, D.NUMBER),
+    "sigmoid": (tirx.sigmoid, _np_sigmoid, D.FLOAT),
+    "tanh": (tirx.tanh, np.tanh, D.FLOAT),
+    "exp": (tirx.exp, np.exp, D.FLOAT),
+    "log": (tirx.log, np.log, D.FLOAT),
+    "sqrt": (tirx.sqrt, np.sqrt, D.FLOAT),
+    "rsqrt": (tirx.rsqrt, lambda x: 1.0 / np.sqrt(x.astype(np.float64)), D.FLOAT),
+    "abs": (tirx.abs, np.abs, D.NUMBER),
     "negative": (lambda x: -x, np.negative, D.NUMBER),
-    "erf": (_tir_fn("erf"), _np_erf, D.FLOAT),
-    "silu": (lambda x: x * _tir().sigmoid(x), lambda x: x * _np_sigmoid(x), D.FLOAT),
+    "erf": (tirx.erf, _np_erf, D.FLOAT),
+    "silu": (lambda x: x * tirx.sigmoid(x), lambda x: x * _np_sigmoid(x), D.FLOAT),
     "hard_swish": (lambda x: x * _clip_te(x + _c(3, x), 0, 6) / _c(6, x), lambda x: x * _clip_np(x + 3, 0, 6) / 6, D.FLOAT),
     "softplus": (_softplus_te, lambda x: np.logaddexp(0, x.astype(np.float64)), D.FLOAT),
-    "sin": (_tir_fn("sin"), np.sin, D.FLOAT),
-    "cos": (_tir_fn("cos"), np.cos, D.FLOAT),
-    "floor": (_tir_fn("floor"), np.floor, D.FLOAT),
-    "ceil": (_tir_fn("ceil"), np.ceil, D.FLOAT),
+    "sin": (tirx.sin, np.sin, D.FLOAT),
+    "cos": (tirx.cos, np.cos, D.FLOAT),
+    "floor": (tirx.floor, np.floor, D.FLOAT),
+    "ceil": (tirx.ceil, np.ceil, D.FLOAT),
     # round half to even, as np.round and ONNX Round
-    "round": (_tir_fn("nearbyint"), np.round, D.FLOAT),
+    "round": (tirx.nearbyint, np.round, D.FLOAT),
     "sign": (_sign_te, np.sign, D.NUMBER),
     "reciprocal": (lambda x: _c(1, x) / x, np.reciprocal, D.FLOAT),
-    "logical_not": (_tir_fn("Not"), np.logical_not, D.BOOL),
+    "logical_not": (tirx.Not, np.logical_not, D.BOOL),
     # a copy compute: a kernel output must never alias its input buffer
     "identity": (lambda x: x, np.copy, D.ANY),
 }
 for _name, (_te, _ref, _dtypes) in _UNARY.items():
     register_elementwise(_name, _te, _ref, dtypes=_dtypes, fast_f32=_FAST_F32.get(_name))
 
-register_elementwise("is_nan", _tir_fn("isnan"), np.isnan, out_dtype="bool")
-register_elementwise("is_inf", _tir_fn("isinf"), np.isinf, out_dtype="bool")
+register_elementwise("is_nan", tirx.isnan, np.isnan, out_dtype="bool")
+register_elementwise("is_inf", tirx.isinf, np.isinf, out_dtype="bool")
 
 # unary ops with attributes: name -> (attrs class, TE body(x, a), numpy reference(x, a), dtypes)
 _UNARY_ATTRS = {
@@ -272,7 +248,7 @@ _UNARY_ATTRS = {
     ),
     "elu": (
         EluAttrs,
-        _where_positive_te(lambda x, a: _c(a.alpha, x) * (_tir().exp(x) - _c(1, x))),
+        _where_positive_te(lambda x, a: _c(a.alpha, x) * (tirx.exp(x) - _c(1, x))),
         lambda x, a: np.where(x > 0, x, _np_c(a.alpha, x) * np.expm1(x)),
         D.FLOAT,
     ),
@@ -294,17 +270,17 @@ _BINARY = {
     "floor_divide": (_floor_divide_te, np.floor_divide, D.NUMBER, None),
     # numpy's mod: the result takes the sign of the divisor, for ints and floats
     "mod": (_mod_te, np.mod, D.NUMBER, None),
-    "pow": (_tir_fn("power"), np.power, D.FLOAT, None),
-    "max": (_tir_fn("max"), np.maximum, D.NUMBER, None),
-    "min": (_tir_fn("min"), np.minimum, D.NUMBER, None),
+    "pow": (tirx.power, np.power, D.FLOAT, None),
+    "max": (tirx.max, np.maximum, D.NUMBER, None),
+    "min": (tirx.min, np.minimum, D.NUMBER, None),
     "equal": (_compare("EQ"), np.equal, D.ANY, "bool"),
     "not_equal": (_compare("NE"), np.not_equal, D.ANY, "bool"),
     "greater_than": (_compare("GT"), np.greater, D.NUMBER, "bool"),
     "greater_equal": (_compare("GE"), np.greater_equal, D.NUMBER, "bool"),
     "less_than": (_compare("LT"), np.less, D.NUMBER, "bool"),
     "less_equal": (_compare("LE"), np.less_equal, D.NUMBER, "bool"),
-    "logical_and": (_tir_fn("And"), np.logical_and, D.BOOL, None),
-    "logical_or": (_tir_fn("Or"), np.logical_or, D.BOOL, None),
+    "logical_and": (tirx.And, np.logical_and, D.BOOL, None),
+    "logical_or": (tirx.Or, np.logical_or, D.BOOL, None),
     "logical_xor": (_compare("NE"), np.logical_xor, D.BOOL, None),
 }
 for _name, (_te, _ref, _dtypes, _out) in _BINARY.items():
@@ -316,8 +292,6 @@ def _elementwise_compute(name: str, fn):
     """An OpDef compute applying a scalar TE function elementwise with broadcasting."""
 
     def compute(tensors, a: Attrs, out_types: Sequence[TensorType]):
-        from cinn.ops.te_util import elementwise_compute
-
         return [elementwise_compute(name, tensors, out_types[0], lambda *xs: fn(*xs, a))]
 
     return compute
@@ -333,7 +307,7 @@ def _cast_infer(types: Sequence[TensorType], a: CastAttrs) -> tuple[TensorType]:
 def _cast_te(x, a: CastAttrs):
     # a plain truncation to 1 bit would keep only the lowest bit: bool means "non-zero"
     if a.dtype == "bool" and _dtype(x) != "bool":
-        return _tir().NE(x, _c(0, x))
+        return tirx.NE(x, _c(0, x))
     return x
 
 
@@ -363,7 +337,7 @@ register(
         name="select",
         kind=PatternKind.ELEMENTWISE,
         infer=_select_infer,
-        compute=_elementwise_compute("select", lambda c, x, y, _a: _tir().Select(c, x, y)),
+        compute=_elementwise_compute("select", lambda c, x, y, _a: tirx.Select(c, x, y)),
         reference=lambda xs, _a: [np.where(*xs)],
         num_inputs=3,
         doc="select(cond, x, y): x where cond else y, with numpy broadcasting.",

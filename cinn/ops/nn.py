@@ -7,34 +7,38 @@ Padding convention (conv2d and pool2d, as CINN's pool2d and ONNX's `pads`): `pad
 """
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import tvm
+from tvm import te
 
 from cinn.ir import Attrs, TensorType
-from cinn.ops.common import StrEnum, coerce_enum, normalize_axes, normalize_axis, register_elementwise, same_dtype
+from cinn.ops.common import coerce_enum, normalize_axes, normalize_axis, register_elementwise, same_dtype
 from cinn.ops.registry import DtypeClass as D
 from cinn.ops.registry import OpDef, register
 from cinn.ops.registry import PatternKind as K
+from cinn.ops.te_util import cast, const, dtype_of, lowest
 
 
-class PoolType(StrEnum):
+class PoolType(enum.StrEnum):
     """pool2d's reduction."""
 
     MAX = "max"
     AVG = "avg"
 
 
-class DataFormat(StrEnum):
+class DataFormat(enum.StrEnum):
     """Position of the channel axis."""
 
     NCHW = "NCHW"
     NHWC = "NHWC"
 
 
-class PaddingAlgorithm(StrEnum):
+class PaddingAlgorithm(enum.StrEnum):
     """How conv2d/pool2d paddings are chosen: as given, to keep ceil(in/stride) outputs, or none."""
 
     EXPLICIT = "EXPLICIT"
@@ -42,7 +46,7 @@ class PaddingAlgorithm(StrEnum):
     VALID = "VALID"
 
 
-class DropoutImpl(StrEnum):
+class DropoutImpl(enum.StrEnum):
     """Paddle's dropout modes: which phase scales by (1 - p)."""
 
     DOWNGRADE_IN_INFER = "downgrade_in_infer"
@@ -50,8 +54,6 @@ class DropoutImpl(StrEnum):
 
 
 def _tvm():
-    import tvm
-
     return tvm
 
 
@@ -124,10 +126,6 @@ def _operand_index(shape: tuple[int, ...], batch_idx: Sequence, row, col, trans:
 
 
 def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
-    from tvm import te
-
-    from cinn.ops.te_util import const
-
     x, y = tensors
     xs, ys = _fshape(x), _fshape(y)
     s = _matmul_shape(xs, ys, a)
@@ -267,8 +265,6 @@ def _windows(
 
 def _zero_pad(x, hw: tuple[_Window, _Window], value):
     """x padded on its last two axes by a separate injective stage (inlined by the schedule)."""
-    from tvm import te
-
     tirx = _tvm().tirx
     if all(w.pad_begin == w.pad_end == 0 for w in hw):
         return x
@@ -337,10 +333,6 @@ def _conv_infer(types: Sequence[TensorType], a: Conv2dAttrs) -> list[TensorType]
 
 
 def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
-    from tvm import te
-
-    from cinn.ops.te_util import const
-
     x, w = tensors
     ws = _fshape(w)
     h, wd = _conv_windows(_fshape(x), ws, a)
@@ -477,10 +469,6 @@ def _divisor(hw, a: Pool2dAttrs, i, j):
 
 
 def _pool_compute(tensors, a: Pool2dAttrs, out_types: Sequence[TensorType]):
-    from tvm import te
-
-    from cinn.ops.te_util import cast, lowest
-
     tirx = _tvm().tirx
     (x,) = tensors
     hw = _pool_windows(_fshape(x), a)
@@ -757,8 +745,6 @@ class DropoutAttrs(Attrs):
 
 
 def _dropout_te(x, a: DropoutAttrs):
-    from cinn.ops.te_util import const, dtype_of
-
     return x if a.keep_scale == 1.0 else x * const(a.keep_scale, dtype_of(x))
 
 

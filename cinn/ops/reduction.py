@@ -5,11 +5,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import tvm
+from tvm import te, topi
 
 from cinn.ir import Attrs, TensorType
 from cinn.ops.common import normalize_axes, normalize_axis
 from cinn.ops.registry import DtypeClass as D
 from cinn.ops.registry import OpDef, PatternKind, register
+from cinn.ops.te_util import const
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,6 @@ def _topi_reduce(topi_name: str):
     """A TE reduction by tvm.topi.<topi_name>: te_fn(x, axes, keep_dim) -> tensor."""
 
     def te_fn(x, axes: tuple[int, ...], keep_dim: bool):
-        from tvm import te, topi
-
         if not axes:  # a 0-d input: still a fresh output, never the input tensor itself
             return te.compute(x.shape, lambda *i: x(*i), name=f"{x.op.name}_red")
         return getattr(topi, topi_name)(x, axis=list(axes), keepdims=keep_dim)
@@ -78,11 +79,6 @@ def _extreme_reduce(is_max: bool):
     topi_fn = _topi_reduce("max" if is_max else "min")
 
     def te_fn(x, axes: tuple[int, ...], keep_dim: bool):
-        import tvm
-        from tvm import te
-
-        from cinn.ops.te_util import const
-
         reduced = topi_fn(x, axes, keep_dim)
         dtype = str(x.dtype)
         if not axes or not dtype.startswith("float"):
@@ -96,10 +92,6 @@ def _extreme_reduce(is_max: bool):
 
 
 def _mean_te(x, axes: tuple[int, ...], keep_dim: bool):
-    from tvm import te
-
-    from cinn.ops.te_util import const
-
     total = _topi_reduce("sum")(x, axes, keep_dim)
     count = const(int(np.prod([int(x.shape[i]) for i in axes])), x.dtype)
     return te.compute(total.shape, lambda *i: total(*i) / count, name=f"{x.op.name}_mean")
@@ -155,10 +147,6 @@ def _register_arg_reduce(name: str, topi_name: str, np_fn: Callable) -> None:
         return (TensorType(reduced_shape(x.shape, axes, a.keep_dim), "int32"),)
 
     def compute(tensors, a: ArgReduceAttrs, out_types: Sequence[TensorType]):
-        from tvm import te, topi
-
-        from cinn.ops.te_util import const
-
         x = tensors[0]
         if not x.shape:
             return [te.compute((), lambda: const(0, "int32"), name=f"{x.op.name}_{name}")]

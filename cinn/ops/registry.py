@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -63,7 +63,6 @@ class OpDef:
     num_inputs: int | None = 1  # None: variadic (one list argument)
     dtypes: DtypeClass = DtypeClass.ANY
     doc: str = ""
-    aliases: tuple[str, ...] = field(default=())
 
     @property
     def is_composite(self) -> bool:

@@ -6,20 +6,23 @@ a small math namespace, so the TE compute (TIR expressions) and the numpy refere
 """
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from tvm import te, tirx
 
 from cinn.ir import Attrs, TensorType
-from cinn.ops.common import StrEnum, coerce_enum
+from cinn.ops.common import coerce_enum
 from cinn.ops.registry import OpDef, PatternKind, register
+from cinn.ops.te_util import cast, const
 
 MAX_TAPS = 1024  # antialias filters widen as 1 / scale: beyond this an output sums too many inputs
 
 
-class ResizeMode(StrEnum):
+class ResizeMode(enum.StrEnum):
     """Interpolation: CINN's bilinear/bicubic are accepted for linear/cubic."""
 
     NEAREST = "nearest"
@@ -31,7 +34,7 @@ class ResizeMode(StrEnum):
         return {"bilinear": cls.LINEAR, "bicubic": cls.CUBIC}.get(value)
 
 
-class CoordinateMode(StrEnum):
+class CoordinateMode(enum.StrEnum):
     """How an output index maps to a source coordinate (ONNX's coordinate_transformation_mode)."""
 
     HALF_PIXEL = "half_pixel"
@@ -42,7 +45,7 @@ class CoordinateMode(StrEnum):
     TF_CROP_AND_RESIZE = "tf_crop_and_resize"
 
 
-class NearestMode(StrEnum):
+class NearestMode(enum.StrEnum):
     """How nearest mode rounds a source coordinate."""
 
     ROUND_PREFER_FLOOR = "round_prefer_floor"
@@ -96,8 +99,6 @@ _NUMPY = _Math(np.floor, np.where, lambda v: v.astype(np.int64), np.clip, lambda
 
 
 def _tir_math() -> _Math:
-    from tvm import tirx
-
     return _Math(tirx.floor, tirx.Select, lambda v: v.astype("int32"), lambda i, lo, hi: tirx.min(tirx.max(i, lo), hi),
                  lambda i, n: tirx.And(i >= 0, i < n), tirx.Or, lambda v: tirx.const(v, "float64"), tirx.abs)
 
@@ -244,10 +245,6 @@ def _infer(types: Sequence[TensorType], a: ResizeAttrs) -> list[TensorType]:
 
 
 def _compute(tensors, a: ResizeAttrs, out_types: Sequence[TensorType]):
-    from tvm import te, tirx
-
-    from cinn.ops.te_util import cast, const
-
     (x,) = tensors
     out = out_types[0]
     axes = [ax for ax in _axes(tuple(int(d) for d in x.shape), a) if not ax.is_identity(a)]

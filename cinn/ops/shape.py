@@ -8,10 +8,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import tvm
+from tvm import te, tirx, topi
 
 from cinn.ir import DTYPES, Attrs, TensorType
 from cinn.ops.common import normalize_axes, normalize_axis, same_dtype
 from cinn.ops.registry import OpDef, PatternKind, register
+from cinn.ops.te_util import cast, const
 
 if TYPE_CHECKING:
     from tvm import te
@@ -22,15 +25,11 @@ IndexMap = Callable[[Sequence], Sequence]  # output index exprs -> input index e
 
 # -- TE helpers (tvm imported lazily) ----------------------------------------------------------
 def _te():
-    from tvm import te
-
     return te
 
 
 def _map_compute(name: str, x: te.Tensor, out_shape: Shape, in_index: IndexMap) -> te.Tensor:
     """A new tensor whose element at idx is x[in_index(idx)] (a fresh compute even for a pure view)."""
-    import tvm
-
     def body(*idx):
         # simplify under the loop bounds so the kernel (and the tuner's features) see plain indices
         analyzer = tvm.sym.Analyzer()
@@ -82,8 +81,6 @@ def _reshape_compute(name: str):
 
 def _scalar(value, dtype: str):
     """A TIR constant of `dtype` holding `value` converted as numpy would (0.5 -> 0 for ints)."""
-    from cinn.ops.te_util import const
-
     return const(np.asarray(value).astype(dtype).item(), dtype)
 
 
@@ -242,8 +239,6 @@ def _concat_infer(types: Sequence[TensorType], a: AxisAttrs) -> list[TensorType]
 
 
 def _concat_compute(tensors, a, out_types):
-    from tvm import topi
-
     return [topi.concatenate(list(tensors), normalize_axis("concat", a.axis, len(out_types[0].shape)))]
 
 
@@ -483,8 +478,6 @@ def _pad_reference(xs, a):
 
 def _pad_source(i, before: int, d: int, mode: PadMode):
     """The input index read for output index i along one dim (any index for constant-mode borders)."""
-    from tvm import tirx
-
     j = i - before
     if mode == PadMode.REFLECT:
         j = (d - 1) - tirx.abs((d - 1) - tirx.abs(j))
@@ -494,8 +487,6 @@ def _pad_source(i, before: int, d: int, mode: PadMode):
 
 
 def _pad_compute(tensors, a, out_types):
-    from tvm import tirx
-
     (x,) = tensors
     shape = _dims(x)
     fill = _scalar(a.pad_value, out_types[0].dtype)
@@ -526,8 +517,6 @@ def _gather_infer(types: Sequence[TensorType], a: AxisAttrs) -> list[TensorType]
 
 
 def _gather_compute(tensors, a, out_types):
-    from tvm import topi
-
     x, index = tensors
     # "wrap" maps -n..-1 as numpy does and keeps out-of-range indices in bounds instead of faulting
     return [topi.take(x, index, axis=normalize_axis("gather", a.axis, x.ndim), mode="wrap")]
@@ -553,8 +542,6 @@ def _gather_elements_infer(types: Sequence[TensorType], a: AxisAttrs) -> list[Te
 
 
 def _gather_elements_compute(tensors, a, out_types):
-    from tvm import tirx
-
     x, index = tensors
     ax = normalize_axis("gather_elements", a.axis, x.ndim)
     n = _dims(x)[ax]
@@ -608,8 +595,6 @@ def _arange_reference(_xs, a):
 
 
 def _arange_compute(_tensors, a, out_types):
-    from cinn.ops.te_util import cast, const
-
     # computed in float64, then cast: the same rounding as the reference for every dtype
     def body(i):
         return cast(const(a.start, "float64") + cast(i, "float64") * const(a.step, "float64"), a.dtype)

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from tvm import te, tirx
 
 from cinn.ir import Attrs, TensorType
 from cinn.ops.common import normalize_axis
 from cinn.ops.registry import DtypeClass, OpDef, PatternKind, register
+from cinn.ops.te_util import const
 
 INDEX_DTYPE = "int64"  # ONNX TopK and Paddle's top_k return int64 indices
 
@@ -47,10 +49,6 @@ def _infer(types: Sequence[TensorType], a: TopKAttrs) -> list[TensorType]:
 
 
 def _compute(tensors, a: TopKAttrs, out_types: Sequence[TensorType]):
-    from tvm import te, tirx
-
-    from cinn.ops.te_util import const
-
     (x,) = tensors
     ax = _axis(tuple(int(d) for d in x.shape), a)
     n = int(x.shape[ax])

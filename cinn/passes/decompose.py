@@ -1,14 +1,13 @@
 """Expand composite ops (softmax, layer_norm, batch_norm...) into primitive ops, as CINN's decomposer."""
 from __future__ import annotations
 
+from cinn.builder import NetBuilder
 from cinn.ir import Node, Program, Value
 from cinn.ops import get_op
 
 
 def decompose(program: Program) -> Program:
     """Replace every composite node by the primitive nodes its op table entry emits."""
-    from cinn.frontend.net_builder import NetBuilder  # the emitter; frontend depends on cinn, not the reverse
-
     if not any(get_op(n.op).is_composite for n in program.nodes):
         return program
     emitter = NetBuilder.continuing(program)

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from cinn.builder import Names, new_node, program_names
 from cinn.ir import Attrs, Node, Program, TensorType, Value
-from cinn.ops import get_op, infer
 
 
 class Rewriter:
@@ -26,8 +25,7 @@ class Rewriter:
         self._producer: dict[str, Node] = {}
         self._users = program.consumers()
         self._outputs = {v.name for v in program.outputs}
-        self._names = {v.name for v in program.inputs} | set(program.constants) | {v.name for n in program.nodes for v in n.outputs}
-        self._counter = itertools.count()
+        self._names = Names(program_names(program))
 
     # -- queries ----------------------------------------------------------------------------
     def value(self, v: Value) -> Value:
@@ -61,17 +59,12 @@ class Rewriter:
 
     def emit(self, op: str, inputs: Sequence[Value], attrs: Attrs | None = None) -> tuple[Value, ...]:
         """Emit a new op application with inferred output types and fresh names."""
-        opdef = get_op(op)
-        attrs = attrs if attrs is not None else opdef.attrs()
-        types = infer(opdef, [v.type for v in inputs], attrs)
-        name = self._fresh(op)
-        outs = tuple(Value(name if len(types) == 1 else self._fresh(f"{name}_out"), t) for t in types)
-        return self.keep(Node(op, tuple(inputs), outs, attrs, name)).outputs
+        return self.keep(new_node(op, inputs, attrs, self._names)).outputs
 
     def new_constant(self, array: np.ndarray, prefix: str) -> Value:
         """Add a constant under a fresh name (the array's dtype is kept)."""
         array = np.ascontiguousarray(array)
-        value = Value(self._fresh(prefix), TensorType(array.shape, array.dtype))
+        value = Value(self._names.fresh(prefix), TensorType(array.shape, array.dtype))
         self.constants[value.name] = array
         return value
 
@@ -92,12 +85,6 @@ class Rewriter:
         """The rewritten program (unused constants stay until dce)."""
         outputs = tuple(self.value(v) for v in self.program.outputs)
         return self.program.replace(nodes=tuple(self._nodes), outputs=outputs, constants=self.constants)
-
-    def _fresh(self, prefix: str) -> str:
-        while (name := f"{prefix}_{next(self._counter)}") in self._names:
-            pass
-        self._names.add(name)
-        return name
 
 
 # A rule rewrites one node and returns True, or returns False to keep the node unchanged.

@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 
 import onnx
 
+from cinn.frontend.folding import FoldingBuilder
 from cinn.frontend.onnx import ops_elementwise, ops_nn, ops_reduce, ops_resize, ops_shape  # noqa: F401  (register converters)
-from cinn.frontend.onnx.builder import FoldingBuilder
 from cinn.frontend.onnx.registry import CONVERTERS, NodeContext, OnnxImportError, onnx_dtype, tensor_to_array
 from cinn.ir import Node, Program, Value
 

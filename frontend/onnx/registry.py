@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from cinn.frontend.onnx.builder import FoldingBuilder
+from cinn.frontend.folding import FoldingBuilder
 from cinn.ir import DTYPES, Value
 
 

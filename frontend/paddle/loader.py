@@ -5,7 +5,7 @@ import glob
 import os
 from collections.abc import Mapping, Sequence
 
-from cinn.frontend.onnx.builder import FoldingBuilder
+from cinn.frontend.folding import FoldingBuilder
 from cinn.frontend.paddle import ops_math, ops_nn, ops_shape  # noqa: F401  (register converters)
 from cinn.frontend.paddle.graph import PaddleImportError, PaddleModel, PaddleOp, Tensor
 from cinn.frontend.paddle.params import params_path, read_params

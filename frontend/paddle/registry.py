@@ -14,7 +14,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from cinn.frontend.onnx.builder import FoldingBuilder
+from cinn.frontend.folding import FoldingBuilder
 from cinn.frontend.paddle.graph import Operand, PaddleImportError, PaddleOp
 from cinn.frontend.paddle.schema import DTYPE_OF_CODE, UNSUPPORTED_CODES
 from cinn.ir import DTYPES, Value

@@ -1,0 +1,49 @@
+"""Model files in: a Program from an ONNX file or a Paddle inference model, chosen by its name."""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from cinn.ir import Program
+
+ONNX_SUFFIXES = (".onnx",)
+PADDLE_SUFFIXES = (".pdmodel", ".json")
+MODEL_FILE_SUFFIXES = ONNX_SUFFIXES + PADDLE_SUFFIXES
+
+
+class UnsupportedModelFormat(ValueError):
+    """A model file whose format cinn cannot read."""
+
+
+def is_model_file(path: str) -> bool:
+    """Whether a name is a model file (ONNX, Paddle .pdmodel/.json) or a Paddle model directory."""
+    return os.path.isdir(path) or path.endswith(MODEL_FILE_SUFFIXES)
+
+
+def load_model(path: str, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program:
+    """A Program from a model file, chosen by its extension (a directory is a Paddle model)."""
+    # each importer is imported only for its own format: onnx and protobuf take a while to import
+    if path.endswith(PADDLE_SUFFIXES) or os.path.isdir(path):
+        from cinn.frontend.paddle import load_paddle
+
+        return load_paddle(path, input_shapes)
+    if not path.endswith(ONNX_SUFFIXES):
+        raise UnsupportedModelFormat(f"{path}: unknown model format (expected .onnx, .json, .pdmodel or a Paddle model "
+                                     "directory)")
+    from cinn.frontend.onnx import load_onnx
+
+    return load_onnx(path, input_shapes)
+
+
+def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """NAME=2,3,4 specs as {name: shape}; malformed ones raise ValueError naming the spec."""
+    shapes = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = tuple(int(d) for d in dims.split(",")) if dims else ()
+        except ValueError:
+            raise ValueError(f"--input-shape {spec!r}: expected NAME=D0,D1,... with integer dims") from None
+    return shapes
