@@ -1,6 +1,7 @@
 """The schedule log: JSON lines, one record per measured candidate; compile applies the best per workload."""
 from __future__ import annotations
 
+import enum
 import fcntl
 import json
 import math
@@ -12,6 +13,20 @@ from dataclasses import asdict, dataclass
 from cinn.target import Target
 
 
+class FailureKind(enum.StrEnum):
+    """Why a measured candidate has no cost."""
+
+    BUILD_ERROR = "build_error"  # scheduling or compiling raised
+    BUILD_TIMEOUT = "build_timeout"
+    BUILD_CRASH = "build_crash"  # the build worker died (segfault, abort, out of memory)
+    RUN_ERROR = "run_error"  # loading or calling the kernel raised
+    RUN_TIMEOUT = "run_timeout"
+    RUN_CRASH = "run_crash"  # the run worker died
+    WRONG_RESULT = "wrong_result"  # outputs differ from the default schedule's
+    NO_REFERENCE = "no_reference"  # the default schedule failed, so no candidate of the workload can be checked
+    UNKNOWN = "unknown"  # a failed record from a log written before failure kinds were recorded
+
+
 @dataclass(frozen=True)
 class Record:
     """One measured schedule candidate of a workload on a target."""
@@ -21,7 +36,12 @@ class Record:
     trace: str  # the schedule as a replayable TVM trace (JSON text)
     costs: tuple[float, ...]  # seconds per run; empty when the candidate failed
     versions: tuple[tuple[str, str], ...] = ()
-    error: str = ""
+    error: str = ""  # what went wrong, for people (the failure's details)
+    failure: FailureKind | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.failure is not None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -36,6 +56,7 @@ class Record:
             costs=tuple(float(c) for c in d["costs"]),
             versions=tuple((str(k), str(v)) for k, v in d.get("versions", ())),
             error=str(d.get("error", "")),
+            failure=FailureKind(d["failure"]) if d.get("failure") else FailureKind.UNKNOWN if d.get("error") else None,
         )
 
 
@@ -88,8 +109,8 @@ class TracePool:
         self._costs: dict[str, list[float]] = {}
         self._failed: set[str] = set()
 
-    def add(self, trace: str, costs: Sequence[float], error: str = "") -> None:
-        if error or not costs:
+    def add(self, trace: str, costs: Sequence[float], failure: FailureKind | None = None) -> None:
+        if failure is not None or not costs:
             self._failed.add(trace)
         else:
             self._costs.setdefault(trace, []).extend(costs)
@@ -114,5 +135,5 @@ def best_traces(path: str | os.PathLike, target: Target) -> dict[str, str]:
     pools: dict[str, TracePool] = {}
     for rec in read_records(path):
         if rec.target == str(target):
-            pools.setdefault(rec.workload, TracePool()).add(rec.trace, rec.costs, rec.error)
+            pools.setdefault(rec.workload, TracePool()).add(rec.trace, rec.costs, rec.failure)
     return {w: t for w, (_, t) in ((w, p.best()) for w, p in pools.items()) if t is not None}

@@ -8,6 +8,7 @@ returns after its last timing run, so the builds of the next batch never overlap
 """
 from __future__ import annotations
 
+import enum
 import math
 import os
 import socket
@@ -23,6 +24,7 @@ from tvm import rpc
 from tvm.s_tir import Schedule
 from tvm.support.popen_pool import PopenPoolExecutor
 
+from cinn.autotune.database import FailureKind
 from cinn.autotune.task import Task
 from cinn.build import KernelSpec, build_kernel
 from cinn.cuda_module import require_device
@@ -68,14 +70,18 @@ class MeasureInput:
 
 @dataclass(frozen=True)
 class MeasureResult:
-    """Seconds per timed repeat, or () and a short reason when the candidate failed."""
+    """Seconds per timed repeat, or () with the kind of failure and its details when the candidate failed."""
 
     costs: tuple[float, ...]
-    error: str = ""
+    failure: FailureKind | None = None
+    detail: str = ""
 
     @property
     def ok(self) -> bool:
-        return not self.error
+        return self.failure is None
+
+    def __str__(self) -> str:
+        return f"{self.failure}: {self.detail}" if self.failure else f"ok: {self.mean:.3g} s"
 
     @property
     def mean(self) -> float:
@@ -225,16 +231,17 @@ class _Outcome(Generic[T]):
     """A worker's value, or why there is none."""
 
     value: T | None
-    error: str = ""
+    failure: FailureKind | None = None
+    detail: str = ""
 
 
 def _guarded(fn: Callable[..., T], *args) -> _Outcome[T]:
     """Run in a worker: exceptions become short messages (the pool would ship whole tracebacks, or fail
-    to rebuild exception types with other constructors)."""
+    to rebuild exception types with other constructors); the caller knows the stage, and so the failure kind."""
     try:
         return _Outcome(fn(*args))
     except Exception as err:
-        return _Outcome(None, _short(err))
+        return _Outcome(None, FailureKind.UNKNOWN, _short(err))
 
 
 def _short(err: BaseException) -> str:
@@ -245,17 +252,25 @@ def _short(err: BaseException) -> str:
     return (text if text.startswith(name) else f"{name}: {text}")[:300]
 
 
-def _collect(future, stage: str, timeout: float) -> _Outcome:
-    """A pool future's outcome, with its failure prefixed by the stage ('build' or 'run')."""
+class _Stage(enum.Enum):
+    """A measurement stage and its failure kinds: (error, timeout, crash)."""
+
+    BUILD = (FailureKind.BUILD_ERROR, FailureKind.BUILD_TIMEOUT, FailureKind.BUILD_CRASH)
+    RUN = (FailureKind.RUN_ERROR, FailureKind.RUN_TIMEOUT, FailureKind.RUN_CRASH)
+
+
+def _collect(future, stage: _Stage, timeout: float) -> _Outcome:
+    """A pool future's outcome, its failure given the stage's kind."""
+    error, timed_out, crashed = stage.value
     try:
         out = future.result()
     except TimeoutError:
-        return _Outcome(None, f"{stage}: timeout after {timeout} s")
+        return _Outcome(None, timed_out, f"after {timeout} s")
     except ChildProcessError:
-        return _Outcome(None, f"{stage}: worker crashed (the process died: segfault, abort or out of memory)")
+        return _Outcome(None, crashed, "the worker process died (segfault, abort or out of memory)")
     except Exception as err:
-        return _Outcome(None, f"{stage}: {_short(err)}")
-    return out if not out.error else _Outcome(None, f"{stage}: {out.error}")
+        return _Outcome(None, error, _short(err))
+    return out if out.failure is None else _Outcome(None, error, out.detail)
 
 
 def _import_compiler() -> None:
@@ -329,7 +344,7 @@ class _PoolRunner:
             s: self._build_pool.submit(_guarded, self._build_fn, s, target, os.path.join(tmp, f"c{n}.so"))
             for n, s in enumerate(specs)
         }
-        return {s: _collect(f, "build", self.config.build_timeout) for s, f in futures.items()}
+        return {s: _collect(f, _Stage.BUILD, self.config.build_timeout) for s, f in futures.items()}
 
     def _run(self, spec: KernelSpec, lib: str, target: Target, timing: Timing) -> _Outcome[RunOutput]:
         """Run one built candidate in the run worker (restarted by the pool after a crash or timeout)."""
@@ -338,25 +353,25 @@ class _PoolRunner:
         c = self.config
         args = self._args[spec.workload]
         request = RunRequest(lib, args, target, timing, c.seed, c.check_correctness, spec.trace, self._remote)
-        return _collect(self._run_pool.submit(_guarded, self._run_fn, request), "run", c.run_timeout)
+        return _collect(self._run_pool.submit(_guarded, self._run_fn, request), _Stage.RUN, c.run_timeout)
 
     def _reference(self, spec: KernelSpec, built: _Outcome[str], target: Target) -> _Reference:
         """Outputs of the workload's default schedule: what every candidate must reproduce."""
-        out = built if built.error else self._run(spec, built.value, target, Timing(1, 1, 0))
-        return _Reference(out.value.outputs) if not out.error else _Reference((), out.error)
+        out = built if built.failure else self._run(spec, built.value, target, Timing(1, 1, 0))
+        return _Reference(out.value.outputs) if out.failure is None else _Reference((), f"{out.failure}: {out.detail}")
 
     def _measure_one(self, spec: KernelSpec, built: _Outcome[str], target: Target) -> MeasureResult:
-        if built.error:
-            return MeasureResult((), built.error)
+        if built.failure:
+            return MeasureResult((), built.failure, built.detail)
         ref = self._refs.get((target, spec.workload)) if self.config.check_correctness else None
         if ref is not None and ref.error:
-            return MeasureResult((), f"reference: the default schedule failed ({ref.error})")
+            return MeasureResult((), FailureKind.NO_REFERENCE, f"the default schedule failed ({ref.error})")
         c = self.config
         out = self._run(spec, built.value, target, Timing(c.number, c.repeat, c.min_repeat_ms, c.cache_flush))
-        if out.error:
-            return MeasureResult((), out.error)
+        if out.failure:
+            return MeasureResult((), out.failure, out.detail)
         mismatch = compare_outputs(ref.outputs, out.value.outputs, c.rtol, c.atol) if ref is not None else ""
-        return MeasureResult((), f"wrong result: {mismatch}") if mismatch else MeasureResult(out.value.costs)
+        return MeasureResult((), FailureKind.WRONG_RESULT, mismatch) if mismatch else MeasureResult(out.value.costs)
 
 
 class LocalRunner(_PoolRunner):

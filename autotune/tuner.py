@@ -77,7 +77,7 @@ class _TaskState:
         self.search.record(cand, result.mean)
         if cand.key == self.default.key:
             self.default_trace = trace
-        self.pool.add(trace, result.costs, result.error)
+        self.pool.add(trace, result.costs, result.failure)
 
     def finalists(self, k: int) -> list[str]:
         """The k best traces and the default's, to re-measure back to back."""
@@ -159,12 +159,12 @@ def _verify(state: _TaskState, target: Target, log, runner: Runner, k: int) -> b
     results = runner.measure([MeasureInput(state.task, t) for t in traces], target)
     append_records(log, [_record(state.task, target, t, r) for t, r in zip(traces, results)])
     for t, r in zip(traces, results):
-        state.pool.add(t, r.costs, r.error)
+        state.pool.add(t, r.costs, r.failure)
     return True
 
 
 def _record(task: Task, target: Target, trace: str, result: MeasureResult) -> Record:
-    return Record(task.workload, str(target), trace, tuple(result.costs), _versions(), result.error)
+    return Record(task.workload, str(target), trace, tuple(result.costs), _versions(), result.detail, result.failure)
 
 
 def _versions() -> tuple[tuple[str, str], ...]:
@@ -183,7 +183,7 @@ def _resume(states: list[_TaskState], target: Target, log, model: CostModel) -> 
         cand = space.sample(state.task, target, random.Random(0), space.decisions_of_trace(rec.trace),
                             module=state.search.module)
         if cand is not None:
-            seen.setdefault(rec.workload, []).append((cand, rec.trace, MeasureResult(rec.costs, rec.error)))
+            seen.setdefault(rec.workload, []).append((cand, rec.trace, MeasureResult(rec.costs, rec.failure, rec.error)))
     for workload, items in seen.items():
         state = by_workload[workload]
         for cand, trace, result in items:

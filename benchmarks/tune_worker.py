@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 import tempfile
 import time
@@ -35,7 +34,6 @@ from cinn.utils import interleaved_medians, median_seconds, random_arrays
 
 SAMPLE_S = 0.01  # each interleaved timing sample runs the kernel for about this long
 MS_FAILED_S = 1e9  # MetaSchedule's database records a failed candidate with a run time of 1e10 s
-_PARTICULARS = re.compile(r"[:(]| after | at |\d")  # where a failure's reason turns to its details
 TunerResult = tuple[str | None, float | None, dict[str, int]]  # best trace, its cost as measured, failures by kind
 
 
@@ -87,14 +85,8 @@ def tune_ours(task: Task, target: Target, trials: int, work_dir: str) -> TunerRe
     """Tune with our tuner into a fresh log: the best trace (None = default schedule), its cost, failures by kind."""
     log = os.path.join(work_dir, "tuning.jsonl")
     (summary,) = tune([task], target, log, TuneConfig(trials=trials, seed=0))
-    failures = Counter(failure_kind(r.error) for r in read_records(log) if r.error)
+    failures = Counter(str(r.failure) for r in read_records(log) if r.failed)
     return summary.best_trace, summary.best_cost if math.isfinite(summary.best_cost) else None, dict(failures)
-
-
-def failure_kind(error: str) -> str:
-    """A failed measurement's stage and reason without its particulars: 'run: timeout after 10.0 s' -> 'run: timeout'."""
-    stage, _, reason = error.partition(": ")
-    return f"{stage}: {_PARTICULARS.split(reason)[0].strip()}" if reason else stage
 
 
 TUNERS = {Tuner.OURS: tune_ours, Tuner.MS: tune_ms}

@@ -14,7 +14,7 @@ from tvm.s_tir import Schedule
 
 import cinn
 from cinn.autotune import space
-from cinn.autotune.database import Record, append_records, best_traces, read_records
+from cinn.autotune.database import FailureKind, Record, append_records, best_traces, read_records
 from cinn.autotune.measure import MeasureConfig, MeasureResult
 from cinn.autotune.scheduler import TaskProgress, next_task, round_size
 from cinn.autotune.search import SearchConfig, TaskSearch
@@ -193,7 +193,7 @@ def test_sampled_schedules_are_correct(make, sketch, runner):
     if sketch is not None:
         assert all(c.decisions[0] == space.Choice(Knob.SKETCH, 0, sketch, (0, 1)) for c in cands)
     results = runner.measure([MeasureInput(task, c.trace_json()) for c in cands], TARGET)
-    assert all(r.ok for r in results), [r.error for r in results]
+    assert all(r.ok for r in results), [str(r) for r in results]
 
 
 def test_scheduler_warms_up_round_robin_then_follows_the_gradient():
@@ -234,7 +234,7 @@ def test_summary_tells_untuned_tasks_from_failed_ones():
 class FlakyRunner:
     """Wraps a runner: every third candidate fails as a crash, a hang or a wrong result would."""
 
-    ERRORS = ("run: worker crashed (SIGSEGV)", "run: timeout after 2.0 s", "wrong result: max abs err 1.0")
+    FAILURES = (FailureKind.RUN_CRASH, FailureKind.RUN_TIMEOUT, FailureKind.WRONG_RESULT)
 
     def __init__(self, inner):
         self.inner, self.count = inner, 0
@@ -243,7 +243,7 @@ class FlakyRunner:
         out = []
         for inp, res in zip(inputs, self.inner.measure(inputs, target)):
             self.count += 1
-            out.append(MeasureResult((), self.ERRORS[self.count % 3]) if self.count % 3 == 0 else res)
+            out.append(MeasureResult((), self.FAILURES[self.count % 3], "injected") if self.count % 3 == 0 else res)
         return out
 
     def close(self):
@@ -259,9 +259,9 @@ def test_tune_logs_every_candidate_and_survives_failures(tmp_path, runner, tmp_c
     records = list(read_records(log))
     trials, verified = records[:9], records[9:]
     assert summary.trials == 9 == len({r.trace for r in trials})
-    assert sum(1 for r in trials if r.error) == 3
+    assert sum(1 for r in trials if r.failed) == 3
     # the best three successful candidates and the default are measured once more
-    assert 2 <= len(verified) <= 4 and {r.trace for r in verified} <= {r.trace for r in trials if not r.error}
+    assert 2 <= len(verified) <= 4 and {r.trace for r in verified} <= {r.trace for r in trials if not r.failed}
     assert math.isfinite(summary.best_cost) and summary.best_cost <= summary.default_cost
     x, y = np.random.rand(32, 48).astype("float32"), np.random.rand(48, 64).astype("float32")
     exe = cinn.compile(program, tuning_log=log, cache_dir=tmp_cache)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import cinn.frontend
+from cinn.autotune.database import FailureKind
 from cinn.autotune.measure import (
     ArgInfo,
     LocalRunner,
@@ -103,7 +104,7 @@ def runner():
 
 
 def _assert_ok(result) -> None:
-    assert result.ok, result.error
+    assert result.ok, str(result)
     assert len(result.costs) == FAST.repeat and 0 < result.mean < 1
 
 
@@ -147,7 +148,7 @@ def test_default_handmade_and_garbage_traces(runner, task, target):
     _assert_ok(default)
     _assert_ok(handmade)
     for bad in (garbage, not_json):
-        assert bad.error.startswith("build: ") and bad.costs == () and bad.mean == float("inf")
+        assert bad.failure is FailureKind.BUILD_ERROR and bad.costs == () and bad.mean == float("inf")
 
 
 def test_different_func_under_same_workload_is_wrong(runner, task, target):
@@ -155,31 +156,31 @@ def test_different_func_under_same_workload_is_wrong(runner, task, target):
     # the first candidate of a workload sets its reference (unless an earlier test did)
     inputs = [MeasureInput(task, None), MeasureInput(impostor, None), MeasureInput(task, _trace(task))]
     first, wrong, ok = runner.measure(inputs, target)
-    assert wrong.error.startswith("wrong result: max abs err"), wrong.error
+    assert wrong.failure is FailureKind.WRONG_RESULT and wrong.detail.startswith("max abs err"), str(wrong)
     _assert_ok(first)
     _assert_ok(ok)
 
 
 @pytest.mark.parametrize(
-    "fault, error",
+    "fault, failure, detail",
     [
-        ("crash", "run: worker crashed"),
-        ("hang", f"run: timeout after {FAST.run_timeout} s"),
-        ("perturb", "wrong result: max abs err 1 at"),
-        ("build_crash", "build: worker crashed"),
+        ("crash", FailureKind.RUN_CRASH, "the worker process died"),
+        ("hang", FailureKind.RUN_TIMEOUT, f"after {FAST.run_timeout} s"),
+        ("perturb", FailureKind.WRONG_RESULT, "max abs err 1 at"),
+        ("build_crash", FailureKind.BUILD_CRASH, "the worker process died"),
     ],
 )
-def test_failed_candidate_does_not_stop_the_next(runner, task, target, fault, error):
+def test_failed_candidate_does_not_stop_the_next(runner, task, target, fault, failure, detail):
     bad, good = runner.measure([MeasureInput(task, _trace(task, fault)), MeasureInput(task, _trace(task))], target)
-    assert bad.error.startswith(error) and bad.costs == (), bad.error
+    assert bad.failure is failure and bad.detail.startswith(detail) and bad.costs == (), str(bad)
     _assert_ok(good)  # the pool restarted the dead or killed worker
 
 
 def test_failed_reference_fails_every_candidate(runner, task, target):
     orphan = dataclasses.replace(task, workload=NO_DEFAULT)
     results = runner.measure([MeasureInput(orphan, _trace(task)), MeasureInput(orphan, "[]")], target)
-    assert [r.error.split(":")[0] for r in results] == ["reference", "build"]
-    assert results[0].error.startswith("reference: the default schedule failed (build: RuntimeError: no default")
+    assert [r.failure for r in results] == [FailureKind.NO_REFERENCE, FailureKind.BUILD_ERROR]
+    assert results[0].detail.startswith("the default schedule failed (build_error: RuntimeError: no default")
 
 
 def test_compare_outputs():
@@ -227,7 +228,8 @@ def test_rpc_runner_on_loopback(rpc_device, task, target):
     with RpcRunner(f"127.0.0.1:{rpc_device.port}", "cinn-test", FAST) as r:
         ok, bad = r.measure([MeasureInput(task, _trace(task)), MeasureInput(task, "[]x")], target)
         _assert_ok(ok)
-        assert bad.error.startswith("build: ")
+        assert bad.failure is FailureKind.BUILD_ERROR
         rpc_device.terminate()  # the last RPC test: the tracker goes away mid-tuning
         (lost,) = r.measure([MeasureInput(task, None)], target)
-    assert lost.error.startswith("run: ConnectionError: cannot reach the RPC tracker"), lost.error
+    assert lost.failure is FailureKind.RUN_ERROR, str(lost)
+    assert lost.detail.startswith("ConnectionError: cannot reach the RPC tracker"), str(lost)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn.autotune.database import Record, best_traces
+from cinn.autotune.database import FailureKind, Record, best_traces
 from cinn.target import parse_target
 
 
@@ -40,3 +40,14 @@ def test_re_measured_trace_is_judged_on_all_its_runs(tmp_path):
     crashed = Record("a", flaky.target, flaky.trace, (), error="crashed")  # one failure rules a trace out
     log.write_text("".join(r.to_json() + "\n" for r in (lucky, steady, flaky, again, crashed)), encoding="utf-8")
     assert best_traces(log, parse_target("llvm -mcpu=x -num-cores=2")) == {"a": steady.trace}
+
+
+def test_failure_kinds_round_trip_and_old_lines_load():
+    """A record's failure kind is written and read back; lines from logs written before kinds existed still load."""
+    rec = Record("a", "llvm", "[]", (), error="after 10 s", failure=FailureKind.RUN_TIMEOUT)
+    again = Record.from_json(rec.to_json())
+    assert again == rec and again.failed and json.loads(rec.to_json())["failure"] == "run_timeout"
+    old_failed = Record.from_json('{"workload": "a", "target": "llvm", "trace": "[]", "costs": [], "error": "run: boom"}')
+    old_ok = Record.from_json('{"workload": "a", "target": "llvm", "trace": "[]", "costs": [1.0]}')
+    assert old_failed.failure is FailureKind.UNKNOWN and old_failed.error == "run: boom"
+    assert old_ok.failure is None and not old_ok.failed
