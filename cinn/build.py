@@ -64,7 +64,8 @@ def code_version() -> str:
 
 def cache_key(spec: KernelSpec, target: Target) -> str:
     """Cache file stem: workload, schedule, target, TVM and compiler code versions."""
-    text = "|".join([spec.workload, spec.trace or "default", str(target), code_version()])
+    # repr, not str: the cache sizes that shape the default schedules are part of the key
+    text = "|".join([spec.workload, spec.trace or "default", repr(target), code_version()])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -3,20 +3,50 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+import pathlib
+from dataclasses import dataclass, field
 
 import tvm
 from tvm.target import codegen
 
 
 @dataclass(frozen=True)
+class CacheSizes:
+    """Per-core data cache sizes of a CPU, in bytes."""
+
+    l1d: int
+    l2: int
+
+
+KIB = 1024
+DEFAULT_CACHES = CacheSizes(32 * KIB, 512 * KIB)
+# per-core L1d and L2 of CPUs by LLVM's name: the host's own are read from sysfs, these serve other -mcpu targets
+KNOWN_CACHES: dict[str, CacheSizes] = {
+    "haswell": CacheSizes(32 * KIB, 256 * KIB),
+    "broadwell": CacheSizes(32 * KIB, 256 * KIB),
+    "skylake": CacheSizes(32 * KIB, 256 * KIB),
+    "skylake-avx512": CacheSizes(32 * KIB, 1024 * KIB),
+    "cascadelake": CacheSizes(32 * KIB, 1024 * KIB),
+    "icelake-server": CacheSizes(48 * KIB, 1280 * KIB),
+    "rocketlake": CacheSizes(48 * KIB, 512 * KIB),
+    "sapphirerapids": CacheSizes(48 * KIB, 2048 * KIB),
+    "znver2": CacheSizes(32 * KIB, 512 * KIB),
+    "znver3": CacheSizes(32 * KIB, 512 * KIB),
+    "znver4": CacheSizes(32 * KIB, 1024 * KIB),
+    "znver5": CacheSizes(48 * KIB, 1024 * KIB),
+}
+
+
+@dataclass(frozen=True)
 class Target:
-    """A parsed target: kind ('llvm' or 'cuda'), CPU model or GPU architecture, and thread count."""
+    """A parsed target: kind ('llvm' or 'cuda'), CPU model or GPU architecture, thread count, and the CPU's per-core
+    cache sizes (which the schedules size their tiles by)."""
 
     kind: str
     mcpu: str = ""
     arch: str = ""
     num_cores: int = 1
+    caches: CacheSizes = field(default=DEFAULT_CACHES)
 
     @property
     def is_cuda(self) -> bool:
@@ -26,6 +56,19 @@ class Target:
     def vector_bits(self) -> int:
         """Width of the CPU's widest float vector registers (512 with AVX-512F, 256 with AVX2, else 128)."""
         return _vector_bits(self.mcpu)
+
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers: 32 with AVX-512 (zmm0-31), else 16."""
+        return 32 if self.vector_bits == 512 else 16
+
+    @property
+    def l1d_bytes(self) -> int:
+        return self.caches.l1d
+
+    @property
+    def l2_bytes(self) -> int:
+        return self.caches.l2
 
     def tvm(self):
         """The tvm.target.Target for this target."""
@@ -50,6 +93,28 @@ def _vector_bits(mcpu: str) -> int:
     return 128
 
 
+def cpu_caches(mcpu: str) -> CacheSizes:
+    """Per-core cache sizes of a CPU: the host's from sysfs, others from KNOWN_CACHES, else DEFAULT_CACHES."""
+    if mcpu == host_cpu():
+        return _host_caches()
+    return KNOWN_CACHES.get(mcpu, DEFAULT_CACHES)
+
+
+@functools.cache
+def _host_caches(root: str = "/sys/devices/system/cpu/cpu0/cache") -> CacheSizes:
+    """The host's per-core L1d and L2 as Linux reports them (falling back to the table where it does not)."""
+    sizes = {}
+    for index in sorted(pathlib.Path(root).glob("index*")):
+        try:
+            level, kind, size = ((index / f).read_text().strip() for f in ("level", "type", "size"))
+        except OSError:
+            continue
+        if kind in ("Data", "Unified") and size.endswith("K"):
+            sizes.setdefault(int(level), int(size[:-1]) * KIB)
+    fallback = KNOWN_CACHES.get(host_cpu(), DEFAULT_CACHES)
+    return CacheSizes(sizes.get(1, fallback.l1d), sizes.get(2, fallback.l2))
+
+
 @functools.cache
 def host_cpu() -> str:
     """LLVM's name for the host CPU (e.g. znver3, skylake)."""
@@ -71,7 +136,8 @@ def parse_target(spec: str | Target) -> Target:
         unknown = set(options) - {"mcpu", "num-cores"}
         if unknown:
             raise ValueError(f"unknown llvm target options {sorted(unknown)}")
-        return Target("llvm", mcpu=options.get("mcpu") or host_cpu(), num_cores=int(options.get("num-cores", os.cpu_count() or 1)))
+        mcpu = options.get("mcpu") or host_cpu()
+        return Target("llvm", mcpu=mcpu, num_cores=int(options.get("num-cores", os.cpu_count() or 1)), caches=cpu_caches(mcpu))
     if kind == "cuda":
         unknown = set(options) - {"arch"}
         if unknown:

@@ -29,21 +29,14 @@ from cinn.schedules.analysis import (
     write_dtype,
 )
 from cinn.schedules.cpu_common import injective, lanes
-from cinn.schedules.knobs import DEFAULT, Knob, Knobs, TILED_UNROLL_STEPS, divisors, unroll
+from cinn.schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knob, Knobs, divisors, unroll
 from cinn.target import Target
 
 MAX_COLS = 32
 MAX_ROWS = 16  # register-tile rows the tuner may try
-# accumulator tile (fp32 elements) by the vector width LLVM uses for the target: 8x32 in 16 of the 32 zmm registers
-# on znver5 (4x32 in 8: matmul 512^3 0.636 -> 0.556 ms, 1024^3 5.01 -> 4.41 ms, a 64->64 3x3 56x56 conv 1.13 ->
-# 0.61 ms); 3x32 in 12 of the 16 ymm registers on AVX2
-TILE_ELEMS = {512: 256, 256: 96}
-# vector registers by width: a register tile with more accumulators spills every step, and its unrolled body (up to
-# 16 x 16 rows x 4 vectors) took seconds to build; the tuner's tiles stay within the register file
-VECTOR_REGISTERS = {512: 32, 256: 16}
-# a channel tile's packed weight panel is read again for every pixel tile: wider tiles must keep it in L2 (half of
-# a 512 KiB znver3 L2; a 7x7 512->512 conv's 64-channel panel, 1.2 MB, made it stream from L3)
-PANEL_BYTES = 256 * 1024
+# measured on a 2 MiB-L2 host (LLVM: rocketlake), 128->128 3x3 conv on 28x28: panels of 147 KB 0.71 ms, 295 KB 1.04 ms,
+# 590 KB 1.06 ms; 256->256 on 14x14 0.95 / 0.99 / 1.15 ms; below 256 KiB no size was slower (64-256 KiB alike)
+PANEL_CAP = 256 * 1024
 PARALLEL_TILES = 2  # parallel tiles per core below which row tiles are parallelized too
 
 
@@ -125,17 +118,27 @@ def _register_tile(vectors: list[int], rows: list[int], rows2: list[int], budget
     return max(tiles, key=lambda t: (fmas_per_load(t), t[0], -t[2]), default=(1, 1, 1))
 
 
-def _channel_vectors(channels: int, reduce_elems: int, width: int, budget: int, dtype: str) -> list[int]:
+def _channel_vectors(channels: int, reduce_elems: int, width: int, budget: int, dtype: str, target: Target) -> list[int]:
     """Weight vectors a channel-vectorized tile may take: within the budget, dividing the channels, and with a
-    packed panel (vectors x width x reduction elements) within PANEL_BYTES where any is."""
+    packed panel (vectors x width x reduction elements) within panel_bytes where any is."""
     fits = [v for v in range(1, budget + 1) if channels % (v * width) == 0]
-    small = [v for v in fits if v * width * reduce_elems * DataType(dtype).bits // 8 <= PANEL_BYTES]
+    small = [v for v in fits if v * width * reduce_elems * DataType(dtype).bits // 8 <= panel_bytes(target)]
     return small or fits[:1] or [1]
 
 
+def panel_bytes(target: Target) -> int:
+    """A channel tile's packed weight panel is read again for every pixel tile, so it must stay in L2 (a 7x7 512->512
+    conv's 64-channel panel, 1.2 MB, streamed from L3 on a 512 KiB L2), and even within L2 larger panels lose
+    (PANEL_CAP)."""
+    return min(PANEL_CAP, target.l2_bytes // 2)
+
+
 def tile_elems(target: Target) -> int:
-    """The accumulator tile size for the vector registers the target's code will use."""
-    return TILE_ELEMS.get(target.vector_bits, TILE_ELEMS[256])
+    """Accumulators (fp32 elements) of the default register tile: half the 32 zmm registers with AVX-512 (8x32; a
+    4x32 tile in 8 made matmul 512^3 0.636 ms against 0.556, a 64->64 3x3 56x56 conv 1.13 ms against 0.61), 12 of
+    the 16 ymm registers with AVX2 (3x32); the rest hold the loaded operands."""
+    accumulators = target.vector_registers // 2 if target.vector_registers >= 32 else target.vector_registers * 3 // 4
+    return accumulators * target.vector_bits // 32
 
 
 def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
@@ -153,7 +156,8 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     default_cols, default_rows, default_rows2 = _default_tile(ext, n, col, row, row2, in_vector, width, target,
                                                               write_dtype(sch, main))
     cols = knobs.choose(sch, Knob.COLS, _col_candidates(ext[col], width, default_cols), default_cols)
-    registers = VECTOR_REGISTERS.get(target.vector_bits, VECTOR_REGISTERS[256])
+    # a tile with more accumulators than registers spills every step, and its unrolled body took seconds to build
+    registers = target.vector_registers
     vectors = max(1, cols // width)
     rows = rows2 = 1
     if row is not None:
@@ -182,7 +186,7 @@ def _default_tile(ext: list[int], n: int, col: int, row: int | None, row2: int |
         return cols, (_tile_rows(ext[row], max(1, tile_elems(target) // cols)) if row is not None else 1), 1
     budget = tile_elems(target) // width
     # over channels any number of weight vectors fits; over output columns the widest vector tile, as matmul
-    vectors = (_channel_vectors(ext[col], prod(ext[n:]), width, budget, dtype) if col != n - 1
+    vectors = (_channel_vectors(ext[col], prod(ext[n:]), width, budget, dtype, target) if col != n - 1
                else [max(1, _tile_cols(ext[col], width) // width)])
     rows2 = divisors(ext[row2], budget) if row2 is not None else [1]
     v, r, r2 = _register_tile(vectors, divisors(ext[row], budget), rows2, budget, in_vector)

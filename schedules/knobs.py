@@ -6,8 +6,8 @@ TVM sampling instruction in the schedule's trace.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 import enum
+from collections.abc import Sequence
 from typing import Protocol
 
 from tvm.s_tir import Schedule

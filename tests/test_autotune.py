@@ -98,12 +98,11 @@ def test_register_tiled_sketch_keeps_builds_small():
     # large auto-unroll budgets over the explicitly unrolled register tile, and tiles beyond the register file, took
     # seconds to minutes to build
     from cinn.schedules.cpu_common import lanes
-    from cinn.schedules.cpu_matmul import VECTOR_REGISTERS
     from cinn.schedules.knobs import TILED_UNROLL_STEPS
 
     task = _task(_conv_relu())
     rng = random.Random(0)
-    width, registers = lanes("float32", TARGET), VECTOR_REGISTERS.get(TARGET.vector_bits, VECTOR_REGISTERS[256])
+    width, registers = lanes("float32", TARGET), TARGET.vector_registers
     for _ in range(20):
         sketch0 = space.sample(task, TARGET, rng, {(Knob.SKETCH, 0): 0}).decisions  # cinn's register tiling
         d = {x.knob: x for x in sketch0}
