@@ -87,7 +87,7 @@ class CostModel:
         for i, d in enumerate(self._data.values()):
             arrays[f"rows_{i}"], arrays[f"costs_{i}"] = d.rows, d.costs
         with open(path, "wb") as f:  # a file object keeps np.savez from appending ".npz" to the name
-            np.savez(f, **arrays)
+            np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> CostModel:

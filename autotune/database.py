@@ -117,7 +117,7 @@ class TracePool:
 
     def cost(self, trace: str | None) -> float:
         """Mean seconds per run; inf when never measured or failed."""
-        costs = self._costs.get(trace) if trace not in self._failed else None
+        costs = self._costs.get(trace) if trace is not None and trace not in self._failed else None
         return sum(costs) / len(costs) if costs else math.inf
 
     def ranked(self) -> list[str]:

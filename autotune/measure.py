@@ -175,7 +175,7 @@ def run_kernel(request: RunRequest) -> RunOutput:
     args = [tvm.runtime.tensor(a, dev) for a in random_arrays([(a.shape, a.dtype) for a in request.args], request.seed)]
     module["main"](*args)
     dev.sync()
-    outputs = tuple(t.numpy() for t, a in zip(args, request.args) if a.is_output) if request.fetch_outputs else ()
+    outputs = tuple(t.numpy() for t, a in zip(args, request.args, strict=True) if a.is_output) if request.fetch_outputs else ()
     t = request.timing
     flush = t.cache_flush and not request.target.is_cuda
     timer = module.time_evaluator("main", dev, number=1 if flush else t.number, repeat=t.repeat,
@@ -195,6 +195,8 @@ def _open_local(request: RunRequest):
 def _open_remote(request: RunRequest):
     """The uploaded library, its device and the thread-pool setter, on a device leased from the tracker."""
     remote = request.remote
+    if remote is None:
+        raise ValueError("_open_remote: the request names no RPC device")
     _probe(remote, min(remote.session_timeout, 5.0))
     try:
         session = rpc.connect_tracker(remote.host, remote.port).request(remote.key, session_timeout=remote.session_timeout)
@@ -212,7 +214,7 @@ def compare_outputs(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]
     """'' when the outputs match (allclose for floats, exact otherwise), else where they differ most."""
     if len(expected) != len(actual):
         return f"{len(actual)} outputs, expected {len(expected)}"
-    for k, (e, a) in enumerate(zip(expected, actual)):
+    for k, (e, a) in enumerate(zip(expected, actual, strict=True)):
         if e.shape != a.shape:
             return f"output {k} has shape {a.shape}, expected {e.shape}"
         if np.issubdtype(e.dtype, np.inexact):
@@ -233,6 +235,13 @@ class _Outcome(Generic[T]):
     value: T | None
     failure: FailureKind | None = None
     detail: str = ""
+
+    @property
+    def result(self) -> T:
+        """The value of a successful outcome."""
+        if self.value is None:
+            raise RuntimeError(f"no value: {self.failure}: {self.detail}")
+        return self.value
 
 
 def _guarded(fn: Callable[..., T], *args) -> _Outcome[T]:
@@ -299,8 +308,8 @@ class _PoolRunner:
         self._build_fn = build_fn
         self._run_fn = run_fn
         self._remote = remote
-        self._build_pool = None
-        self._run_pool = None
+        self._build_pool: PopenPoolExecutor | None = None
+        self._run_pool: PopenPoolExecutor | None = None
         self._args: dict[str, tuple[ArgInfo, ...]] = {}
         self._refs: dict[tuple[Target, str], _Reference] = {}  # by target and workload
 
@@ -357,8 +366,10 @@ class _PoolRunner:
 
     def _reference(self, spec: KernelSpec, built: _Outcome[str], target: Target) -> _Reference:
         """Outputs of the workload's default schedule: what every candidate must reproduce."""
-        out = built if built.failure else self._run(spec, built.value, target, Timing(1, 1, 0))
-        return _Reference(out.value.outputs) if out.failure is None else _Reference((), f"{out.failure}: {out.detail}")
+        if built.failure:
+            return _Reference((), f"{built.failure}: {built.detail}")
+        out = self._run(spec, built.result, target, Timing(1, 1, 0))
+        return _Reference(out.result.outputs) if out.failure is None else _Reference((), f"{out.failure}: {out.detail}")
 
     def _measure_one(self, spec: KernelSpec, built: _Outcome[str], target: Target) -> MeasureResult:
         if built.failure:
@@ -367,11 +378,11 @@ class _PoolRunner:
         if ref is not None and ref.error:
             return MeasureResult((), FailureKind.NO_REFERENCE, f"the default schedule failed ({ref.error})")
         c = self.config
-        out = self._run(spec, built.value, target, Timing(c.number, c.repeat, c.min_repeat_ms, c.cache_flush))
+        out = self._run(spec, built.result, target, Timing(c.number, c.repeat, c.min_repeat_ms, c.cache_flush))
         if out.failure:
             return MeasureResult((), out.failure, out.detail)
-        mismatch = compare_outputs(ref.outputs, out.value.outputs, c.rtol, c.atol) if ref is not None else ""
-        return MeasureResult((), FailureKind.WRONG_RESULT, mismatch) if mismatch else MeasureResult(out.value.costs)
+        mismatch = compare_outputs(ref.outputs, out.result.outputs, c.rtol, c.atol) if ref is not None else ""
+        return MeasureResult((), FailureKind.WRONG_RESULT, mismatch) if mismatch else MeasureResult(out.result.costs)
 
 
 class LocalRunner(_PoolRunner):

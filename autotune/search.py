@@ -52,7 +52,7 @@ class TaskSearch:
     def features(self, cands: Sequence[Candidate]) -> list[np.ndarray]:
         """Features of candidates, extracted once per candidate."""
         todo = [c for c in cands if c.key not in self._features]
-        for c, f in zip(todo, features.extract([c.sch for c in todo], self.target)):
+        for c, f in zip(todo, features.extract([c.sch for c in todo], self.target), strict=True):
             self._features[c.key] = f
         return [self._features[c.key] for c in cands]
 

@@ -91,14 +91,14 @@ class SampledKnobs:
         self._asked[knob] += 1
         if self.keyed is not None:
             return occurrence, self.keyed.get((knob, occurrence))
-        i = len(self.taken)
-        return occurrence, self.positional[i] if i < len(self.positional) else None
+        i, planned = len(self.taken), self.positional or []
+        return occurrence, planned[i] if i < len(planned) else None
 
     def choose(self, sch: Schedule, knob: Knob, candidates: Sequence[int], default: int) -> int:
         cands = [int(c) for c in candidates]
         occurrence, want = self._plan(knob)
-        if want in cands:
-            value = int(want)  # type: ignore[arg-type]
+        if isinstance(want, int) and want in cands:
+            value = want
         else:
             value = default if self.use_defaults else self.rng.choice(cands)
         sch.sample_categorical(cands, [1.0 / len(cands)] * len(cands), decision=cands.index(value))
@@ -216,7 +216,7 @@ def crossover(a: Decisions, b: Decisions, rng: random.Random) -> dict[DecisionKe
     """A plan taking each decision from either parent, matched by knob and occurrence; a decision only one parent
     took (its schedule asked for a knob the other's did not) comes from that parent."""
     plan_a, plan_b = plan_of(a), plan_of(b)
-    return {k: rng.choice((plan_a[k], plan_b[k])) if k in plan_a and k in plan_b else plan_a.get(k, plan_b.get(k))
+    return {k: rng.choice((plan_a[k], plan_b[k])) if k in plan_a and k in plan_b else {**plan_b, **plan_a}[k]
             for k in {**plan_a, **plan_b}}
 
 
@@ -225,7 +225,7 @@ def decisions_of_trace(trace_text: str) -> list[DecisionValue]:
     (the trace's sampling instructions carry no knob names)."""
     insts, decided = json.loads(trace_text)
     by_inst = dict((int(i), d) for i, d in decided)
-    values = []
+    values: list[DecisionValue] = []
     for i, inst in enumerate(insts):
         kind, attrs = inst[0], inst[2]
         if kind == "SampleCategorical":

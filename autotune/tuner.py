@@ -141,8 +141,8 @@ def _round(state: _TaskState, target: Target, log, model: CostModel, runner: Run
         return 0
     traces = [c.trace_json() for c in cands]
     results = runner.measure([MeasureInput(state.task, t) for t in traces], target)
-    append_records(log, [_record(state.task, target, t, r) for t, r in zip(traces, results)])
-    for c, t, r in zip(cands, traces, results):
+    append_records(log, [_record(state.task, target, t, r) for t, r in zip(traces, results, strict=True)])
+    for c, t, r in zip(cands, traces, results, strict=True):
         state.note(c, t, r)
     model.update(state.task.workload, state.search.features(cands), [r.mean for r in results])
     state.progress.add_round(len(cands), state.pool.best()[0])
@@ -157,8 +157,8 @@ def _verify(state: _TaskState, target: Target, log, runner: Runner, k: int) -> b
     if len(traces) < 2:
         return False
     results = runner.measure([MeasureInput(state.task, t) for t in traces], target)
-    append_records(log, [_record(state.task, target, t, r) for t, r in zip(traces, results)])
-    for t, r in zip(traces, results):
+    append_records(log, [_record(state.task, target, t, r) for t, r in zip(traces, results, strict=True)])
+    for t, r in zip(traces, results, strict=True):
         state.pool.add(t, r.costs, r.failure)
     return True
 

@@ -205,15 +205,16 @@ def spawn_module(module: str, args: Sequence[str], timeout: float, env: Mapping[
 
 def _spawn(engine: Engine, model: str, config: BenchConfig, outputs_path: str) -> EngineResult:
     """Run one engine's worker process and parse its result."""
-    return EngineResult.from_json(spawn_module("cinn.benchmarks.harness", _worker_args(engine, model, config, outputs_path), config.timeout))
+    args = _worker_args(engine, model, config, outputs_path)
+    return EngineResult.from_json(spawn_module("cinn.benchmarks.harness", args, config.timeout))
 
 
 def compare(engine: Engine, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> Check:
     """Check an engine's outputs against the reference (rtol/atol 1e-3)."""
-    if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
+    if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want, strict=True)):
         return Check(engine, False, float("inf"))
-    err = max((float(np.max(np.abs(g.astype(np.float64) - w), initial=0.0)) for g, w in zip(got, want)), default=0.0)
-    ok = all(np.allclose(g, w, rtol=RTOL, atol=ATOL) for g, w in zip(got, want))
+    err = max((float(np.max(np.abs(g.astype(np.float64) - w), initial=0.0)) for g, w in zip(got, want, strict=True)), default=0.0)
+    ok = all(np.allclose(g, w, rtol=RTOL, atol=ATOL) for g, w in zip(got, want, strict=True))
     return Check(engine, ok, err)
 
 
@@ -240,7 +241,8 @@ def bench_model(model: str, config: BenchConfig) -> ModelResult:
                 _progress(f"{name}: {engine.value} FAILED: {err}")
                 continue
             _progress(f"{name}: {engine.value} {results[engine].median_ms:.3f} ms")
-    checks = tuple(compare(e, outputs[e], outputs[Engine.ORT]) for e in outputs if e in (Engine.FUSED, Engine.TUNED) and Engine.ORT in outputs)
+    checked = [e for e in outputs if e in (Engine.FUSED, Engine.TUNED)] if Engine.ORT in outputs else []
+    checks = tuple(compare(e, outputs[e], outputs[Engine.ORT]) for e in checked)
     for c in checks:
         if not c.ok:
             _progress(f"!!! MISMATCH {name}: {c.engine.value} differs from onnxruntime (max abs err {c.max_abs_err:.3g}, rtol/atol {RTOL})")

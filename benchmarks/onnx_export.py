@@ -144,7 +144,8 @@ def _layer_norm(e: _Emitter, n: Node) -> None:
     inputs = [x.name]
     for v in n.inputs[1:]:
         # Paddle keeps scale/bias flattened over the normalized dims; ONNX wants them broadcastable.
-        inputs.append(v.name if v.shape == norm_shape else e.emit("Reshape", [v.name, e.const(np.array(norm_shape, np.int64), "shape")], prefix=v.name))
+        shape = e.const(np.array(norm_shape, np.int64), "shape")
+        inputs.append(v.name if v.shape == norm_shape else e.emit("Reshape", [v.name, shape], prefix=v.name))
     e.emit("LayerNormalization", inputs, n.outputs[0].name, axis=int(a.begin_norm_axis), epsilon=float(a.epsilon))
 
 

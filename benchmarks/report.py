@@ -31,7 +31,8 @@ def render_table(cols: Sequence[Column[R]], rows: Sequence[R]) -> str:
     """An aligned text table: the first column left-aligned, the others right-aligned."""
     cells = [[c.header for c in cols]] + [[c.text(r) for c in cols] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))) for row in cells]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+             for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -101,7 +102,7 @@ def _status(r: ModelResult) -> str:
 
 def columns(tuned: bool) -> list[Column[ModelResult]]:
     """The cinn-bench columns; the tuned ones only when a schedule log was given."""
-    cols = [
+    cols: list[Column[ModelResult]] = [
         Column("model", lambda r: r.model, "{}"),
         Column("fused ms", lambda r: r.ms(Engine.FUSED)),
         Column("unfused ms", lambda r: r.ms(Engine.UNFUSED)),

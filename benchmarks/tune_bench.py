@@ -40,7 +40,7 @@ class Tuner(enum.StrEnum):
     MS = "ms"  # tvm.s_tir.meta_schedule with the XGBoost cost model
 
     @property
-    def title(self) -> str:
+    def label(self) -> str:
         return "MetaSchedule" if self is Tuner.MS else "ours"
 
 
@@ -239,7 +239,7 @@ def tune_columns() -> list[Column[Row]]:
 def write_tune_plot(rows: Sequence[Row], path: str) -> None:
     """Re-timed latency per (workload, budget): default, ours and MetaSchedule."""
     series = {DEFAULT_LABEL: [r.default_s * 1e3 if r.default_s is not None else None for r in rows]}
-    series |= {t.title: [r.ms(t) for r in rows] for t in Tuner}
+    series |= {t.label: [r.ms(t) for r in rows] for t in Tuner}
     bar_chart([f"{r.workload}\n@{r.trials}" for r in rows], series, "re-timed median latency (ms, log scale)", "ours vs MetaSchedule", path)
 
 
@@ -307,7 +307,8 @@ def _tune_all(workload: Workload, settings: BenchSettings, errors: dict[int, lis
                 continue
             own = f"{out.tuner_best_s * 1e3:.3f} ms" if out.tuner_best_s is not None else "n/a"
             failed = ", ".join(f"{n} x {kind}" for kind, n in out.failures.items()) or "none"
-            _progress(f"{workload.name}: {tuner.value}@{trials} tuned in {out.tune_s:.1f} s (its own best {own}; failed candidates: {failed})")
+            _progress(f"{workload.name}: {tuner.value}@{trials} tuned in {out.tune_s:.1f} s (its own best {own}; "
+                      f"failed candidates: {failed})")
             outcomes[(tuner, trials)] = out
     keys = {o.workload_key for o in outcomes.values()}
     if len(keys) > 1:  # both tuners must have tuned the identical PrimFunc
@@ -336,7 +337,8 @@ def bench_workload(workload: Workload, settings: BenchSettings) -> list[Row]:
     return [_row(workload, trials, outcomes, timed, gflops, errors[trials], settings) for trials in settings.trials]
 
 
-def _row(workload: Workload, trials: int, outcomes: Mapping[tuple[Tuner, int], TuneOutcome], timed: Retimed, gflops: float | None, errors: list[str], settings: BenchSettings) -> Row:
+def _row(workload: Workload, trials: int, outcomes: Mapping[tuple[Tuner, int], TuneOutcome], timed: Retimed,
+         gflops: float | None, errors: list[str], settings: BenchSettings) -> Row:
     present = [t for t in settings.tuners if (t, trials) in outcomes]
     mine = {DEFAULT_LABEL} | {label(t, trials) for t in present}
     errs = list(errors) + [f"{lbl}: {msg}" for lbl, msg in timed.errors.items() if lbl in mine]
@@ -370,10 +372,12 @@ def _parser() -> argparse.ArgumentParser:
         epilog="workloads: " + "; ".join(f"{w.name} ({w.description})" for w in WORKLOADS.values()),
     )
     p.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS), help=f"comma-separated (default: {','.join(DEFAULT_WORKLOADS)})")
-    p.add_argument("--trials", type=int, nargs="+", default=list(DEFAULT_TRIALS), help="trial budgets, each given to both tuners (default: 64 256)")
+    p.add_argument("--trials", type=int, nargs="+", default=list(DEFAULT_TRIALS),
+                   help="trial budgets, each given to both tuners (default: 64 256)")
     p.add_argument("--tuners", default="ours,ms", help="comma-separated subset of ours,ms (default: both)")
     p.add_argument("--target", default="llvm", help="CPU target (default: llvm, the host CPU with all cores)")
-    p.add_argument("--repeat", type=int, default=30, help="re-timing samples per schedule, interleaved; the median is reported (default: 30)")
+    p.add_argument("--repeat", type=int, default=30,
+                   help="re-timing samples per schedule, interleaved; the median is reported (default: 30)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs per schedule before re-timing (default: 5)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per worker process (default: 3600)")
     p.add_argument("--csv", default=None, metavar="PATH", help="also write the table as CSV")

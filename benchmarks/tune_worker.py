@@ -144,7 +144,7 @@ def run_retime(plan: RetimePlan) -> Retimed:
             mod["main"](*args)
             out = [a.numpy() for a in args]
             reference = out if reference is None else reference
-            if not all(np.allclose(o, w, rtol=RTOL, atol=ATOL) for o, w in zip(out, reference)):
+            if not all(np.allclose(o, w, rtol=RTOL, atol=ATOL) for o, w in zip(out, reference, strict=True)):
                 errors[cand.label] = "MISMATCH with the first candidate's outputs"
                 continue
             evaluators[cand.label] = _evaluator(mod, dev, args)

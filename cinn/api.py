@@ -45,7 +45,7 @@ def compile(
     cache = pathlib.Path(cache_dir) if cache_dir is not None else default_cache_dir()
     modules = build_all(specs, tgt, cache, workers if workers is not None else (os.cpu_count() or 1), progress)
     _configure_threads(tgt)
-    kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source) for lg, b in zip(lowered, modules)]
+    kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source) for lg, b in zip(lowered, modules, strict=True)]
     device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
     return Executable(program, kernels, device)
 

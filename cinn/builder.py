@@ -146,7 +146,7 @@ class NetBuilder:
     def _add_constant(self, data: np.ndarray, name: str) -> Value:
         """Add a constant under a name already taken."""
         self._constants[name] = data
-        value = Value(name, TensorType(data.shape, data.dtype))
+        value = Value(name, TensorType(data.shape, str(data.dtype)))
         self._own(value)
         return value
 

@@ -5,6 +5,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,7 +16,7 @@ def shape_of(shape: object, what: str) -> tuple[int, ...]:
     """A user-given shape as a tuple of ints; anything else (2.5, '34', a bare int) raises naming `what`."""
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
         raise TypeError(f"{what}: shape must be a sequence of ints, got {shape!r}")
-    dims = tuple(shape)  # type: ignore[call-overload]
+    dims = tuple(shape)
     for d in dims:
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
             raise TypeError(f"{what}: shape {dims!r} has a non-integer dimension {d!r}")
@@ -66,6 +67,10 @@ class Value:
 class Attrs:
     """Base of every op's typed attributes: frozen, hashable (lists become tuples)."""
 
+    if TYPE_CHECKING:  # code handed a node's attrs reads its op's fields, which each op's subclass declares
+
+        def __getattr__(self, name: str) -> Any: ...
+
     def __post_init__(self):
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
@@ -113,7 +118,7 @@ class Program:
     @property
     def const_values(self) -> tuple[Value, ...]:
         """The constants as typed Values."""
-        return tuple(Value(k, TensorType(a.shape, a.dtype)) for k, a in self.constants.items())
+        return tuple(Value(k, TensorType(a.shape, str(a.dtype))) for k, a in self.constants.items())
 
     def producers(self) -> dict[str, Node]:
         """Map each node-produced value name to its node."""

@@ -38,9 +38,11 @@ def lower_group(group: Group, constants: Mapping[str, np.ndarray]) -> LoweredGro
             tensors[v.name] = te.placeholder(v.shape, v.dtype, name=_ident(v.name))
             args.append(v)
     for node in group.nodes:
-        op = get_op(node.op, node.name)
-        outs = op.compute([tensors[v.name] for v in node.inputs], node.attrs, [v.type for v in node.outputs])
-        for v, t in zip(node.outputs, outs):
+        compute = get_op(node.op, node.name).compute
+        if compute is None:  # the pipeline decomposes composite ops before fusion
+            raise RuntimeError(f"cinn: composite op {node.op!r} (node {node.name!r}) reached lowering undecomposed")
+        outs = compute([tensors[v.name] for v in node.inputs], node.attrs, [v.type for v in node.outputs])
+        for v, t in zip(node.outputs, outs, strict=True):
             tensors[v.name] = t
     params = tuple(args) + group.outputs
     func = te.create_prim_func([tensors[v.name] for v in params])

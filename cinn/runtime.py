@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import tvm
@@ -27,7 +28,7 @@ class Kernel:
     """One compiled group: its entry function and the values bound to its parameters."""
 
     name: str
-    func: object  # tvm PackedFunc
+    func: Callable[..., Any]  # tvm PackedFunc
     module: object  # keeps the library loaded
     params: tuple[Value, ...]
     source: str
@@ -100,7 +101,7 @@ class Executable:
         self._check_feeds(feeds)
         for v in self.program.inputs:
             self._views[v.name].copyfrom(np.asarray(feeds[v.name], dtype=v.dtype, order="C"))
-        for kernel, args in zip(self._kernels, self._args):
+        for kernel, args in zip(self._kernels, self._args, strict=True):
             kernel.func(*args)
         return [self._views[v.name].numpy() for v in self.program.outputs]
 

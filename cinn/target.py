@@ -103,7 +103,7 @@ def cpu_caches(mcpu: str) -> CacheSizes:
 @functools.cache
 def _host_caches(root: str = "/sys/devices/system/cpu/cpu0/cache") -> CacheSizes:
     """The host's per-core L1d and L2 as Linux reports them (falling back to the table where it does not)."""
-    sizes = {}
+    sizes: dict[int, int] = {}
     for index in sorted(pathlib.Path(root).glob("index*")):
         try:
             level, kind, size = ((index / f).read_text().strip() for f in ("level", "type", "size"))

@@ -137,4 +137,4 @@ def format_summary(summaries: Sequence[TaskSummary]) -> str:
     rows.append(("", label, "", str(sum(s.trials for s in summaries)), _ms(total_default),
                  _ms(total_best), f"{total_default / total_best:.2f}x" if total_best and math.isfinite(total_best) else "-"))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    return "\n".join("  ".join(v.ljust(w) if c == 1 else v.rjust(w) for c, (v, w) in enumerate(zip(r, widths))) for r in rows)
+    return "\n".join("  ".join(v.ljust(w) if c == 1 else v.rjust(w) for c, (v, w) in enumerate(zip(r, widths, strict=True))) for r in rows)

@@ -37,6 +37,16 @@ class FoldingBuilder(NetBuilder):
         """The data of a constant value (None for anything computed at run time)."""
         return None if v is None else self._constants.get(v.name)
 
+    def distinct(self, outputs: Sequence[Value]) -> list[Value]:
+        """The outputs, each its own buffer: graph inputs and repeated outputs become copies."""
+        seen: set[str] = set()
+        result = []
+        for out in outputs:
+            v = self.identity(out) if out.name in seen or self.is_input(out) else out
+            seen.add(v.name)
+            result.append(v)
+        return result
+
     def is_input(self, v: Value) -> bool:
         """True for a graph input (fed at run time)."""
         return v in self._inputs

@@ -88,7 +88,8 @@ def conv_bn_relu(small: bool = False) -> BenchModel:
     x = m.input((1, c, hw, hw))
     w = m.weight((c, c, 3, 3), "conv_w", fan_in=c * 9)
     y = m.b.conv2d(x, w, strides=[1, 1], paddings=[1, 1], dilations=[1, 1], groups=1)
-    stats = [m.uniform((c,), "bn_scale", 0.5, 1.5), m.weight((c,), "bn_bias"), m.weight((c,), "bn_mean"), m.uniform((c,), "bn_var", 0.5, 1.5)]
+    stats = [m.uniform((c,), "bn_scale", 0.5, 1.5), m.weight((c,), "bn_bias"), m.weight((c,), "bn_mean"),
+             m.uniform((c,), "bn_var", 0.5, 1.5)]
     y = m.b.batchnorm(y, *stats, epsilon=1e-5)
     return m.finish("conv_bn_relu", [m.b.relu(y)])
 

@@ -152,7 +152,7 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     used = set().union(*(vars_in(rg.min) for r in vec_reads for rg in r.region)) if vec_reads else set()
     free = [i for i in range(n) if i != col and block.iter_vars[i].var not in used and ext[i] > 1]
     row = free[-1] if free else (col - 1 if col > 0 else None)
-    row2, in_vector = _second_row_axis(block, n, ext, col, row) if free else (None, False)
+    row2, in_vector = _second_row_axis(block, n, ext, col, free[-1]) if free else (None, False)
     default_cols, default_rows, default_rows2 = _default_tile(ext, n, col, row, row2, in_vector, width, target,
                                                               write_dtype(sch, main))
     cols = knobs.choose(sch, Knob.COLS, _col_candidates(ext[col], width, default_cols), default_cols)

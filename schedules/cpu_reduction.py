@@ -64,7 +64,7 @@ def applicable(sch: Schedule) -> bool:
     if anchor is None or not is_fresh(sch, anchor):
         return False
     depth = row_depth(sch, anchor)
-    return bool(depth) and (is_reduction(sch, anchor) or depth < len(sch.get_loops(anchor)))
+    return depth is not None and depth > 0 and (is_reduction(sch, anchor) or depth < len(sch.get_loops(anchor)))
 
 
 def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:

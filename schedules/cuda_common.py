@@ -106,7 +106,7 @@ def _two_stage(sch: Schedule, block) -> bool:
     n = spatial_count(sch, block)
     reduce_loops = loops[n:]
     fused = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]
-    chunk, inner = sch.split(fused, [STAGE_BLOCKS, None])
+    chunk, _ = sch.split(fused, [STAGE_BLOCKS, None])
     try:
         partial = sch.rfactor(chunk, factor_axis=0)
     except ScheduleError:  # a reducer without a commutative rfactor form (e.g. argmax's tuple) stays one-stage

@@ -240,7 +240,7 @@ class FlakyRunner:
 
     def measure(self, inputs, target):
         out = []
-        for inp, res in zip(inputs, self.inner.measure(inputs, target)):
+        for _inp, res in zip(inputs, self.inner.measure(inputs, target), strict=True):
             self.count += 1
             out.append(MeasureResult((), self.FAILURES[self.count % 3], "injected") if self.count % 3 == 0 else res)
         return out
@@ -323,7 +323,7 @@ def test_apply_best_picks_the_fastest_record(tmp_path, tmp_cache):
     cands = [space.sample(task, TARGET, rng) for _ in range(3)]
     log = tmp_path / "log.jsonl"
     costs = [3e-3, 1e-3, 2e-3]
-    append_records(log, [Record(task.workload, str(TARGET), c.trace_json(), (t,)) for c, t in zip(cands, costs)])
+    append_records(log, [Record(task.workload, str(TARGET), c.trace_json(), (t,)) for c, t in zip(cands, costs, strict=True)])
     append_records(log, [Record("ffffffffffffffff", str(TARGET), "[[], []]", (1e-9,))])  # an unknown workload
     assert best_traces(log, TARGET)[task.workload] == cands[1].trace_json()
     exe = cinn.compile(program, tuning_log=log, cache_dir=tmp_cache)

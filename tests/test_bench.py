@@ -27,7 +27,7 @@ def test_onnx_export_matches_cinn(name, tmp_cache):
     want = cinn.compile(model.program, cache_dir=tmp_cache).run(dict(model.feeds))
     got = ort_session(onnx_model).run(None, dict(model.feeds))
     assert len(got) == len(want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
 
 
@@ -52,7 +52,7 @@ def test_export_attribute_variants(tmp_cache):
     program, feeds = _attr_variants()
     want = cinn.compile(program, cache_dir=tmp_cache).run(feeds)
     got = ort_session(to_onnx(program)).run(None, feeds)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
 
 

@@ -40,7 +40,7 @@ def test_a_value_of_another_builder_is_refused_even_with_a_matching_name():
 
 
 def test_build_refuses_a_single_value_and_non_values():
-    b, x, y = _relu_program("p")
+    b, _, y = _relu_program("p")
     with pytest.raises(TypeError, match="outputs must be a list of values"):
         b.build(y)
     with pytest.raises(TypeError, match="is not a Value"):

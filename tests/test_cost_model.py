@@ -72,7 +72,7 @@ def test_features_of_scheduled_kernels():
         assert np.isfinite(r).all()
     assert len({r.tobytes() for r in rows}) > 1  # different schedules, different features
     # a Schedule can be passed directly (saves re-parsing its module) and gives the same rows
-    assert all(np.array_equal(a, b) for a, b in zip(rows, features.extract(schs, TARGET, num_threads=1)))
+    assert all(np.array_equal(a, b) for a, b in zip(rows, features.extract(schs, TARGET, num_threads=1), strict=True))
 
 
 def test_features_of_unscheduled_and_cuda_kernels():
@@ -99,7 +99,7 @@ def test_feature_extraction_failure_gives_a_zero_row(monkeypatch):
                 raise RuntimeError("unsupported")
             return real.extract_from(ctx, cands)
 
-    monkeypatch.setattr(features, "_extractor", lambda: Failing())
+    monkeypatch.setattr(features, "_extractor", Failing)
     with pytest.warns(UserWarning, match="feature extraction failed"):
         rows = features.extract([good, bad], TARGET)
     assert rows[0].any() and rows[1].shape == (1, real.feature_vector_length) and not rows[1].any()

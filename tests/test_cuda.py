@@ -114,7 +114,7 @@ def test_op_runs_on_gpu(case, tmp_cache):
     program, feeds, arrays = _program(case)
     expected = OPS[case.op].reference(arrays, program.nodes[0].attrs)
     got = cinn.compile(program, target="cuda", cache_dir=tmp_cache, passes=False).run(feeds)
-    for g, e, v in zip(got, expected, program.outputs):
+    for g, e, v in zip(got, expected, program.outputs, strict=True):
         rtol, atol = TOLERANCE.get(v.dtype, (0, 0))
         np.testing.assert_allclose(g, e, rtol=case.rtol or rtol, atol=case.atol or atol)
 
@@ -125,7 +125,7 @@ def test_model_runs_on_gpu(name, tmp_cache):
     model = get_model(name, small=True)
     want = cinn.compile(model.program, target="llvm", cache_dir=tmp_cache).run(dict(model.feeds))
     got = cinn.compile(model.program, target="cuda", cache_dir=tmp_cache).run(dict(model.feeds))
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
 

@@ -20,7 +20,7 @@ def _run_both(program, feeds, cache):
     fused = cinn.compile(program, cache_dir=cache)
     unfused = cinn.compile(program, fuse=False, cache_dir=cache)
     out_f, out_u = fused.run(feeds), unfused.run(feeds)
-    for a, b in zip(out_f, out_u):
+    for a, b in zip(out_f, out_u, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     return fused, unfused, out_f
 

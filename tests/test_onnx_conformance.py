@@ -65,7 +65,7 @@ def _cases():
 
 def _feeds(case, program, inputs) -> dict[str, np.ndarray]:
     names = [i.name for i in case.model.graph.input if i.name not in {t.name for t in case.model.graph.initializer}]
-    return {n: a for n, a in zip(names, inputs) if n in {v.name for v in program.inputs}}
+    return {n: a for n, a in zip(names, inputs, strict=False) if n in {v.name for v in program.inputs}}
 
 
 def _arrays(values) -> list:
@@ -78,7 +78,7 @@ def _shape_args(model, inputs) -> dict[str, np.ndarray]:
     """The inputs of a case that are arguments fed as data, with their data: integer ones (axes, shapes,
     pads, k) and 1-D float ones that a node reads after its first input (Resize's scales and roi)."""
     later = {name for n in model.graph.node for name in n.input[1:]}
-    return {i.name: a for i, a in zip(model.graph.input, inputs) if isinstance(a, np.ndarray) and (
+    return {i.name: a for i, a in zip(model.graph.input, inputs, strict=False) if isinstance(a, np.ndarray) and (
         a.dtype.kind in "iu" or (a.dtype.kind == "f" and a.ndim == 1 and i.name in later))}
 
 
@@ -92,7 +92,7 @@ def _bind(model, data: dict[str, np.ndarray]):
 
 def _import(case, inputs):
     """The case's Program; shape arguments that the case feeds as inputs are bound to their data."""
-    shapes = {i.name: a.shape for i, a in zip(case.model.graph.input, inputs) if isinstance(a, np.ndarray)}
+    shapes = {i.name: a.shape for i, a in zip(case.model.graph.input, inputs, strict=False) if isinstance(a, np.ndarray)}
     try:
         return cinn.load_onnx(case.model, input_shapes=shapes)
     except OnnxImportError as e:
@@ -113,8 +113,8 @@ def run_case(case, cache_dir) -> Outcome:
     exe = cinn.compile(program, cache_dir=cache_dir, workers=1)
     for inputs, expected in case.data_sets:
         outs = exe.run(_feeds(case, program, _arrays(inputs)))
-        for got, want in zip(outs, _arrays(expected)):
-            want = np.asarray(want)
+        for got, expected_out in zip(outs, _arrays(expected), strict=True):
+            want = np.asarray(expected_out)
             if got.shape != want.shape or got.dtype != want.dtype:
                 return Outcome(case.name, "failed", f"got {got.dtype}{got.shape}, expected {want.dtype}{want.shape}")
             try:

@@ -47,7 +47,7 @@ def assert_matches_ort(model, feeds, cache, rtol=1e-4, atol=1e-5, input_shapes=N
     got = cinn.compile(program, cache_dir=cache).run(feeds)
     want = ort_run(model, feeds)
     assert len(got) == len(want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
 
@@ -76,7 +76,7 @@ class OpCase:
         node = helper.make_node(self.op, ins, outs, **self.attrs)
         inputs = [(f"x{i}", F32, s) for i, s in enumerate(self.shapes)]
         types = [I64 if k in self.int64_outputs else F32 for k in range(self.n_out)]
-        return make_model([node], inputs, list(zip(outs, types, [None] * self.n_out)), [c for c in self.consts if c[0]],
+        return make_model([node], inputs, list(zip(outs, types, [None] * self.n_out, strict=True)), [c for c in self.consts if c[0]],
                           self.opset)
 
     def feeds(self):
@@ -338,9 +338,9 @@ def test_truncated_file_names_the_file(tmp_path):
     path = tmp_path / "broken.onnx"
     data = _relu_model((2, 3)).SerializeToString()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(OnnxImportError, match="broken.onnx: not a valid ONNX model"):
+    with pytest.raises(OnnxImportError, match=r"broken\.onnx: not a valid ONNX model"):
         cinn.load_onnx(path)
-    with pytest.raises(FileNotFoundError, match="missing.onnx"):
+    with pytest.raises(FileNotFoundError, match=r"missing\.onnx"):
         cinn.load_onnx(tmp_path / "missing.onnx")
 
 

@@ -59,7 +59,7 @@ def test_op_matches_numpy(case: Case, tmp_cache):
     # passes off: identity-like ops and constant inputs must reach their kernels
     got = cinn.compile(program, cache_dir=tmp_cache, passes=False).run(feeds)
     assert len(got) == len(expected)
-    for g, e, v in zip(got, expected, program.outputs):
+    for g, e, v in zip(got, expected, program.outputs, strict=True):
         assert g.shape == tuple(e.shape) == v.shape, f"{case.op}: shape {g.shape} vs reference {e.shape}"
         assert str(g.dtype) == v.dtype
         rtol, atol = TOLERANCE.get(v.dtype, (0, 0))

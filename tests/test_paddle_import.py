@@ -54,7 +54,7 @@ def test_matches_paddle(model, fmt, tmp_cache):
     program = cinn.load_paddle(FIXTURES / model / fmt, input_shapes=shapes_of(feeds))
     got = cinn.compile(program, cache_dir=tmp_cache).run(feeds)
     assert len(got) == len(want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
@@ -208,7 +208,7 @@ def test_missing_files(tmp_path):
     path.with_suffix(".pdiparams").unlink()
     with pytest.raises(FileNotFoundError, match=r"inference.pdiparams: no such Paddle parameter file"):
         cinn.load_paddle(path)
-    with pytest.raises(FileNotFoundError, match="missing.pdmodel: no such Paddle model file"):
+    with pytest.raises(FileNotFoundError, match=r"missing\.pdmodel: no such Paddle model file"):
         cinn.load_paddle(tmp_path / "missing.pdmodel")
     with pytest.raises(PaddleImportError, match="no Paddle model files"):
         cinn.load_paddle(tmp_path)

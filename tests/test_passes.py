@@ -30,7 +30,7 @@ def evaluate(program: Program, feeds: dict[str, np.ndarray]) -> list[np.ndarray]
     env = {**program.constants, **feeds}
     for node in program.nodes:
         outs = get_op(node.op).reference([env[v.name] for v in node.inputs], node.attrs)
-        env.update((v.name, np.asarray(o)) for v, o in zip(node.outputs, outs))
+        env.update((v.name, np.asarray(o)) for v, o in zip(node.outputs, outs, strict=True))
     return [env[v.name] for v in program.outputs]
 
 
@@ -43,7 +43,7 @@ def check_pass(program: Program, feeds: dict, pass_fn: Callable[[Program], Progr
     result = pass_fn(program)
     verify(result)
     assert [v.type for v in result.outputs] == [v.type for v in program.outputs]
-    for got, want in zip(evaluate(result, feeds), evaluate(program, feeds)):
+    for got, want in zip(evaluate(result, feeds), evaluate(program, feeds), strict=True):
         assert got.dtype == want.dtype
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     return result
@@ -52,7 +52,7 @@ def check_pass(program: Program, feeds: dict, pass_fn: Callable[[Program], Progr
 def check_compiled(program: Program, feeds: dict, cache, rtol: float = 1e-5) -> cinn.runtime.Executable:
     """The program compiled through the default pipeline gives the unoptimized numpy reference."""
     exe = cinn.compile(program, cache_dir=cache)
-    for got, want, v in zip(exe.run(feeds), evaluate(program, feeds), program.outputs):
+    for got, want, v in zip(exe.run(feeds), evaluate(program, feeds), program.outputs, strict=True):
         assert got.shape == v.shape and str(got.dtype) == v.dtype
         np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol)
     return exe

@@ -50,7 +50,7 @@ def test_unknown_op_names_op_and_node(tmp_cache):
     with pytest.raises(NotImplementedError, match=r"frobnicate.*node7"):
         cinn.compile(program, cache_dir=tmp_cache)
     with pytest.raises(AttributeError, match="frobnicate"):
-        cinn.NetBuilder().frobnicate
+        _ = cinn.NetBuilder().frobnicate
 
 
 def test_feeds_are_validated_before_running(small_exe):
@@ -97,7 +97,8 @@ print("|".join(str(w.message) for w in caught))
 
 def test_corrupt_cache_entry_is_rebuilt(tmp_path):
     # a fresh process, as in real use: a library already loaded here would be reused by dlopen
-    run = lambda: subprocess.run([sys.executable, "-c", _COMPILE_SMALL, str(tmp_path)], capture_output=True, text=True, check=True, cwd=ROOT)
+    argv = [sys.executable, "-c", _COMPILE_SMALL, str(tmp_path)]
+    run = lambda: subprocess.run(argv, capture_output=True, text=True, check=True, cwd=ROOT)
     run()
     for lib in tmp_path.glob("*.so"):
         lib.write_bytes(b"not a shared library")

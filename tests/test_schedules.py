@@ -32,7 +32,7 @@ def check(inputs, outputs, kind, expected, rtol=1e-4, atol=1e-4) -> Schedule:
     arrays = [RNG.standard_normal([int(d) for d in t.shape]).astype("float32") for t in inputs]
     outs = [tvm.runtime.empty([int(d) for d in t.shape], "float32", dev) for t in outputs]
     ex["main"](*[tvm.runtime.tensor(a, dev) for a in arrays], *outs)
-    for got, want in zip(outs, expected(*arrays)):
+    for got, want in zip(outs, expected(*arrays), strict=True):
         np.testing.assert_allclose(got.numpy(), want, rtol=rtol, atol=atol)
     return sch
 
@@ -77,7 +77,7 @@ def test_matmul(shape_a, shape_b, trans_y, epilogue):
 
 def conv_ref(x, w, stride, pad, groups):
     """Direct NCHW/OIHW convolution in numpy."""
-    n, c, h, wd = x.shape
+    n, _, h, wd = x.shape
     o, cg, kh, kw = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1

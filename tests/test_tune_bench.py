@@ -76,7 +76,8 @@ def test_cli_help(capsys):
     assert "--trials" in out and "--workloads" in out and "conv3x3" in out
 
 
-@pytest.mark.parametrize("argv, message", [(["--workloads", "nope"], "unknown"), (["--tuners", "ours,autotvm"], "--tuners"), (["--trials", "0"], "--trials")])
+@pytest.mark.parametrize("argv, message", [(["--workloads", "nope"], "unknown"), (["--tuners", "ours,autotvm"], "--tuners"),
+                                           (["--trials", "0"], "--trials")])
 def test_cli_rejects_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)

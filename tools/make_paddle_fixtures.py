@@ -177,7 +177,10 @@ def _patch_legacy_apis(paddle) -> None:
 
 
 def _dispatch(paddle, eager, static):
-    return lambda *args, **kwargs: (eager if paddle.in_dynamic_mode() else static)(*args, **kwargs)
+    def call(*args, **kwargs):  # decided at each call: the mode changes after patching
+        return (eager if paddle.in_dynamic_mode() else static)(*args, **kwargs)
+
+    return call
 
 
 def _child(fmt: str, work: pathlib.Path) -> None:

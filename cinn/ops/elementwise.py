@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from tvm import tirx, topi
@@ -198,7 +199,7 @@ _FAST_F32 = {
 
 # -- unary ops ------------------------------------------------------------------------------
 # name -> (scalar TE body, numpy reference, accepted dtypes); float-only unless stated
-_UNARY = {
+_UNARY: dict[str, tuple[Callable[..., Any], Callable[..., Any], D]] = {
     "relu": (lambda x: tirx.max(x, _c(0, x)), lambda x: np.maximum(x, 0), D.NUMBER),
     "relu6": (lambda x: _clip_te(x, 0, 6), lambda x: _clip_np(x, 0, 6), D.FLOAT),
     "sigmoid": (tirx.sigmoid, _np_sigmoid, D.FLOAT),

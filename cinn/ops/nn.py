@@ -11,6 +11,7 @@ import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import tvm
@@ -122,7 +123,7 @@ def _operand_index(shape: tuple[int, ...], batch_idx: Sequence, row, col, trans:
         return [col if row is None else row]  # a vector is indexed by k alone
     own = shape[:-2]
     lead = batch_idx[len(batch_idx) - len(own) :] if own else []
-    return [0 if d == 1 else i for d, i in zip(own, lead)] + ([col, row] if trans else [row, col])
+    return [0 if d == 1 else i for d, i in zip(own, lead, strict=False)] + ([col, row] if trans else [row, col])
 
 
 def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
@@ -233,8 +234,8 @@ def _pads(op: str, paddings: Sequence[int]) -> tuple[tuple[int, int], tuple[int,
 
 def _windows(
     op: str,
-    in_hw: tuple[int, int],
-    kernel: tuple[int, int],
+    in_hw: Sequence[int],
+    kernel: Sequence[int],
     strides: Sequence[int],
     dilations: Sequence[int],
     paddings: Sequence[int],
@@ -246,8 +247,9 @@ def _windows(
     strides, dilations = _pair(op, "strides", strides), _pair(op, "dilations", dilations)
     pads = _pads(op, paddings)
     dims = []
-    for size, k, s, d, (pb, pe) in zip(in_hw, kernel, strides, dilations, pads):
+    for size, k, s, d, given in zip(in_hw, kernel, strides, dilations, pads, strict=False):
         span = (k - 1) * d + 1
+        pb, pe = given
         if algorithm is PaddingAlgorithm.VALID:
             pb = pe = 0
         elif algorithm is PaddingAlgorithm.SAME:
@@ -357,7 +359,7 @@ def _conv_reference(arrays: Sequence[np.ndarray], a: Conv2dAttrs) -> list[np.nda
     xp = np.pad(_accumulate(x), ((0, 0), (0, 0), (h.pad_begin, h.pad_end), (wd.pad_begin, wd.pad_end)))
     xp = xp.reshape(n, g, c // g, *xp.shape[2:])
     wg = _accumulate(w).reshape(g, w.shape[0] // g, *w.shape[1:])
-    out = 0
+    out: Any = 0
     for ky in range(w.shape[2]):
         for kx in range(w.shape[3]):
             patch = xp[..., h.taps(ky), wd.taps(kx)]
@@ -475,7 +477,7 @@ def _pool_compute(tensors, a: Pool2dAttrs, out_types: Sequence[TensorType]):
     out = out_types[0]
     is_max = a.pooling_type is PoolType.MAX
     identity = lowest(out.dtype) if is_max else tirx.const(0, out.dtype)
-    rh, rw = (te.reduce_axis((0, win.kernel), name=n) for win, n in zip(hw, ("rh", "rw")))
+    rh, rw = (te.reduce_axis((0, win.kernel), name=n) for win, n in zip(hw, ("rh", "rw"), strict=True))
 
     def body(n, c, i, j):
         h, w = hw[0].start(i) + rh * hw[0].dilation, hw[1].start(j) + rw * hw[1].dilation

@@ -4,7 +4,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,11 +42,13 @@ def dtype_class(dtype: str) -> DtypeClass:
     return DtypeClass.FLOAT if np.dtype(dtype).kind == "f" else DtypeClass.INT
 
 
-InferFn = Callable[[Sequence[TensorType], Attrs], Sequence[TensorType]]
-ComputeFn = Callable[[Sequence["te.Tensor"], Attrs, Sequence[TensorType]], Sequence["te.Tensor"]]
-ReferenceFn = Callable[[Sequence[np.ndarray], Attrs], Sequence[np.ndarray]]
+# The functions of an op take its own Attrs subclass (Any here: a Callable's parameters are contravariant, so a
+# function of ConvAttrs is not a function of Attrs).
+InferFn = Callable[[Sequence[TensorType], Any], Sequence[TensorType]]
+ComputeFn = Callable[[Sequence["te.Tensor"], Any, Sequence[TensorType]], Sequence["te.Tensor"]]
+ReferenceFn = Callable[[Sequence[np.ndarray], Any], Sequence[np.ndarray]]
 # Composite ops are expanded into primitive ops by the decompose pass; the emitter is a NetBuilder.
-DecomposeFn = Callable[["object", Sequence["object"], Attrs], Sequence["object"]]
+DecomposeFn = Callable[[Any, Sequence[Any], Any], Any]
 
 
 @dataclass(frozen=True)

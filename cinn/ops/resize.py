@@ -159,7 +159,7 @@ class _Axis:
         else:
             raw, weights = [i0 - 1, i0, i0 + 1, i0 + 2], _cubic_coeffs(r, a.cubic_coeff_a)
         if a.exclude_outside:  # taps outside the input get no weight; the rest are renormalized
-            weights = [m.select(m.inside(i, self.size), w, m.const(0.0)) for i, w in zip(raw, weights)]
+            weights = [m.select(m.inside(i, self.size), w, m.const(0.0)) for i, w in zip(raw, weights, strict=True)]
             total = sum(weights[1:], weights[0])
             weights = [w / total for w in weights]
         return [m.clip(i, 0, self.size - 1) for i in raw], weights  # edge padding
@@ -259,7 +259,7 @@ def _compute(tensors, a: ResizeAttrs, out_types: Sequence[TensorType]):
             weights = weights or [None]
             # every combination of this axis's taps with the taps chosen so far
             terms = [(prev + ((ax.axis, i),), w if pw is None else pw * w)
-                     for prev, pw in terms for i, w in zip(taps, weights)]
+                     for prev, pw in terms for i, w in zip(taps, weights, strict=True)]
             flag = ax.extrapolated(y, a, m)
             outside = flag if outside is None else outside if flag is None else m.either(outside, flag)
         total = None
@@ -289,7 +289,7 @@ def _reference(arrays: Sequence[np.ndarray], a: ResizeAttrs) -> list[np.ndarray]
         taps, weights = ax.taps(y, a, _NUMPY)
         shape = (1,) * ax.axis + (ax.out,) + (1,) * (x.ndim - ax.axis - 1)
         picked = [np.take(result, i, axis=ax.axis) for i in taps]
-        result = picked[0] if weights is None else sum(p * w.reshape(shape) for p, w in zip(picked, weights))
+        result = picked[0] if weights is None else sum(p * w.reshape(shape) for p, w in zip(picked, weights, strict=True))
         flag = ax.extrapolated(y, a, _NUMPY)
         if flag is not None:
             mask = mask | flag.reshape(shape)

@@ -5,7 +5,7 @@ import enum
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tvm
@@ -33,7 +33,7 @@ def _map_compute(name: str, x: te.Tensor, out_shape: Shape, in_index: IndexMap) 
     def body(*idx):
         # simplify under the loop bounds so the kernel (and the tuner's features) see plain indices
         analyzer = tvm.sym.Analyzer()
-        for var, extent in zip(idx, out_shape):
+        for var, extent in zip(idx, out_shape, strict=True):
             analyzer.bind(var, tvm.ir.Range(0, extent))
         return x(*(analyzer.simplify(e) for e in in_index(idx)))
 
@@ -48,7 +48,7 @@ def _dims(t: te.Tensor) -> Shape:
 def _ravel(idx: Sequence, shape: Shape):
     """Row-major linear offset of an index."""
     linear = 0
-    for i, d in zip(idx, shape):
+    for i, d in zip(idx, shape, strict=True):
         linear = linear * d + i
     return linear
 
@@ -62,7 +62,7 @@ def _unravel(linear, shape: Shape) -> list:
     return out[::-1]
 
 
-def _reshape_reference(out_shape: Callable[[Shape, Attrs], Shape]):
+def _reshape_reference(out_shape: Callable[[Shape, Any], Shape]):
     """Reference of an op that only changes the shape: numpy's reshape to `out_shape(x.shape, attrs)`."""
     return lambda xs, a: [xs[0].reshape(out_shape(xs[0].shape, a))]
 
@@ -89,11 +89,11 @@ def _fmt(*shapes: Shape) -> str:
     return " and ".join(str(tuple(s)) for s in shapes)
 
 
-def _register(name: str, attrs: type[Attrs], out_shape: Callable[[Shape, Attrs], Shape], reference, compute, doc: str,
+def _register(name: str, attrs: type[Attrs], out_shape: Callable[[Shape, Any], Shape], reference, compute, doc: str,
               kind: PatternKind = PatternKind.INJECTIVE) -> OpDef:
     """Register a one-input op whose output has x's dtype and the shape `out_shape(x.shape, attrs)`."""
 
-    def infer(types: Sequence[TensorType], a: Attrs) -> list[TensorType]:
+    def infer(types: Sequence[TensorType], a: Any) -> list[TensorType]:
         return [TensorType(out_shape(types[0].shape, a), types[0].dtype)]
 
     return register(OpDef(name=name, kind=kind, infer=infer, reference=reference, compute=compute, attrs=attrs,
@@ -193,7 +193,7 @@ def _ranges(shape: Shape, a: SliceAttrs) -> list[range]:
     if 0 in strides:
         raise ValueError(f"slice: zero stride in {tuple(strides)} for shape {tuple(shape)}")
     out = [range(d) for d in shape]
-    for ax, start, end, step in zip(axes, a.starts, a.ends, strides):
+    for ax, start, end, step in zip(axes, a.starts, a.ends, strides, strict=False):
         out[ax] = range(*slice(start, end, step).indices(shape[ax]))
     return out
 
@@ -209,7 +209,7 @@ def _slice_compute(tensors, a, out_types):
     (x,) = tensors
     ranges = _ranges(_dims(x), a)
     return [_map_compute("slice", x, out_types[0].shape,
-                         lambda idx: [r.start + i * r.step for r, i in zip(ranges, idx)])]
+                         lambda idx: [r.start + i * r.step for r, i in zip(ranges, idx, strict=True)])]
 
 
 _register("slice", SliceAttrs, _slice_shape, lambda xs, a: [xs[0][np.ix_(*_ranges(xs[0].shape, a))]], _slice_compute,
@@ -267,7 +267,7 @@ def _sections(shape: Shape, a: SplitAttrs) -> tuple[int, tuple[int, ...]]:
     if spec.count(-1) == 1:
         spec = tuple(dim - known if s == -1 else s for s in spec)
     if not spec or any(s <= 0 for s in spec) or sum(spec) != dim:
-        raise ValueError(f"split: sections {tuple(a.num_or_sections)} do not split axis {a.axis} of {tuple(shape)}")
+        raise ValueError(f"split: sections {tuple(spec)} do not split axis {a.axis} of {tuple(shape)}")
     return ax, tuple(spec)
 
 
@@ -291,7 +291,7 @@ def _split_compute(tensors, a, out_types):
         return lambda idx: [i + off if k == ax else i for k, i in enumerate(idx)]
 
     return [_map_compute(f"split_{n}", x, t.shape, shifted(int(off)))
-            for n, (t, off) in enumerate(zip(out_types, offsets))]
+            for n, (t, off) in enumerate(zip(out_types, offsets, strict=True))]
 
 
 register(OpDef(name="split", kind=PatternKind.INJECTIVE, infer=_split_infer, compute=_split_compute,
@@ -347,7 +347,7 @@ def _mapped_axes(shape: Shape, a: BroadcastToAttrs) -> tuple[int, ...]:
     else:
         axes = tuple(normalize_axis("broadcast_to", ax, rank) for ax in a.broadcast_axes)
     if len(axes) != len(shape) or list(axes) != sorted(set(axes)) or any(
-        d not in (1, out[ax]) for ax, d in zip(axes, shape)
+        d not in (1, out[ax]) for ax, d in zip(axes, shape, strict=False)
     ):
         raise ValueError(f"broadcast_to: cannot broadcast {tuple(shape)} to {out} (broadcast_axes {a.broadcast_axes})")
     return axes
@@ -361,7 +361,7 @@ def _broadcast_shape(shape: Shape, a: BroadcastToAttrs) -> Shape:
 def _broadcast_reference(xs, a):
     x = xs[0]
     aligned = [1] * len(a.out_shape)
-    for ax, d in zip(_mapped_axes(x.shape, a), x.shape):
+    for ax, d in zip(_mapped_axes(x.shape, a), x.shape, strict=True):
         aligned[ax] = d
     return [np.broadcast_to(x.reshape(aligned), a.out_shape).copy()]
 
@@ -372,7 +372,7 @@ def _broadcast_to_compute(tensors, a, out_types):
     axes = _mapped_axes(shape, a)
     # a size-1 input dim is read at 0 (it may meet a larger output dim)
     return [_map_compute("broadcast_to", x, out_types[0].shape,
-                         lambda idx: [0 if d == 1 else idx[ax] for ax, d in zip(axes, shape)])]
+                         lambda idx: [0 if d == 1 else idx[ax] for ax, d in zip(axes, shape, strict=True)])]
 
 
 _register("broadcast_to", BroadcastToAttrs, _broadcast_shape, _broadcast_reference, _broadcast_to_compute,
@@ -397,14 +397,14 @@ def _tile_dims(shape: Shape, a: TileAttrs) -> tuple[Shape, tuple[int, ...]]:
 
 def _tile_shape(shape: Shape, a: TileAttrs) -> Shape:
     dims, reps = _tile_dims(shape, a)
-    return tuple(d * r for d, r in zip(dims, reps))
+    return tuple(d * r for d, r in zip(dims, reps, strict=False))
 
 
 def _tile_compute(tensors, a, out_types):
     (x,) = tensors
     lead = len(out_types[0].shape) - x.ndim
     shape = _dims(x)
-    return [_map_compute("tile", x, out_types[0].shape, lambda idx: [i % d for i, d in zip(idx[lead:], shape)])]
+    return [_map_compute("tile", x, out_types[0].shape, lambda idx: [i % d for i, d in zip(idx[lead:], shape, strict=True)])]
 
 
 _register("tile", TileAttrs, _tile_shape, lambda xs, a: [np.tile(xs[0], a.repeat_times)], _tile_compute,
@@ -423,7 +423,7 @@ def _reverse_compute(tensors, a, out_types):
     shape = _dims(x)
     axes = normalize_axes("reverse", a.axis, len(shape))
     return [_map_compute("reverse", x, shape,
-                         lambda idx: [d - 1 - i if k in axes else i for k, (i, d) in enumerate(zip(idx, shape))])]
+                         lambda idx: [d - 1 - i if k in axes else i for k, (i, d) in enumerate(zip(idx, shape, strict=True))])]
 
 
 def _reverse_shape(shape: Shape, a: ReverseAttrs) -> Shape:
@@ -466,9 +466,9 @@ def _pad_shape(shape: Shape, a: PadAttrs) -> Shape:
     pads = a.paddings
     if len(pads) != len(shape) or any(len(p) != 2 or min(p) < 0 for p in pads):
         raise ValueError(f"pad: paddings {pads} need one non-negative (before, after) per dim of {tuple(shape)}")
-    if a.mode == PadMode.REFLECT and any(max(p) >= d for p, d in zip(pads, shape)):
+    if a.mode == PadMode.REFLECT and any(max(p) >= d for p, d in zip(pads, shape, strict=False)):
         raise ValueError(f"pad: reflect paddings {pads} must be smaller than the dims of {tuple(shape)}")
-    return tuple(d + b + e for d, (b, e) in zip(shape, pads))
+    return tuple(d + b + e for d, (b, e) in zip(shape, pads, strict=False))
 
 
 def _pad_reference(xs, a):
@@ -492,10 +492,10 @@ def _pad_compute(tensors, a, out_types):
     fill = _scalar(a.pad_value, out_types[0].dtype)
 
     def body(*idx):
-        value = x(*(_pad_source(i, b, d, a.mode) for i, (b, _), d in zip(idx, a.paddings, shape)))
+        value = x(*(_pad_source(i, b, d, a.mode) for i, (b, _), d in zip(idx, a.paddings, shape, strict=False)))
         if a.mode != PadMode.CONSTANT:
             return value
-        inside = [tirx.all(i >= b, i < b + d) for i, (b, _), d in zip(idx, a.paddings, shape)]
+        inside = [tirx.all(i >= b, i < b + d) for i, (b, _), d in zip(idx, a.paddings, shape, strict=False)]
         return tirx.Select(tirx.all(*inside), value, fill) if inside else value
 
     return [_te().compute(out_types[0].shape, body, name="pad", tag="injective")]
@@ -536,7 +536,7 @@ def _gather_elements_infer(types: Sequence[TensorType], a: AxisAttrs) -> list[Te
     if not x.shape or len(index.shape) != len(x.shape):
         raise ValueError(f"gather_elements: x and index need one common rank >= 1 (shapes {shapes})")
     ax = normalize_axis("gather_elements", a.axis, len(x.shape))
-    if any(i > d for k, (i, d) in enumerate(zip(index.shape, x.shape)) if k != ax):
+    if any(i > d for k, (i, d) in enumerate(zip(index.shape, x.shape, strict=False)) if k != ax):
         raise ValueError(f"gather_elements: index dims must not exceed x's outside axis {a.axis} (shapes {shapes})")
     return [TensorType(index.shape, x.dtype)]
 

@@ -17,7 +17,7 @@ def cse(program: Program) -> Program:
         if first is None:
             seen[key] = node.outputs
             return False
-        for old, new in zip(node.outputs, first):
+        for old, new in zip(node.outputs, first, strict=True):
             rw.substitute(old, new)
         return True
 

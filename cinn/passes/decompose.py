@@ -14,13 +14,13 @@ def decompose(program: Program) -> Program:
     rename: dict[str, Value] = {}
     for node in program.nodes:
         inputs = [rename.get(v.name, v) for v in node.inputs]
-        op = get_op(node.op, node.name)
-        if not op.is_composite:
+        expand = get_op(node.op, node.name).decompose
+        if expand is None:
             emitter.append(Node(node.op, tuple(inputs), node.outputs, node.attrs, node.name))
             continue
-        outs = op.decompose(emitter, inputs, node.attrs)
+        outs = expand(emitter, inputs, node.attrs)
         outs = (outs,) if isinstance(outs, Value) else tuple(outs)
-        for old, new in zip(node.outputs, outs):
+        for old, new in zip(node.outputs, outs, strict=True):
             rename[old.name] = new
     result = emitter.build([rename.get(v.name, v) for v in program.outputs])
     return decompose(result)  # a decomposition may emit other composite ops

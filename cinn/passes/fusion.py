@@ -212,7 +212,8 @@ def _finalize(program: Program, drafts: list[_Draft]) -> list[Group]:
 def _topo_sort(groups: list[Group]) -> list[Group]:
     made_by = {v.name: i for i, g in enumerate(groups) for n in g.nodes for v in n.outputs}
     deps = [{made_by[v.name] for v in g.inputs if v.name in made_by} for g in groups]
-    order, done = [], set()
+    order: list[int] = []
+    done: set[int] = set()
     while len(order) < len(groups):
         ready = [i for i in range(len(groups)) if i not in done and deps[i] <= done]
         if not ready:

@@ -10,8 +10,9 @@ from cinn.passes.simplify import simplify
 
 
 def optimize(program: Program, passes: bool = True) -> Program:
-    """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), decompose, simplify what the expansions emit,
-    then fold constant subgraphs, merge common subexpressions and drop what no output needs."""
+    """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), decompose,
+    simplify what the expansions emit, then fold constant subgraphs, merge common subexpressions and drop what no
+    output needs."""
     if not passes:
         return decompose(program)
     program = simplify(program)

@@ -64,7 +64,7 @@ class Rewriter:
     def new_constant(self, array: np.ndarray, prefix: str) -> Value:
         """Add a constant under a fresh name (the array's dtype is kept)."""
         array = np.ascontiguousarray(array)
-        value = Value(self._names.fresh(prefix), TensorType(array.shape, array.dtype))
+        value = Value(self._names.fresh(prefix), TensorType(array.shape, str(array.dtype)))
         self.constants[value.name] = array
         return value
 

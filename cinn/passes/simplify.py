@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import numpy as np
 
 from cinn.ir import Node, Program, Value
 from cinn.ops.elementwise import ScaleAttrs
-from cinn.ops.nn import DataFormat
-from cinn.ops.shape import ReshapeAttrs
+from cinn.ops.nn import DataFormat, MatmulAttrs
+from cinn.ops.shape import ReshapeAttrs, TransposeAttrs
 from cinn.passes.dce import dce
 from cinn.passes.rewrite import Rewriter, Rule, rewrite, same_graph
 
@@ -52,8 +53,8 @@ def fold_batchnorm(rw: Rewriter, node: Node) -> bool:
         return False
     x, *stats = rw.inputs(node)
     producer = rw.producer(x)
-    params = [rw.constant(v) for v in stats]
-    if producer is None or not rw.has_single_use(x) or any(p is None for p in params):
+    params = [p for p in (rw.constant(v) for v in stats) if p is not None]
+    if producer is None or not rw.has_single_use(x) or len(params) != len(stats):
         return False
     scale, bias, mean, variance = (p.astype(np.float64) for p in params)
     s = scale / np.sqrt(variance + node.attrs.epsilon)
@@ -110,15 +111,16 @@ def merge_transposes(rw: Rewriter, node: Node) -> bool:
     (x,) = rw.inputs(node)
     perm = _perm(node)
     source = _through(rw, x, ("transpose",))
-    if source != x:
-        inner = _perm(rw.producer(x))
+    inner_node = rw.producer(x)
+    if source != x and inner_node is not None:
+        inner = _perm(inner_node)
         perm = tuple(inner[i] for i in perm)
     if perm == tuple(range(len(perm))):
         rw.substitute(node.outputs[0], source)
         return True
     if source == x:
         return False
-    rw.keep(node, inputs=(source,), attrs=dataclasses.replace(node.attrs, axis=perm))
+    rw.keep(node, inputs=(source,), attrs=dataclasses.replace(cast(TransposeAttrs, node.attrs), axis=perm))
     return True
 
 
@@ -134,7 +136,7 @@ def fold_transpose_into_matmul(rw: Rewriter, node: Node) -> bool:
             inputs[i], flags[i] = producer.inputs[0], not flags[i]
     if inputs == list(rw.inputs(node)):
         return False
-    rw.keep(node, inputs=tuple(inputs), attrs=dataclasses.replace(node.attrs, trans_x=flags[0], trans_y=flags[1]))
+    rw.keep(node, inputs=tuple(inputs), attrs=dataclasses.replace(cast(MatmulAttrs, node.attrs), trans_x=flags[0], trans_y=flags[1]))
     return True
 
 

@@ -17,7 +17,8 @@ def verify(program: Program) -> None:
             raise ValueError(f"{program.name}: node {n.name!r} ({n.op}) reads undefined values {missing}")
         types = infer(OPS[n.op], [v.type for v in n.inputs], n.attrs)
         if list(types) != [v.type for v in n.outputs]:
-            raise ValueError(f"{program.name}: node {n.name!r} ({n.op}) declares outputs {[v.type for v in n.outputs]}, inferred {list(types)}")
+            declared = [v.type for v in n.outputs]
+            raise ValueError(f"{program.name}: node {n.name!r} ({n.op}) declares outputs {declared}, inferred {list(types)}")
         defined.update(v.name for v in n.outputs)
     undefined = [v.name for v in program.outputs if v.name not in defined]
     if undefined:

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import onnx
 
+from cinn.builder import program_names
 from cinn.frontend.folding import FoldingBuilder
 from cinn.frontend.onnx import ops_elementwise, ops_nn, ops_reduce, ops_resize, ops_shape  # noqa: F401  (register converters)
 from cinn.frontend.onnx.registry import CONVERTERS, NodeContext, OnnxImportError, onnx_dtype, tensor_to_array
@@ -135,16 +136,10 @@ def _convert(b: FoldingBuilder, node: onnx.NodeProto, env: dict[str, Value], ops
 
 def _named_outputs(b: FoldingBuilder, outputs: list[tuple[str, Value]]) -> Program:
     """Build the Program with its outputs renamed to the ONNX output names (inputs and repeats are copied)."""
-    seen: set[str] = set()
-    values = []
-    for _, v in outputs:
-        if v.name in seen or b.is_input(v):  # an output must be its own buffer
-            v = b.identity(v)
-        seen.add(v.name)
-        values.append(v)
+    values = b.distinct([v for _, v in outputs])
     program = b.build(values)
-    taken = {v.name for v in program.inputs} | set(program.constants) | {v.name for n in program.nodes for v in n.outputs}
-    renames = {v.name: name for (name, _), v in zip(outputs, values) if name not in taken}
+    taken = program_names(program)
+    renames = {v.name: name for (name, _), v in zip(outputs, values, strict=True) if name not in taken}
     return _rename(program, renames)
 
 

@@ -1,6 +1,7 @@
 """Converters of ONNX neural-network ops: Conv, ConvTranspose, pooling, normalizations, Gemm, MatMul, LRN."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
@@ -37,19 +38,21 @@ def _per_dim(values, spatial: int, default: int) -> tuple[int, int]:
     return (default,) * (2 - spatial) + values
 
 
-def _window(ctx: NodeContext, in_hw: tuple[int, int], kernel, spatial: int) -> _Window:
+def _window(ctx: NodeContext, in_hw: Sequence[int], kernel, spatial: int) -> _Window:
     """Kernel, strides, dilations and pads (auto_pad resolved as ONNX defines it) in 2-D form."""
     kernel = _per_dim(kernel, spatial, 1)
     strides = _per_dim(ctx.attr("strides", None), spatial, 1)
     dilations = _per_dim(ctx.attr("dilations", None), spatial, 1)
     pads = ctx.attr("pads", None)
     pads = tuple(int(p) for p in pads) if pads is not None else (0,) * (2 * spatial)
+    begin: Sequence[int]
+    end: Sequence[int]
     begin, end = ((0,) + pads[:1], (0,) + pads[1:]) if spatial == 1 else (pads[:2], pads[2:])
     auto_pad = ctx.attr("auto_pad", "NOTSET")
     if auto_pad == "VALID":
         begin, end = (0, 0), (0, 0)
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        totals = [max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0) for n, k, s, d in zip(in_hw, kernel, strides, dilations)]
+        totals = [max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0) for n, k, s, d in zip(in_hw, kernel, strides, dilations, strict=False)]
         small = [t // 2 for t in totals]
         big = [t - t // 2 for t in totals]
         begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
@@ -89,12 +92,14 @@ def conv_transpose(ctx: NodeContext):
     auto_pad = ctx.attr("auto_pad", "NOTSET")
     pads = ctx.attr("pads", None)
     pads = tuple(int(p) for p in pads) if pads is not None else (0,) * (2 * spatial)
+    begin: Sequence[int]
+    end: Sequence[int]
     begin, end = ((0,) + pads[:1], (0,) + pads[1:]) if spatial == 1 else (pads[:2], pads[2:])
     if auto_pad in ("SAME_UPPER", "SAME_LOWER") or ctx.has_attr("output_shape"):
         # pads that give output_shape (default: input size * stride), split as ONNX defines
         target = _per_dim(ctx.attr("output_shape", None), spatial, 1) if ctx.has_attr("output_shape") else (h * strides[0], wd * strides[1])
         totals = [s * (size - 1) + o + (k - 1) * d + 1 - t
-                  for s, size, o, k, d, t in zip(strides, (h, wd), extra, (kh, kw), dil, target)]
+                  for s, size, o, k, d, t in zip(strides, (h, wd), extra, (kh, kw), dil, target, strict=False)]
         small, big = [t // 2 for t in totals], [t - t // 2 for t in totals]
         begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
     elif auto_pad == "VALID":
@@ -103,9 +108,9 @@ def conv_transpose(ctx: NodeContext):
     up = ctx.b.reshape(x2, [n, c, h, 1, wd, 1])
     up = ctx.b.pad(up, [(0, 0), (0, 0), (0, 0), (0, strides[0] - 1), (0, 0), (0, strides[1] - 1)])
     up = ctx.b.reshape(up, [n, c, h * strides[0], wd * strides[1]])
-    span = [(k - 1) * d for k, d in zip((kh, kw), dil)]
-    full = [(s - (p or 0)) for s, p in zip(span, begin)]
-    tail = [s - e + o - (st - 1) for s, e, o, st in zip(span, end, extra, strides)]
+    span = [(k - 1) * d for k, d in zip((kh, kw), dil, strict=False)]
+    full = [(s - (p or 0)) for s, p in zip(span, begin, strict=False)]
+    tail = [s - e + o - (st - 1) for s, e, o, st in zip(span, end, extra, strides, strict=False)]
     # weights [C, M/g, kh, kw] -> [M, C/g, kh, kw], spatially flipped
     wt = ctx.b.reshape(w2, [groups, c // groups, m, kh, kw])
     wt = ctx.b.reshape(ctx.b.transpose(wt, [0, 2, 1, 3, 4]), [groups * m, c // groups, kh, kw])

@@ -24,7 +24,7 @@ class _Plan:
 def _per_dim(values, axes: list[int], rank: int, fill) -> list:
     """Values given for `axes` spread over all dims (the others get `fill(dim)`)."""
     out = [fill(d) for d in range(rank)]
-    for a, v in zip(axes, values):
+    for a, v in zip(axes, values, strict=False):
         out[a] = v
     return out
 
@@ -36,7 +36,7 @@ def _plan(ctx: NodeContext, x: Value, scales, sizes, roi, axes: list[int]) -> _P
         if len(sizes) != len(axes):
             raise OnnxImportError(f"sizes {tuple(sizes)} need one value per resized axis {tuple(axes)}")
         out = _per_dim([int(s) for s in sizes], axes, rank, lambda d: shape[d])
-        factors = [o / n for o, n in zip(out, shape)]
+        factors = [o / n for o, n in zip(out, shape, strict=False)]
         policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
         if policy != "stretch":
             if policy not in ("not_larger", "not_smaller"):
@@ -48,12 +48,12 @@ def _plan(ctx: NodeContext, x: Value, scales, sizes, roi, axes: list[int]) -> _P
         if len(scales) != len(axes):
             raise OnnxImportError(f"scales {tuple(scales)} need one value per resized axis {tuple(axes)}")
         factors = _per_dim([float(s) for s in scales], axes, rank, lambda d: 1.0)
-        out = [int(math.floor(f * n)) for f, n in zip(factors, shape)]
+        out = [math.floor(f * n) for f, n in zip(factors, shape, strict=False)]
     else:
         raise OnnxImportError("one of scales and sizes must be given")
     starts = roi[: len(axes)] if roi is not None else [0.0] * len(axes)
     ends = roi[len(axes):] if roi is not None else [1.0] * len(axes)
-    spans = _per_dim(list(zip(map(float, starts), map(float, ends))), axes, rank, lambda d: (0.0, 1.0))
+    spans = _per_dim(list(zip(map(float, starts), map(float, ends), strict=False)), axes, rank, lambda d: (0.0, 1.0))
     return _Plan(tuple(out), tuple(factors), tuple(spans))
 
 

@@ -124,7 +124,7 @@ def pad(ctx: NodeContext):
     mode = ctx.attr("mode", "constant")
     if mode not in ("constant", "reflect", "edge", "wrap"):
         raise OnnxImportError(f"pad mode {mode!r} is not supported (constant, reflect, edge, wrap)")
-    grow = [(max(p, 0), max(q, 0)) for p, q in zip(begin, end)]
+    grow = [(max(p, 0), max(q, 0)) for p, q in zip(begin, end, strict=False)]
     if any(p or q for p, q in grow):
         x = ctx.b.pad(x, grow, pad_value=_pad_value(ctx), mode=mode)
     crop = [k for k in range(rank) if begin[k] < 0 or end[k] < 0]  # negative pads remove elements

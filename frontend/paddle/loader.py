@@ -34,7 +34,7 @@ def load_paddle(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int
     for op in model.ops:
         _convert(b, model, op, env)
     outputs = [_fetched(model, env, key) for key in model.outputs]
-    return b.build(_distinct(b, outputs))
+    return b.build(b.distinct(outputs))
 
 
 def resolve_model_path(path: str) -> str:
@@ -77,7 +77,7 @@ def _input_shape(t: Tensor, given: Sequence[int] | None) -> tuple[int, ...]:
     """An input's static shape: from input_shapes when given, else the model's dims (all must be known)."""
     if given is not None:
         given = tuple(int(d) for d in given)
-        if len(given) != len(t.shape) or any(d not in (g, -1) for d, g in zip(t.shape, given)):
+        if len(given) != len(t.shape) or any(d not in (g, -1) for d, g in zip(t.shape, given, strict=True)):
             raise PaddleImportError(f"input_shapes[{t.name!r}] = {given} does not fit the model's shape {list(t.shape)}")
         return given
     if -1 in t.shape or any(d < 0 for d in t.shape):
@@ -113,15 +113,3 @@ def _fetched(model: PaddleModel, env: dict[str, Bound], key: str) -> Value:
     if not isinstance(value, Value):
         raise PaddleImportError(f"{model.path}: fetched value {key!r} is not a tensor produced by the program")
     return value
-
-
-def _distinct(b: FoldingBuilder, outputs: list[Value]) -> list[Value]:
-    """Each output its own buffer: inputs and repeated outputs are copied."""
-    seen: set[str] = set()
-    result = []
-    for v in outputs:
-        if v.name in seen or b.is_input(v):
-            v = b.identity(v)
-        seen.add(v.name)
-        result.append(v)
-    return result

@@ -66,7 +66,7 @@ def _read_tensor(reader: _Reader, param: Tensor) -> np.ndarray:
 
 
 def _shapes_match(stored: tuple[int, ...], declared: tuple[int, ...]) -> bool:
-    return len(stored) == len(declared) and all(d in (s, -1) for s, d in zip(stored, declared))
+    return len(stored) == len(declared) and all(d in (s, -1) for s, d in zip(stored, declared, strict=True))
 
 
 def params_path(model_path: str) -> str:
