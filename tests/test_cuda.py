@@ -21,7 +21,6 @@ from cinn.passes.pipeline import optimize
 from cinn.schedules import apply_default
 from cinn.schedules.cuda_common import unbound_blocks
 from cinn.target import parse_target
-from tests.cases import TOLERANCE
 from tests.test_ops import CASES, _build, _case_id
 
 TARGET = parse_target("cuda")
@@ -115,8 +114,8 @@ def test_op_runs_on_gpu(case, tmp_cache):
     expected = OPS[case.op].reference(arrays, program.nodes[0].attrs)
     got = cinn.compile(program, target="cuda", cache_dir=tmp_cache, passes=False).run(feeds)
     for g, e, v in zip(got, expected, program.outputs, strict=True):
-        rtol, atol = TOLERANCE.get(v.dtype, (0, 0))
-        np.testing.assert_allclose(g, e, rtol=case.rtol or rtol, atol=case.atol or atol)
+        rtol, atol = case.tolerance(v.dtype)
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol)
 
 
 @pytest.mark.gpu

@@ -111,8 +111,13 @@ def test_no_cycle_through_a_heavy_group(tmp_cache):
     a = b.relu(x)
     m = b.matmul(a, b.create_constant(_rand(8, 8), "w"))
     y = b.add(b.exp(a), m)
-    xv = _rand(8, 8)
-    _run_both(b.build([y]), {"x": xv}, tmp_cache)
+    program = b.build([y])
+    groups = fuse(optimize(program))
+    # relu feeds the matmul and (through exp) the add: joining it with the add's group would make the matmul's group
+    # both its consumer and its producer; the add joins the matmul as its epilogue instead
+    assert [[n.op for n in g.nodes] for g in groups] == [["relu", "exp"], ["matmul", "add"]]
+    fused, _, _ = _run_both(program, {"x": _rand(8, 8)}, tmp_cache)
+    assert fused.num_kernels == 2
 
 
 def test_group_kinds_and_io():

@@ -11,7 +11,7 @@ import cinn
 import tests.cases as cases_pkg
 from cinn.ops import OPS
 from cinn.ops.registry import infer
-from tests.cases import TOLERANCE, Case
+from tests.cases import Case
 
 
 def _all_cases() -> list[Case]:
@@ -62,8 +62,8 @@ def test_op_matches_numpy(case: Case, tmp_cache):
     for g, e, v in zip(got, expected, program.outputs, strict=True):
         assert g.shape == tuple(e.shape) == v.shape, f"{case.op}: shape {g.shape} vs reference {e.shape}"
         assert str(g.dtype) == v.dtype
-        rtol, atol = TOLERANCE.get(v.dtype, (0, 0))
-        np.testing.assert_allclose(g, e, rtol=case.rtol or rtol, atol=case.atol or atol)
+        rtol, atol = case.tolerance(v.dtype)
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("case", CASES[:: max(1, len(CASES) // 40)], ids=_case_id)

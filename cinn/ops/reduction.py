@@ -67,7 +67,7 @@ def _topi_reduce(topi_name: str):
 
     def te_fn(x, axes: tuple[int, ...], keep_dim: bool):
         if not axes:  # a 0-d input: still a fresh output, never the input tensor itself
-            return te.compute(x.shape, x, name=f"{x.op.name}_red")
+            return te.compute(x.shape, lambda *i: x(*i), name=f"{x.op.name}_red")  # noqa: PLW0108 (x itself is no fcompute)
         return getattr(topi, topi_name)(x, axis=list(axes), keepdims=keep_dim)
 
     return te_fn

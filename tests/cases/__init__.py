@@ -21,6 +21,11 @@ class Case:
     atol: float | None = None
     id: str = ""
 
+    def tolerance(self, dtype: str) -> tuple[float, float]:
+        """(rtol, atol) for an output of this dtype: the case's own where it sets one (0 included), else the dtype's."""
+        rtol, atol = TOLERANCE.get(dtype, (0.0, 0.0))
+        return (rtol if self.rtol is None else self.rtol), (atol if self.atol is None else self.atol)
+
     def arrays(self, rng: np.random.Generator) -> list[np.ndarray]:
         """The input arrays of this case."""
         if self.make is not None:
