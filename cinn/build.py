@@ -135,6 +135,9 @@ def build_all(
     progress: Callable[[int, int], None] | None = None,
 ) -> list[BuiltKernel]:
     """Build (or load from cache) one kernel per spec; identical specs are built once."""
+    if cache_dir.exists() and not cache_dir.is_dir():
+        raise NotADirectoryError(f"cinn: the kernel cache {cache_dir} is not a directory (it comes from cache_dir= or "
+                                 "$CINN_CACHE_DIR; point it at a directory)")
     cache_dir.mkdir(parents=True, exist_ok=True)
     paths = {s: str(cache_dir / f"{cache_key(s, target)}.so") for s in dict.fromkeys(specs)}
     modules: dict[KernelSpec, BuiltKernel] = {}

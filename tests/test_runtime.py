@@ -142,3 +142,17 @@ def test_program_output_that_is_an_input(tmp_cache):
 def test_unknown_target_is_clear():
     with pytest.raises(ValueError, match="unknown target 'metal'"):
         cinn.compile(_small_program(), target="metal")
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_a_cache_dir_that_is_a_file_is_refused(tmp_path, monkeypatch, how):
+    cache = tmp_path / "cache"
+    cache.write_text("not a directory")
+    b = cinn.NetBuilder("p")
+    x = b.create_input("float32", (4,), "x")
+    program = b.build([b.relu(x)])
+    kwargs = {"cache_dir": cache} if how == "argument" else {}
+    if how == "environment":
+        monkeypatch.setenv("CINN_CACHE_DIR", str(cache))
+    with pytest.raises(NotADirectoryError, match=r"kernel cache .*cache is not a directory .*CINN_CACHE_DIR"):
+        cinn.compile(program, **kwargs)
