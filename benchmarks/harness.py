@@ -190,12 +190,14 @@ def _worker_args(engine: Engine, model: str, config: BenchConfig, outputs_path: 
     return args
 
 
-def spawn_module(module: str, args: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> str:
+def spawn_module(module: str, args: Sequence[str], timeout: float, env: Mapping[str, str] | None = None,
+                 unset: Sequence[str] = ()) -> str:
     """Run `python -m module args` in a fresh interpreter; its stderr passes through, its last stdout line is returned.
 
-    `env` adds variables to the environment (e.g. thread counts that must be set before a runtime starts).
+    `env` adds variables to the environment (e.g. thread counts that must be set before a runtime starts); `unset`
+    removes some.
     """
-    full_env = dict(os.environ, **(env or {}))
+    full_env = {k: v for k, v in dict(os.environ, **(env or {})).items() if k not in unset}
     proc = subprocess.run([sys.executable, "-m", module, *args], stdout=subprocess.PIPE, text=True, timeout=timeout, env=full_env)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:

@@ -177,6 +177,22 @@ class Retimed:
         return cls(data["median_s"], data["errors"])
 
 
+@dataclass(frozen=True)
+class NumpyRate:
+    """numpy's matmul rate on a workload's shape, and the BLAS kernel that ran it (threadpoolctl's report)."""
+
+    gflops: float
+    blas: str
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> NumpyRate:
+        data = json.loads(text)
+        return cls(float(data["gflops"]), str(data["blas"]))
+
+
 # ---------------------------------------------------------------------------------------------
 # results and report
 
@@ -199,7 +215,7 @@ class Row:
     best_s: Mapping[Tuner, float]
     tune_s: Mapping[Tuner, float]
     flops: float | None = None
-    numpy_gflops: float | None = None
+    numpy: NumpyRate | None = None
     errors: tuple[str, ...] = ()
 
     def ms(self, tuner: Tuner) -> float | None:
@@ -228,9 +244,10 @@ def tune_columns() -> list[Column[Row]]:
         Column("ours tune s", lambda r: r.tune_s.get(o), "{:.1f}"),
         Column("MS tune s", lambda r: r.tune_s.get(m), "{:.1f}"),
         Column("tune ours/MS", lambda r: _div(r.tune_s.get(o), r.tune_s.get(m)), "{:.2f}"),
-        Column("numpy GFLOP/s", lambda r: r.numpy_gflops, "{:.1f}"),
+        Column("numpy GFLOP/s", lambda r: r.numpy.gflops if r.numpy else None, "{:.1f}"),
+        Column("numpy BLAS", lambda r: r.numpy.blas if r.numpy else None, "{}"),
         Column("ours GFLOP/s", lambda r: r.gflops(o), "{:.1f}"),
-        Column("ours/numpy", lambda r: _div(r.gflops(o), r.numpy_gflops), "{:.2f}"),
+        Column("ours/numpy", lambda r: _div(r.gflops(o), r.numpy.gflops if r.numpy else None), "{:.2f}"),
         Column("MS GFLOP/s", lambda r: r.gflops(m), "{:.1f}"),
         Column("status", lambda r: "; ".join(r.errors) if r.errors else "ok", "{}"),
     ]
@@ -287,10 +304,16 @@ def retime(plan: RetimePlan, settings: BenchSettings) -> Retimed:
         return Retimed.from_json(_spawn(["retime", path], settings))
 
 
-def numpy_gflops(workload: Workload, settings: BenchSettings) -> float:
-    """numpy's matmul rate on the workload's shape, in its own process with the same thread count."""
+# the environment may pin OpenBLAS to an older kernel (OPENBLAS_CORETYPE=Haswell runs AVX2 code at about half the rate
+# on an AVX-512 machine): numpy's process runs without them, so it gets the kernel OpenBLAS picks for this CPU
+BLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def numpy_rate(workload: Workload, settings: BenchSettings) -> NumpyRate:
+    """numpy's matmul rate on the workload's shape, in its own process with the same thread count and without the
+    environment's BLAS kernel overrides."""
     args = ["numpy", workload.name, "--repeat", str(settings.repeat), "--warmup", str(settings.warmup)]
-    return float(_spawn(args, settings))
+    return NumpyRate.from_json(spawn_module(WORKER, args, settings.timeout, settings.thread_env(), unset=BLAS_OVERRIDES))
 
 
 def _tune_all(workload: Workload, settings: BenchSettings, errors: dict[int, list[str]]) -> dict[tuple[Tuner, int], TuneOutcome]:
@@ -327,18 +350,18 @@ def bench_workload(workload: Workload, settings: BenchSettings) -> list[Row]:
         timed = retime(RetimePlan(workload.name, str(settings.target), settings.repeat, settings.warmup, candidates), settings)
     except WORKER_ERRORS as err:
         timed = Retimed({}, {c.label: f"re-timing failed: {err}" for c in candidates})
-    gflops = None
+    rate = None
     if workload.matmul:
         try:
-            gflops = numpy_gflops(workload, settings)
+            rate = numpy_rate(workload, settings)
         except WORKER_ERRORS as err:
             for msgs in errors.values():
                 msgs.append(f"numpy failed: {err}")
-    return [_row(workload, trials, outcomes, timed, gflops, errors[trials], settings) for trials in settings.trials]
+    return [_row(workload, trials, outcomes, timed, rate, errors[trials], settings) for trials in settings.trials]
 
 
 def _row(workload: Workload, trials: int, outcomes: Mapping[tuple[Tuner, int], TuneOutcome], timed: Retimed,
-         gflops: float | None, errors: list[str], settings: BenchSettings) -> Row:
+         rate: NumpyRate | None, errors: list[str], settings: BenchSettings) -> Row:
     present = [t for t in settings.tuners if (t, trials) in outcomes]
     mine = {DEFAULT_LABEL} | {label(t, trials) for t in present}
     errs = list(errors) + [f"{lbl}: {msg}" for lbl, msg in timed.errors.items() if lbl in mine]
@@ -349,7 +372,7 @@ def _row(workload: Workload, trials: int, outcomes: Mapping[tuple[Tuner, int], T
         best_s={t: timed.median_s[label(t, trials)] for t in present if label(t, trials) in timed.median_s},
         tune_s={t: outcomes[(t, trials)].tune_s for t in present},
         flops=workload.flops,
-        numpy_gflops=gflops,
+        numpy=rate,
         errors=tuple(errs),
     )
 

@@ -25,7 +25,7 @@ from cinn.autotune.space import trace_json
 from cinn.autotune.task import Task
 from cinn.autotune.tuner import TuneConfig, tune
 from cinn.benchmarks.harness import ATOL, RTOL
-from cinn.benchmarks.tune_bench import Candidate, Retimed, RetimePlan, TuneOutcome, Tuner, Workload, get_workload
+from cinn.benchmarks.tune_bench import Candidate, NumpyRate, Retimed, RetimePlan, TuneOutcome, Tuner, Workload, get_workload
 from cinn.build import KernelSpec, build_kernel
 from cinn.lower import lower_program
 from cinn.runtime import configure_threads
@@ -163,8 +163,9 @@ def _evaluator(mod, dev, args):
 # numpy baseline
 
 
-def run_numpy(workload: Workload, repeat: int, warmup: int) -> float:
-    """numpy's matmul GFLOP/s on the workload's shape (threads from the environment the parent set)."""
+def run_numpy(workload: Workload, repeat: int, warmup: int) -> NumpyRate:
+    """numpy's matmul GFLOP/s on the workload's shape (threads from the environment the parent set), and the BLAS
+    kernel it ran."""
     if not workload.matmul:
         raise ValueError(f"{workload.name} is not a matmul workload")
     m, n, k = workload.matmul
@@ -172,7 +173,15 @@ def run_numpy(workload: Workload, repeat: int, warmup: int) -> float:
     a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
     c = np.empty((m, n), np.float32)
     seconds = median_seconds(lambda: np.matmul(a, b, out=c), repeat, warmup)
-    return workload.flops / seconds / 1e9
+    return NumpyRate(workload.flops / seconds / 1e9, blas_kernel())
+
+
+def blas_kernel() -> str:
+    """The BLAS library numpy calls, its version and the CPU kernel it chose, as threadpoolctl reports them."""
+    from threadpoolctl import threadpool_info  # the bench extra: only this worker needs it
+
+    blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    return "; ".join(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture', '?')}" for i in blas) or "none"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(a.plan, encoding="utf-8") as f:
             result = run_retime(RetimePlan.from_json(f.read())).to_json()
     else:
-        result = repr(run_numpy(get_workload(a.workload), a.repeat, a.warmup))
+        result = run_numpy(get_workload(a.workload), a.repeat, a.warmup).to_json()
     print(result, flush=True)
     return 0
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import os
 from collections import Counter
 
 import pytest
@@ -12,6 +13,7 @@ from cinn.benchmarks.tune_bench import (
     WORKLOADS,
     BenchSettings,
     Candidate,
+    NumpyRate,
     Retimed,
     RetimePlan,
     Row,
@@ -19,7 +21,7 @@ from cinn.benchmarks.tune_bench import (
     Tuner,
     get_workload,
     main,
-    numpy_gflops,
+    numpy_rate,
     retime,
     run_tuner,
     tune_columns,
@@ -42,7 +44,8 @@ def test_workload_is_one_kernel(name):
 
 
 def _rows() -> list[Row]:
-    ok = Row("matmul_64", 64, 2e-3, {Tuner.OURS: 1e-3, Tuner.MS: 2e-3}, {Tuner.OURS: 10.0, Tuner.MS: 40.0}, 2.0 * 64**3, 50.0)
+    ok = Row("matmul_64", 64, 2e-3, {Tuner.OURS: 1e-3, Tuner.MS: 2e-3}, {Tuner.OURS: 10.0, Tuner.MS: 40.0}, 2.0 * 64**3,
+             NumpyRate(50.0, "openblas 0.3.30 SkylakeX"))
     failed = Row("softmax", 64, 1e-4, {Tuner.MS: 5e-5}, {Tuner.MS: 30.0}, errors=("ours tuning failed: boom",))
     return [ok, failed]
 
@@ -51,7 +54,7 @@ def test_table_shows_ratios_and_failures():
     header, _, ok, failed = render_table(tune_columns(), _rows()).splitlines()
     assert "ours/MS" in header and "tune ours/MS" in header and "ours/numpy" in header
     assert "0.50" in ok and "0.25" in ok  # latency and tuning-time ratios
-    assert f"{2.0 * 64**3 / 1e-3 / 1e9:.1f}" in ok  # our GFLOP/s
+    assert f"{2.0 * 64**3 / 1e-3 / 1e9:.1f}" in ok and "SkylakeX" in ok  # our GFLOP/s, the BLAS kernel
     assert "ours tuning failed: boom" in failed and failed.split()[3] == "-"
 
 
@@ -93,7 +96,7 @@ def test_failed_tuner_is_reported_with_exit_1(monkeypatch, capsys):
 
     monkeypatch.setattr(tune_bench, "run_tuner", fake_tuner)
     monkeypatch.setattr(tune_bench, "retime", lambda plan, settings: Retimed({c.label: 1e-3 for c in plan.candidates}))
-    monkeypatch.setattr(tune_bench, "numpy_gflops", lambda workload, settings: 10.0)
+    monkeypatch.setattr(tune_bench, "numpy_rate", lambda workload, settings: NumpyRate(10.0, "openblas"))
     assert main(["--workloads", TINY, "--trials", "2"]) == 1
     out = capsys.readouterr().out
     assert "ours tuning failed: boom" in out
@@ -124,7 +127,25 @@ def test_retime_and_numpy_workers():
     plan = RetimePlan(TINY, str(settings.target), 3, 1, (Candidate("default", None), Candidate("again", None)))
     timed = retime(plan, settings)
     assert not timed.errors and set(timed.median_s) == {"default", "again"} and all(s > 0 for s in timed.median_s.values())
-    assert numpy_gflops(get_workload(TINY), settings) > 0
+    rate = numpy_rate(get_workload(TINY), settings)
+    assert rate.gflops > 0 and rate.blas
+
+
+def test_numpy_runs_without_the_environments_blas_overrides(monkeypatch):
+    """OPENBLAS_CORETYPE=Haswell would run AVX2 kernels on an AVX-512 machine: numpy's worker never sees it."""
+    seen = {}
+
+    def fake_spawn(module, args, timeout, env=None, unset=()):
+        seen["env"] = {k: v for k, v in dict(os.environ, **(env or {})).items() if k not in unset}
+        return NumpyRate(1.0, "openblas 0.3 SkylakeX").to_json()
+
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.setenv("OPENBLAS_L2_SIZE", "1048576")
+    monkeypatch.setattr(tune_bench, "spawn_module", fake_spawn)
+    rate = numpy_rate(get_workload(TINY), _settings())
+    assert rate == NumpyRate(1.0, "openblas 0.3 SkylakeX")
+    assert "OPENBLAS_CORETYPE" not in seen["env"] and "OPENBLAS_L2_SIZE" not in seen["env"]
+    assert seen["env"]["OPENBLAS_NUM_THREADS"] == str(_settings().target.num_cores)
 
 
 @pytest.mark.slow
