@@ -73,6 +73,8 @@ def _tuning_records(log, target: Target) -> dict[str, str]:
     """Best tuned trace per workload from a schedule log."""
     if log is None:
         return {}
+    if not os.path.isfile(log):
+        raise FileNotFoundError(f"tuning_log {os.fspath(log)!r}: no such schedule log (cinn-tune writes one)")
     return best_traces(log, target)
 
 

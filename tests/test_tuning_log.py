@@ -51,3 +51,10 @@ def test_failure_kinds_round_trip_and_old_lines_load():
     old_ok = Record.from_json('{"workload": "a", "target": "llvm", "trace": "[]", "costs": [1.0]}')
     assert old_failed.failure is FailureKind.UNKNOWN and old_failed.error == "run: boom"
     assert old_ok.failure is None and not old_ok.failed
+
+
+def test_a_missing_tuning_log_is_an_error(tmp_path, tmp_cache):
+    b = cinn.NetBuilder("p")
+    x = b.create_input("float32", (4,), "x")
+    with pytest.raises(FileNotFoundError, match=r"tuning_log .*nope\.jsonl.*no such schedule log"):
+        cinn.compile(b.build([b.relu(x)]), tuning_log=tmp_path / "nope.jsonl", cache_dir=tmp_cache)
