@@ -5,11 +5,14 @@ import dataclasses
 import json
 import math
 import os
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import xgboost as xgb
+
+from cinn.utils import atomic_write
 
 
 @dataclass(frozen=True)
@@ -86,12 +89,22 @@ class CostModel:
         }
         for i, d in enumerate(self._data.values()):
             arrays[f"rows_{i}"], arrays[f"costs_{i}"] = d.rows, d.costs
-        with open(path, "wb") as f:  # a file object keeps np.savez from appending ".npz" to the name
-            np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as f:  # a file object keeps np.savez from appending ".npz" to the name
+                np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle
+
+        atomic_write(os.fspath(path), write)  # a crash mid-write must not leave a file every later run chokes on
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> CostModel:
         """A model saved by save(): it predicts as before and keeps learning from further updates."""
+        try:
+            return cls._load(path)
+        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, xgb.core.XGBoostError) as e:
+            raise ValueError(f"cost model {os.fspath(path)}: not a cinn cost model file ({type(e).__name__}: {e})") from None
+
+    @classmethod
+    def _load(cls, path: str | os.PathLike) -> CostModel:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
             model = cls(meta["seed"], CostModelConfig(**meta["config"]))

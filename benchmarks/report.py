@@ -49,7 +49,7 @@ def write_rows_csv(cols: Sequence[Column[R]], rows: Sequence[R], path: str) -> N
 
 def bar_chart(categories: Sequence[str], series: Mapping[str, Sequence[float | None]], ylabel: str, title: str, path: str) -> None:
     """A grouped bar chart (log scale) as a PNG: one group per category, one bar per series; None values are left out."""
-    import matplotlib
+    import matplotlib  # an optional extra (bench): imported only when a plot is asked for
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -22,6 +22,7 @@ from cinn.ops import PatternKind
 from cinn.schedules import apply_default
 from cinn.schedules.cuda_common import unbound_blocks
 from cinn.target import Target
+from cinn.utils import atomic_write
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,9 @@ def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
     tvm_target = target.tvm()
     with tvm_target:  # CUDA compilation reads the architecture from the current target
         ex = tvm.compile(sch.mod, target=tvm_target)
-    _atomic_write(source_path(path), lambda tmp: pathlib.Path(tmp).write_text(kernel_source(sch.mod, ex)))
-    _atomic_write(path, lambda tmp: _export(ex, tmp, target))
+    atomic_write(source_path(path), lambda tmp: pathlib.Path(tmp).write_text(kernel_source(sch.mod, ex)))
+    atomic_write(path, lambda tmp: _export(ex, tmp, target))
+    atomic_write(digest_path(path), lambda tmp: pathlib.Path(tmp).write_text(_digest(path)))  # last: marks it whole
     return path
 
 
@@ -115,16 +117,14 @@ def source_path(lib_path: str) -> str:
     return lib_path[: -len(".so")] + ".src"
 
 
-def _atomic_write(path: str, write: Callable[[str], object]) -> None:
-    """Write through a temporary file and rename, so readers never see a torn file."""
-    fd, tmp = tempfile.mkstemp(suffix=os.path.splitext(path)[1], dir=os.path.dirname(path))
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def digest_path(lib_path: str) -> str:
+    """The SHA-256 of a cached library, written after it: loading a truncated library can kill the process (SIGBUS
+    in dlopen), so a library is loaded only when its bytes match."""
+    return lib_path[: -len(".so")] + ".sha256"
+
+
+def _digest(lib_path: str) -> str:
+    return hashlib.sha256(pathlib.Path(lib_path).read_bytes()).hexdigest()
 
 
 def build_all(
@@ -134,11 +134,31 @@ def build_all(
     workers: int,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[BuiltKernel]:
-    """Build (or load from cache) one kernel per spec; identical specs are built once."""
+    """Build (or load from cache) one kernel per spec; identical specs are built once. A cache directory that cannot
+    be written (read-only) is passed by: the kernels are built in a temporary one, with a warning."""
     if cache_dir.exists() and not cache_dir.is_dir():
         raise NotADirectoryError(f"cinn: the kernel cache {cache_dir} is not a directory (it comes from cache_dir= or "
                                  "$CINN_CACHE_DIR; point it at a directory)")
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    if _writable(cache_dir):
+        return _build_all(specs, target, cache_dir, workers, progress)
+    warnings.warn(f"cinn: the kernel cache {cache_dir} cannot be written; building without it", stacklevel=3)
+    with tempfile.TemporaryDirectory(prefix="cinn-uncached-") as tmp:  # loaded libraries outlive their files
+        return _build_all(specs, target, pathlib.Path(tmp), workers, progress)
+
+
+def _writable(cache_dir: pathlib.Path) -> bool:
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=cache_dir, prefix=".probe-")
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
+
+
+def _build_all(specs: Sequence[KernelSpec], target: Target, cache_dir: pathlib.Path, workers: int,
+               progress: Callable[[int, int], None] | None) -> list[BuiltKernel]:
     paths = {s: str(cache_dir / f"{cache_key(s, target)}.so") for s in dict.fromkeys(specs)}
     modules: dict[KernelSpec, BuiltKernel] = {}
     missing = []
@@ -165,13 +185,17 @@ def _read(path: str, target: Target) -> BuiltKernel:
 
 def _load_cached(path: str, target: Target) -> BuiltKernel | None:
     """A cached kernel, or None when absent; a corrupt entry is deleted (and rebuilt by the caller)."""
-    if not (os.path.exists(path) and os.path.exists(source_path(path))):
+    files = (path, source_path(path), digest_path(path))
+    if not all(os.path.exists(f) for f in files):
         return None
     try:
+        if pathlib.Path(digest_path(path)).read_text().strip() != _digest(path):
+            raise ValueError("the library does not match its digest (truncated or overwritten)")
         return _read(path, target)
     except Exception as err:
         warnings.warn(f"cinn: corrupt cache entry {path} ({type(err).__name__}: {err}); rebuilding", stacklevel=3)
-        os.unlink(path)
+        for f in files:
+            pathlib.Path(f).unlink(missing_ok=True)
         return None
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from cinn.ir import Attrs, Node, Program, TensorType, Value, shape_of
+from cinn.ir import Attrs, Node, Program, ShapeTooLarge, TensorType, Value, shape_of
 from cinn.ops import OPS, OpDef, get_op, infer
 
 
@@ -98,7 +98,11 @@ class NetBuilder:
     # -- values ---------------------------------------------------------------------------
     def create_input(self, dtype: str, shape: Sequence[int], name: str) -> Value:
         """Declare a graph input fed at run time."""
-        value = Value(self._names.claim(name), TensorType(shape_of(shape, f"input {name!r}"), dtype))
+        try:
+            t = TensorType(shape_of(shape, f"input {name!r}"), dtype)
+        except ShapeTooLarge as e:
+            raise ShapeTooLarge(f"input {name!r}: {e}") from None
+        value = Value(self._names.claim(name), t)
         self._inputs.append(value)
         self._own(value)
         return value

@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
+import functools
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -10,6 +14,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 DTYPES = ("bool", "int8", "int32", "int64", "float16", "float32", "float64")
+# kernels index tensors with 32-bit integers (TVM's default): a larger tensor would overflow them or fail to allocate
+MAX_ELEMENTS = 2**31 - 1
+
+
+class ShapeTooLarge(ValueError):
+    """A tensor shape with more elements than a kernel can index."""
 
 
 def shape_of(shape: object, what: str) -> tuple[int, ...]:
@@ -37,6 +47,9 @@ class TensorType:
             raise ValueError(f"unsupported dtype {self.dtype!r}; supported: {', '.join(DTYPES)}")
         if any(d < 0 for d in self.shape):
             raise ValueError(f"negative dimension in shape {self.shape}")
+        if self.size > MAX_ELEMENTS:
+            raise ShapeTooLarge(f"shape {self.shape} has {self.size:.3g} elements; a tensor may have at most "
+                                f"{MAX_ELEMENTS} (2**31 - 1)")
 
     @property
     def size(self) -> int:
@@ -72,14 +85,53 @@ class Attrs:
         def __getattr__(self, name: str) -> Any: ...
 
     def __post_init__(self):
+        hints = _field_types(type(self))
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if isinstance(v, list):
-                object.__setattr__(self, f.name, _freeze(v))
+                v = _freeze(v)
+                object.__setattr__(self, f.name, v)
+            if not _conforms(v, hints[f.name]):
+                raise TypeError(f"{type(self).__name__}: attribute {f.name!r} must be {_type_name(hints[f.name])}, "
+                                f"got {v!r}")
 
 
 def _freeze(v):
     return tuple(_freeze(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _conforms(value: Any, hint: Any) -> bool:
+    """Whether an attribute value has its declared type: ints for int (not bools), numbers for float, tuples of the
+    element type, one of a union's members; an enum field also takes its values' strings (ops convert them)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        return any(_conforms(value, a) for a in args)
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_conforms(x, args[0]) for x in value)
+        return len(value) == len(args) and all(_conforms(x, a) for x, a in zip(value, args, strict=True))
+    if hint is Any or origin is not None:
+        return True
+    if hint is float:
+        return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if hint is type(None):
+        return value is None
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return isinstance(value, (hint, str))
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _type_name(hint: Any) -> str:
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,9 @@ class Executable:
         return [self._views[v.name].numpy() for v in self.program.outputs]
 
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> None:
+        if not isinstance(feeds, Mapping):
+            raise TypeError(f"run: feeds must be a mapping of input name -> array, got a {type(feeds).__name__}; "
+                            f"inputs are {[v.name for v in self.program.inputs]}")
         expected = {v.name: v for v in self.program.inputs}
         missing = [n for n in expected if n not in feeds]
         extra = [n for n in feeds if n not in expected]
@@ -118,3 +121,15 @@ class Executable:
             if arr.dtype.kind != np.dtype(v.dtype).kind:
                 # float64 -> float32 is converted (numpy's default), a change of kind is a bug
                 raise TypeError(f"run: input {name!r} has dtype {arr.dtype}, expected {v.dtype}")
+            _check_narrowing(name, arr, v.dtype)
+
+
+def _check_narrowing(name: str, arr: np.ndarray, dtype: str) -> None:
+    """Integers converted to a narrower input type must fit: 2**40 fed as int32 would silently become 0."""
+    if arr.dtype.kind not in "iu" or arr.dtype == np.dtype(dtype) or not arr.size:
+        return
+    info = np.iinfo(dtype)
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < info.min or hi > info.max:
+        raise ValueError(f"run: input {name!r} holds {hi if hi > info.max else lo}, which does not fit its dtype "
+                         f"{dtype} [{info.min}, {info.max}]")

@@ -55,6 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bool(args.rpc_tracker) != bool(args.rpc_key):
         print("cinn-tune: --rpc-tracker and --rpc-key go together", file=sys.stderr)
         return EXIT_USAGE
+    log_dir = os.path.dirname(os.path.abspath(args.log))
+    if not os.path.isdir(log_dir):  # checked now, not after the first round's measurements are lost
+        print(f"cinn-tune: --log {args.log}: no such directory {log_dir}", file=sys.stderr)
+        return EXIT_USAGE
     if args.repeat is None:
         args.repeat = 10 if args.cache_flush else 3
     if min(args.trials, args.batch, args.repeat) < 1 or args.timeout <= 0 or args.verify < 0:

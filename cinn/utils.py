@@ -1,6 +1,8 @@
-"""Small helpers shared by every layer: seeded random tensors and median timing."""
+"""Small helpers shared by every layer: seeded random tensors, median timing, atomic file writes."""
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -58,3 +60,15 @@ def interleaved_medians(samplers: Mapping[str, Callable[[], float]], repeat: int
 def median_seconds(run: Callable[[], object], repeat: int, warmup: int) -> float:
     """Median wall time of one call of `run`, after warm-up calls."""
     return interleaved_medians({"run": wall_seconds(run)}, repeat, warmup)["run"]
+
+
+def atomic_write(path: str, write: Callable[[str], object]) -> None:
+    """Write through a temporary file and rename, so readers never see a torn file."""
+    fd, tmp = tempfile.mkstemp(suffix=os.path.splitext(path)[1], dir=os.path.dirname(path))
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

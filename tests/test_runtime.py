@@ -106,6 +106,21 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path):
     assert "corrupt cache entry" not in run().stdout
 
 
+@pytest.mark.parametrize("keep", [0.3, 0.45, 0.6, 0.9])
+def test_truncated_cache_entry_is_rebuilt_without_a_crash(tmp_path, keep):
+    """A library cut short made dlopen die with SIGBUS on every later compile: entries are checked before loading."""
+    argv = [sys.executable, "-c", _COMPILE_SMALL, str(tmp_path)]
+    run = lambda: subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert run().returncode == 0
+    for lib in tmp_path.glob("*.so"):
+        data = lib.read_bytes()
+        lib.write_bytes(data[: int(len(data) * keep)])
+    again = run()
+    assert again.returncode == 0, f"status {again.returncode}: {again.stderr[-2000:]}"
+    assert "corrupt cache entry" in again.stdout and "does not match its digest" in again.stdout
+    assert "corrupt cache entry" not in run().stdout
+
+
 def test_cache_dir_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_path / "envcache"))
     cinn.compile(_small_program())

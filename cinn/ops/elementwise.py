@@ -101,8 +101,18 @@ def _scale_np(x, a: ScaleAttrs):
     return x * s + b if a.bias_after_scale else (x + b) * s
 
 
+def _max_te(x, y):
+    """max that keeps NaN, as numpy.maximum: TVM's max is select(x > y, x, y), which drops a NaN x."""
+    return tirx.Select(tirx.Or(x > y, tirx.isnan(x)), x, y) if _is_float(x) else tirx.max(x, y)
+
+
+def _min_te(x, y):
+    """min that keeps NaN, as numpy.minimum."""
+    return tirx.Select(tirx.Or(x < y, tirx.isnan(x)), x, y) if _is_float(x) else tirx.min(x, y)
+
+
 def _clip_te(x, lo, hi):
-    return tirx.min(tirx.max(x, _c(lo, x)), _c(hi, x))
+    return _min_te(_max_te(x, _c(lo, x)), _c(hi, x))
 
 
 def _clip_np(x, lo, hi):
@@ -140,15 +150,23 @@ def _is_float(x) -> bool:
     return _dtype(x).startswith("float")
 
 
+def _safe_divisor(y):
+    """An integer divisor with 0 and -1 replaced by 1: x86 traps (SIGFPE, killing the process) on x // 0 and on
+    INT_MIN // -1; the callers give those cases numpy's results instead."""
+    return tirx.Select(tirx.Or(y == _c(0, y), y == _c(-1, y)), _c(1, y), y)
+
+
 def _floor_divide_te(x, y):
-    # tirx.floordiv is integer-only
-    return tirx.floor(x / y) if _is_float(x) else tirx.floordiv(x, y)
+    if _is_float(x):
+        return tirx.floor(x / y)  # tirx.floordiv is integer-only
+    # as numpy: x // 0 is 0, x // -1 is -x (INT_MIN // -1 wraps to INT_MIN)
+    return tirx.Select(y == _c(0, y), _c(0, x), tirx.Select(y == _c(-1, y), _c(0, x) - x, tirx.floordiv(x, _safe_divisor(y))))
 
 
 def _mod_te(x, y):
     # numpy's mod: the result takes the divisor's sign (LLVM codegen has no tirx.fmod for floats)
     if not _is_float(x):
-        return tirx.floormod(x, y)
+        return tirx.floormod(x, _safe_divisor(y))  # as numpy: x % 0 is 0, and x % -1 is 0 for every x
     # an infinite divisor leaves a finite x as it is, or gives the divisor when the signs differ (as numpy);
     # the formula would give inf * 0 = NaN
     by_inf = tirx.Select(x * y < _c(0, x), y, x)
@@ -200,7 +218,7 @@ _FAST_F32 = {
 # -- unary ops ------------------------------------------------------------------------------
 # name -> (scalar TE body, numpy reference, accepted dtypes); float-only unless stated
 _UNARY: dict[str, tuple[Callable[..., Any], Callable[..., Any], D]] = {
-    "relu": (lambda x: tirx.max(x, _c(0, x)), lambda x: np.maximum(x, 0), D.NUMBER),
+    "relu": (lambda x: _max_te(x, _c(0, x)), lambda x: np.maximum(x, 0), D.NUMBER),
     "relu6": (lambda x: _clip_te(x, 0, 6), lambda x: _clip_np(x, 0, 6), D.FLOAT),
     "sigmoid": (tirx.sigmoid, _np_sigmoid, D.FLOAT),
     "tanh": (tirx.tanh, np.tanh, D.FLOAT),
@@ -272,8 +290,8 @@ _BINARY = {
     # numpy's mod: the result takes the sign of the divisor, for ints and floats
     "mod": (_mod_te, np.mod, D.NUMBER, None),
     "pow": (tirx.power, np.power, D.FLOAT, None),
-    "max": (tirx.max, np.maximum, D.NUMBER, None),
-    "min": (tirx.min, np.minimum, D.NUMBER, None),
+    "max": (_max_te, np.maximum, D.NUMBER, None),
+    "min": (_min_te, np.minimum, D.NUMBER, None),
     "equal": (_compare("EQ"), np.equal, D.ANY, "bool"),
     "not_equal": (_compare("NE"), np.not_equal, D.ANY, "bool"),
     "greater_than": (_compare("GT"), np.greater, D.NUMBER, "bool"),

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import tvm
-from tvm import te
+from tvm import te, tirx
 
 from cinn.ir import Attrs, TensorType
 from cinn.ops.common import coerce_enum, normalize_axes, normalize_axis, register_elementwise, same_dtype
@@ -52,10 +51,6 @@ class DropoutImpl(enum.StrEnum):
 
     DOWNGRADE_IN_INFER = "downgrade_in_infer"
     UPSCALE_IN_TRAIN = "upscale_in_train"
-
-
-def _tvm():
-    return tvm
 
 
 def _fshape(t) -> tuple[int, ...]:
@@ -267,7 +262,6 @@ def _windows(
 
 def _zero_pad(x, hw: tuple[_Window, _Window], value):
     """x padded on its last two axes by a separate injective stage (inlined by the schedule)."""
-    tirx = _tvm().tirx
     if all(w.pad_begin == w.pad_end == 0 for w in hw):
         return x
     h, w = hw
@@ -466,12 +460,10 @@ def _divisor(hw, a: Pool2dAttrs, i, j):
     """avg pooling's divisor (a TIR expr): in-bounds taps (exclusive, adaptive), else kh * kw (as Paddle)."""
     if not (a.exclusive or a.adaptive):
         return hw[0].kernel * hw[1].kernel
-    tirx = _tvm().tirx
     return hw[0].count(i, tirx.max, tirx.min) * hw[1].count(j, tirx.max, tirx.min)
 
 
 def _pool_compute(tensors, a: Pool2dAttrs, out_types: Sequence[TensorType]):
-    tirx = _tvm().tirx
     (x,) = tensors
     hw = _pool_windows(_fshape(x), a)
     out = out_types[0]

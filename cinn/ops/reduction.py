@@ -74,19 +74,33 @@ def _topi_reduce(topi_name: str):
 
 
 def _extreme_reduce(is_max: bool):
-    """max/min by topi, whose finite identity TVM's rfactor and cross-thread reductions recognise (an infinite one
-    they refuse); for floats a result equal to that identity becomes -inf/+inf, so all-inf rows reduce as numpy."""
+    """max/min; a float input is reduced as order-preserving integer keys, so NaN propagates as numpy's (TVM's float
+    max is select(a > b, a, b), which drops NaN) while the reducer stays a plain integer max/min, which TVM's rfactor
+    and cross-thread reductions recognise. A NaN's key is the integer extreme, above every other key."""
     topi_fn = _topi_reduce("max" if is_max else "min")
 
     def te_fn(x, axes: tuple[int, ...], keep_dim: bool):
-        reduced = topi_fn(x, axes, keep_dim)
         dtype = str(x.dtype)
         if not axes or not dtype.startswith("float"):
-            return reduced
-        finite = (tvm.tirx.min_value if is_max else tvm.tirx.max_value)(dtype)
-        inf = const(float("-inf") if is_max else float("inf"), dtype)
-        return te.compute(reduced.shape, lambda *i: tvm.tirx.Select(reduced(*i) == finite, inf, reduced(*i)),
-                          name=f"{x.op.name}_inf")
+            return topi_fn(x, axes, keep_dim)
+        itype = f"int{tvm.DataType(dtype).bits}"
+        flip = const(2 ** (tvm.DataType(dtype).bits - 1) - 1, itype)
+        nan_key = (tvm.tirx.max_value if is_max else tvm.tirx.min_value)(itype)
+
+        def ordered(bits):  # float bits -> an integer of the same order (negative floats: magnitude bits flipped)
+            return tvm.tirx.Select(bits < const(0, itype), tvm.tirx.bitwise_xor(bits, flip), bits)
+
+        def key(*i):
+            return tvm.tirx.Select(tvm.tirx.isnan(x(*i)), nan_key, ordered(tvm.tirx.reinterpret(itype, x(*i))))
+
+        keys = te.compute(x.shape, key, name=f"{x.op.name}_key")
+        reduced = topi_fn(keys, axes, keep_dim)
+
+        def value(*i):
+            k = reduced(*i)
+            return tvm.tirx.Select(k == nan_key, const(float("nan"), dtype), tvm.tirx.reinterpret(dtype, ordered(k)))
+
+        return te.compute(reduced.shape, value, name=f"{x.op.name}_value")
 
     return te_fn
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from tvm import te
 
-from cinn.ir import Attrs, NoAttrs, TensorType
-
-if TYPE_CHECKING:  # only for annotations: importing tvm costs a second
-    from tvm import te
+from cinn.ir import Attrs, NoAttrs, ShapeTooLarge, TensorType
 
 
 class PatternKind(enum.IntEnum):
@@ -65,6 +63,9 @@ class OpDef:
     num_inputs: int | None = 1  # None: variadic (one list argument)
     dtypes: DtypeClass = DtypeClass.ANY
     doc: str = ""
+    # the input holding indices into input 0 along attrs.axis: constant ones are range-checked before compiling, run-
+    # time ones are clamped into the axis by the compute (negative ones count from the end, as numpy)
+    index_input: int | None = None
 
     @property
     def is_composite(self) -> bool:
@@ -105,4 +106,8 @@ def infer(op: OpDef, types: Sequence[TensorType], attrs: Attrs) -> tuple[TensorT
     if op.num_inputs is not None and len(types) != op.num_inputs:
         raise ValueError(f"{op.name}: expects {op.num_inputs} inputs, got {len(types)}")
     check_dtypes(op, types)
-    return tuple(op.infer(types, attrs))
+    try:
+        return tuple(op.infer(types, attrs))
+    except ShapeTooLarge as e:
+        shapes = ", ".join(str(t.shape) for t in types)
+        raise ShapeTooLarge(f"{op.name}: output {e} (input shapes {shapes}, attributes {attrs})") from None

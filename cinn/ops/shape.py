@@ -5,7 +5,7 @@ import enum
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import tvm
@@ -16,18 +16,11 @@ from cinn.ops.common import normalize_axes, normalize_axis, same_dtype
 from cinn.ops.registry import OpDef, PatternKind, register
 from cinn.ops.te_util import cast, const
 
-if TYPE_CHECKING:
-    from tvm import te
-
 Shape = tuple[int, ...]
 IndexMap = Callable[[Sequence], Sequence]  # output index exprs -> input index exprs
 
 
-# -- TE helpers (tvm imported lazily) ----------------------------------------------------------
-def _te():
-    return te
-
-
+# -- TE helpers -------------------------------------------------------------------------------
 def _map_compute(name: str, x: te.Tensor, out_shape: Shape, in_index: IndexMap) -> te.Tensor:
     """A new tensor whose element at idx is x[in_index(idx)] (a fresh compute even for a pure view)."""
     def body(*idx):
@@ -37,7 +30,7 @@ def _map_compute(name: str, x: te.Tensor, out_shape: Shape, in_index: IndexMap) 
             analyzer.bind(var, tvm.ir.Range(0, extent))
         return x(*(analyzer.simplify(e) for e in in_index(idx)))
 
-    return _te().compute(out_shape, body, name=name, tag="injective")
+    return te.compute(out_shape, body, name=name, tag="injective")
 
 
 def _dims(t: te.Tensor) -> Shape:
@@ -498,7 +491,7 @@ def _pad_compute(tensors, a, out_types):
         inside = [tirx.all(i >= b, i < b + d) for i, (b, _), d in zip(idx, a.paddings, shape, strict=False)]
         return tirx.Select(tirx.all(*inside), value, fill) if inside else value
 
-    return [_te().compute(out_types[0].shape, body, name="pad", tag="injective")]
+    return [te.compute(out_types[0].shape, body, name="pad", tag="injective")]
 
 
 _register("pad", PadAttrs, _pad_shape, _pad_reference, _pad_compute, "Pad each dim (constant, reflect, edge or wrap).")
@@ -516,15 +509,27 @@ def _gather_infer(types: Sequence[TensorType], a: AxisAttrs) -> list[TensorType]
     return [TensorType(x.shape[:ax] + index.shape + x.shape[ax + 1 :], x.dtype)]
 
 
+def _clamped(i, n: int, dtype: str):
+    """A run-time index into an axis of n: -n..-1 count from the end (numpy); anything else outside the axis is
+    clamped to it, so a bad index reads the edge element instead of faulting or wrapping to another one."""
+    i = tirx.Select(i < tirx.const(0, dtype), i + tirx.const(n, dtype), i)
+    return tirx.max(tirx.min(i, tirx.const(n - 1, dtype)), tirx.const(0, dtype))
+
+
 def _gather_compute(tensors, a, out_types):
     x, index = tensors
-    # "wrap" maps -n..-1 as numpy does and keeps out-of-range indices in bounds instead of faulting
-    return [topi.take(x, index, axis=normalize_axis("gather", a.axis, x.ndim), mode="wrap")]
+    ax, k = normalize_axis("gather", a.axis, x.ndim), len(index.shape)
+    n = _dims(x)[ax]
+
+    def body(*idx):
+        return x(*idx[:ax], _clamped(index(*idx[ax : ax + k]), n, index.dtype), *idx[ax + k :])
+
+    return [te.compute(out_types[0].shape, body, name="gather", tag="injective")]
 
 
 register(OpDef(name="gather", kind=PatternKind.INJECTIVE, infer=_gather_infer, compute=_gather_compute,
                reference=lambda xs, a: [np.take(xs[0], xs[1], axis=a.axis)], attrs=AxisAttrs, num_inputs=2,
-               doc="Take slices of x along axis at the given indices (numpy's take)."))
+               index_input=1, doc="Take slices of x along axis at the given indices (numpy's take)."))
 
 
 # -- gather_elements -------------------------------------------------------------------------------
@@ -547,11 +552,10 @@ def _gather_elements_compute(tensors, a, out_types):
     n = _dims(x)[ax]
 
     def body(*idx):
-        # floormod maps -n..-1 as numpy does and keeps out-of-range indices in bounds instead of faulting
-        picked = tirx.floormod(index(*idx), tirx.const(n, index.dtype))
+        picked = _clamped(index(*idx), n, index.dtype)
         return x(*(picked if k == ax else i for k, i in enumerate(idx)))
 
-    return [_te().compute(out_types[0].shape, body, name="gather_elements", tag="injective")]
+    return [te.compute(out_types[0].shape, body, name="gather_elements", tag="injective")]
 
 
 def _gather_elements_reference(xs, a):
@@ -564,7 +568,7 @@ def _gather_elements_reference(xs, a):
 
 register(OpDef(name="gather_elements", kind=PatternKind.INJECTIVE, infer=_gather_elements_infer,
                compute=_gather_elements_compute, reference=_gather_elements_reference, attrs=AxisAttrs,
-               num_inputs=2, doc="out[i] = x[i with i[axis] replaced by index[i]] (numpy's take_along_axis)."))
+               num_inputs=2, index_input=1, doc="out[i] = x[i with i[axis] replaced by index[i]] (numpy's take_along_axis)."))
 
 
 # -- arange --------------------------------------------------------------------------------------
@@ -599,7 +603,7 @@ def _arange_compute(_tensors, a, out_types):
     def body(i):
         return cast(const(a.start, "float64") + cast(i, "float64") * const(a.step, "float64"), a.dtype)
 
-    return [_te().compute(out_types[0].shape, body, name="arange", tag="injective")]
+    return [te.compute(out_types[0].shape, body, name="arange", tag="injective")]
 
 
 register(OpDef(name="arange", kind=PatternKind.INJECTIVE, infer=lambda _types, a: [_arange_type(a)],

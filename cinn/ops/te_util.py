@@ -1,4 +1,4 @@
-"""TE helpers shared by op computes (imported lazily: tvm is only needed when lowering)."""
+"""TE helpers shared by op computes."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence

@@ -10,7 +10,7 @@ from cinn.builder import program_names
 from cinn.frontend.folding import FoldingBuilder
 from cinn.frontend.onnx import ops_elementwise, ops_nn, ops_reduce, ops_resize, ops_shape  # noqa: F401  (register converters)
 from cinn.frontend.onnx.registry import CONVERTERS, NodeContext, OnnxImportError, onnx_dtype, tensor_to_array
-from cinn.ir import Node, Program, Value
+from cinn.ir import Node, Program, Value, shape_of
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # 7-21 is the contract; the newer opsets only added element types to the ops converted here (the
@@ -18,12 +18,15 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 MIN_OPSET, MAX_OPSET = 7, 28
 
 
-def load_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program:
+def load_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None, *,
+              base_dir: str | os.PathLike | None = None) -> Program:
     """Convert an ONNX model (a path or a ModelProto) to a Program; initializers become constants.
 
-    input_shapes gives the shape of graph inputs with symbolic dims (or overrides static ones).
+    input_shapes gives the shape of graph inputs with symbolic dims (or overrides static ones). External tensor data
+    is read only beside the model file, or, for a ModelProto, from `base_dir` when given (never from the working
+    directory). The model must pass onnx.checker's full check.
     """
-    proto = _read(model)
+    proto = _read(model, base_dir)
     graph = proto.graph
     _check_supported(graph)
     opset = _opset(proto)
@@ -37,20 +40,45 @@ def load_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[
     return _named_outputs(b, [(o.name, env[o.name]) for o in graph.output])
 
 
-def _read(model) -> onnx.ModelProto:
-    """The ModelProto of a path or proto; unreadable or malformed files raise naming the file."""
+def _read(model, base_dir) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
-        return model
-    path = os.fspath(model)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such ONNX file")
-    try:
-        proto = onnx.load(path)
-    except Exception as e:  # protobuf's DecodeError, RuntimeWarning-as-error, external-data OSError...
-        raise OnnxImportError(f"{path}: not a valid ONNX model ({type(e).__name__}: {e})") from None
+        source = "model"
+        if base_dir is not None:
+            model = _with_external_data(model, os.fspath(base_dir))
+        proto = model
+    else:
+        source = path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such ONNX file")
+        try:
+            proto = onnx.load(path)  # external data is resolved relative to the file
+        except Exception as e:  # protobuf's DecodeError, RuntimeWarning-as-error, external-data OSError...
+            raise OnnxImportError(f"{path}: not a valid ONNX model ({type(e).__name__}: {e})") from None
     if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
-        raise OnnxImportError(f"{path}: not a valid ONNX model (no graph)")
+        raise OnnxImportError(f"{source}: not a valid ONNX model (no graph)")
+    _check(proto, source)
     return proto
+
+
+def _with_external_data(model: onnx.ModelProto, base_dir: str) -> onnx.ModelProto:
+    """A copy of the model with its external tensor data read from base_dir."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    try:
+        onnx.external_data_helper.load_external_data_for_model(copy, base_dir)
+    except (OSError, ValueError) as e:
+        raise OnnxImportError(f"external data under {base_dir}: {type(e).__name__}: {e}") from None
+    return copy
+
+
+def _check(proto: onnx.ModelProto, source: str) -> None:
+    """onnx.checker's full check (schemas, SSA form, strict type and shape inference), as onnxruntime refuses the
+    same models; its messages name the node ('node name: n' or '==> Context: ... Name: n')."""
+    try:
+        onnx.checker.check_model(proto, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        raise OnnxImportError(f"{source}: invalid ONNX model: {message}") from None
 
 
 def _opset(proto: onnx.ModelProto) -> int:
@@ -100,9 +128,10 @@ def _input_shape(name: str, tensor: onnx.TypeProto.Tensor, given: Sequence[int] 
     """A graph input's static shape: from input_shapes when given, else the model's dims (all must be known)."""
     dims = tensor.shape.dim if tensor.HasField("shape") else None
     if given is not None:
+        given = shape_of(given, f"input_shapes[{name!r}]")
         if dims is not None and len(dims) != len(given):
             raise OnnxImportError(f"input_shapes[{name!r}] = {tuple(given)} has rank {len(given)}, the model's input has rank {len(dims)}")
-        return tuple(int(d) for d in given)
+        return given
     if dims is None:
         raise OnnxImportError(f"graph input {name!r} has no shape in the model; pass input_shapes={{{name!r}: (...)}}")
     shape = []

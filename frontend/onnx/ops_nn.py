@@ -71,7 +71,10 @@ def conv(ctx: NodeContext):
     x, w, bias = ctx.input(0), ctx.input(1), ctx.input(2)
     spatial = len(x.shape) - 2
     x2, w2 = _as_2d(ctx, x), _as_2d(ctx, w)
-    win = _window(ctx, x2.shape[2:], ctx.attr("kernel_shape", w.shape[2:]), spatial)
+    kernel = ctx.attr("kernel_shape", w.shape[2:])
+    if tuple(kernel) != tuple(w.shape[2:]):
+        raise OnnxImportError(f"kernel_shape {tuple(kernel)} disagrees with the weights' spatial dims {tuple(w.shape[2:])}")
+    win = _window(ctx, x2.shape[2:], kernel, spatial)
     y = ctx.b.conv2d(x2, w2, list(win.strides), list(win.pads), list(win.dilations), ctx.attr("group", 1))
     if bias is not None:
         y = ctx.b.add(y, _channel_vector(ctx, bias, 4))

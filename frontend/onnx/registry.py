@@ -97,4 +97,11 @@ def onnx_dtype(elem_type: int, what: str) -> str:
 def tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
     """An ONNX tensor (initializer, Constant value) as a numpy array of a supported dtype."""
     onnx_dtype(t.data_type, f"tensor {t.name!r}")
-    return onnx.numpy_helper.to_array(t)
+    if t.data_location == onnx.TensorProto.EXTERNAL:  # to_array would read the file from the working directory
+        where = {e.key: e.value for e in t.external_data}.get("location", "?")
+        raise OnnxImportError(f"tensor {t.name!r} keeps its data in the external file {where!r}, which was not loaded: "
+                              "pass the model's path (external data is read beside it) or load_onnx(..., base_dir=)")
+    try:
+        return onnx.numpy_helper.to_array(t)
+    except ValueError as e:  # raw data shorter than the dims say
+        raise OnnxImportError(f"tensor {t.name!r}: {e}") from None

@@ -12,7 +12,7 @@ from cinn.frontend.paddle.params import params_path, read_params
 from cinn.frontend.paddle.pdmodel import read_pdmodel
 from cinn.frontend.paddle.pir import read_pir
 from cinn.frontend.paddle.registry import CONVERTERS, Bound, OpContext, Unavailable
-from cinn.ir import Program, Value
+from cinn.ir import Program, Value, shape_of
 
 MODEL_SUFFIXES = (".json", ".pdmodel")
 
@@ -76,7 +76,7 @@ def _bind_inputs(b: FoldingBuilder, model: PaddleModel, shapes: dict[str, Sequen
 def _input_shape(t: Tensor, given: Sequence[int] | None) -> tuple[int, ...]:
     """An input's static shape: from input_shapes when given, else the model's dims (all must be known)."""
     if given is not None:
-        given = tuple(int(d) for d in given)
+        given = shape_of(given, f"input_shapes[{t.name!r}]")
         if len(given) != len(t.shape) or any(d not in (g, -1) for d, g in zip(t.shape, given, strict=True)):
             raise PaddleImportError(f"input_shapes[{t.name!r}] = {given} does not fit the model's shape {list(t.shape)}")
         return given

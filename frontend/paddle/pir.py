@@ -19,6 +19,8 @@ def read_pir(path: str) -> PaddleModel:
         raw_ops = doc["program"]["regions"][0]["blocks"][0]["ops"]
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise PaddleImportError(f"{path}: not a valid Paddle PIR .json file ({e})") from None
+    except RecursionError:  # json's decoder recurses once per nesting level
+        raise PaddleImportError(f"{path}: not a valid Paddle PIR .json file (nested too deeply)") from None
     except (KeyError, IndexError, TypeError):
         raise PaddleImportError(f"{path}: not a valid Paddle PIR .json file (no program.regions[0].blocks[0].ops)") from None
     if not isinstance(doc.get("base_code"), dict) or doc["base_code"].get("magic") != "pir":

@@ -1,0 +1,254 @@
+"""Inputs that used to crash the process or give wrong numbers silently: each gets numpy's answer or a clear error.
+
+Cases that could kill the interpreter (SIGFPE, SIGBUS) run in a subprocess, so a crash fails the test instead of
+ending the test run.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+import cinn
+from cinn.autotune.cost_model import CostModel
+from cinn.frontend.onnx import OnnxImportError
+from cinn.ir import ShapeTooLarge
+from tests.test_onnx_import import make_model
+
+F32 = T.FLOAT
+INT32_MIN = np.iinfo(np.int32).min
+
+
+def _in_subprocess(code: str, tmp_path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+
+
+# -- 1. integer division by zero ----------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_division_by_zero_and_int_min_by_minus_one_do_not_kill_the_process(tmp_path, dtype):
+    code = f"""
+        import numpy as np, cinn
+        b = cinn.NetBuilder("div")
+        x, y = b.create_input("{dtype}", (6,), "x"), b.create_input("{dtype}", (6,), "y")
+        prog = b.build([b.floor_divide(x, y), b.mod(x, y)])
+        lo = np.iinfo("{dtype}").min
+        xs = np.array([7, -7, 0, lo, lo, 5], "{dtype}")
+        ys = np.array([0, 0, 0, -1, 1, -1], "{dtype}")
+        for fuse in (True, False):
+            q, r = cinn.compile(prog, fuse=fuse, cache_dir="cache").run({{"x": xs, "y": ys}})
+            with np.errstate(all="ignore"):
+                np.testing.assert_array_equal(q, np.floor_divide(xs, ys))
+                np.testing.assert_array_equal(r, np.mod(xs, ys))
+        print("ok")
+    """
+    proc = _in_subprocess(code, tmp_path)
+    assert proc.returncode == 0 and "ok" in proc.stdout, f"status {proc.returncode}: {proc.stderr[-2000:]}"
+
+
+def test_onnx_integer_div_and_mod_by_zero_give_zero(tmp_cache):
+    model = make_model([helper.make_node("Div", ["x", "y"], ["q"]), helper.make_node("Mod", ["x", "y"], ["r"])],
+                       [("x", T.INT32, [3]), ("y", T.INT32, [3])], [("q", T.INT32, [3]), ("r", T.INT32, [3])])
+    q, r = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache).run(
+        {"x": np.array([7, -7, 3], "int32"), "y": np.array([0, 2, 0], "int32")})
+    np.testing.assert_array_equal(q, [0, -3, 0])  # ONNX truncates: -7 / 2 = -3
+    np.testing.assert_array_equal(r, [0, 1, 0])
+
+
+# -- 3. NaN through max, min, relu, clip ----------------------------------------------------------------
+@pytest.mark.parametrize("fuse", [True, False])
+def test_nan_propagates_through_max_min_relu_and_clip(fuse, tmp_cache):
+    b = cinn.NetBuilder("nan")
+    x, y = b.create_input("float32", (6,), "x"), b.create_input("float32", (6,), "y")
+    outs = [b.max(x, y), b.min(x, y), b.relu(x), b.clip(x, min=-1.0, max=1.0), b.relu(b.exp(x))]
+    xs = np.array([np.nan, 1, -np.inf, np.nan, 0, -2], "float32")
+    ys = np.array([0, np.nan, np.nan, np.nan, -0.5, np.inf], "float32")
+    got = cinn.compile(b.build(outs), fuse=fuse, cache_dir=tmp_cache).run({"x": xs, "y": ys})
+    want = [np.maximum(xs, ys), np.minimum(xs, ys), np.maximum(xs, 0), np.clip(xs, -1, 1), np.maximum(np.exp(xs), 0)]
+    for g, w in zip(got, want, strict=True):  # NaN in the same places; exp's fast form is within an ulp
+        np.testing.assert_allclose(g, w, rtol=1e-6, equal_nan=True)
+
+
+# -- 4. values that wrapped ---------------------------------------------------------------------------------
+def test_out_of_range_integer_feed_is_refused(tmp_cache):
+    b = cinn.NetBuilder("narrow")
+    x = b.create_input("int32", (2,), "x")
+    exe = cinn.compile(b.build([b.add(x, x)]), cache_dir=tmp_cache)
+    with pytest.raises(ValueError, match=r"input 'x' holds 1099511627776, which does not fit its dtype int32"):
+        exe.run({"x": np.array([1, 2**40], "int64")})
+    np.testing.assert_array_equal(exe.run({"x": np.array([1, -3], "int64")})[0], [2, -6])  # in range: converted
+
+
+def test_constant_gather_index_out_of_range_is_a_compile_error_naming_the_node(tmp_cache):
+    b = cinn.NetBuilder("g")
+    x = b.create_input("float32", (4, 3), "x")
+    y = b.gather(x, b.create_constant(np.array([0, 9], "int64"), "idx"), axis=0)
+    with pytest.raises(ValueError, match=r"node 'gather_0' \(gather\) index 9 is out of range for axis 0 of size 4"):
+        cinn.compile(b.build([y]), cache_dir=tmp_cache)
+
+
+def test_run_time_gather_indices_are_clamped_not_wrapped(tmp_cache):
+    b = cinn.NetBuilder("g")
+    x, idx = b.create_input("float32", (4,), "x"), b.create_input("int64", (5,), "idx")
+    exe = cinn.compile(b.build([b.gather(x, idx, axis=0), b.gather_elements(x, idx, axis=0)]), cache_dir=tmp_cache)
+    xs = np.array([10, 11, 12, 13], "float32")
+    for out in exe.run({"x": xs, "idx": np.array([9, 10**9, -1, -4, -9], "int64")}):
+        np.testing.assert_array_equal(out, [13, 13, 13, 10, 10])  # -1 and -4 count from the end, as numpy
+
+
+# -- 5. invalid ONNX models -----------------------------------------------------------------------------
+def _onnx(nodes, outputs=(("y", F32, [2, 3]),), inputs=(("x", F32, [2, 3]),), inits=()):
+    return make_model(nodes, list(inputs), list(outputs), list(inits))
+
+
+INVALID = {
+    "two nodes producing one name": (_onnx([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["y"])]),
+                                     "'y' has been used as output names multiple times"),
+    "a node overwriting a graph input": (_onnx([helper.make_node("Relu", ["x"], ["x"]), helper.make_node("Neg", ["x"], ["y"])]),
+                                         "'x' has been used as output names multiple times"),
+    "Flatten axis 7 on rank 2": (_onnx([helper.make_node("Flatten", ["x"], ["y"], axis=7, name="flat")]),
+                                 r"node name: flat.*Invalid value\(7\) for attribute 'axis'"),
+    "Concat without axis": (_onnx([helper.make_node("Concat", ["x", "x"], ["y"], name="cat")]),
+                            r"Required attribute 'axis' is missing.*Name: cat OpType: Concat"),
+    "Relu with two inputs": (_onnx([helper.make_node("Relu", ["x", "x"], ["y"], name="r")]),
+                             r"input size 2 not in range.*Name: r OpType: Relu"),
+    "a declared int64 output that is float32": (_onnx([helper.make_node("Relu", ["x"], ["y"], name="r")],
+                                                      outputs=[("y", T.INT64, [2, 3])]),
+                                                r"node name: r.*Inferred elem type differs"),
+    "Conv kernel_shape disagreeing with its weights": (
+        _onnx([helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[5, 5], name="c")], outputs=[("y", F32, [1, 1, 4, 4])],
+              inputs=[("x", F32, [1, 1, 8, 8])], inits=[("w", np.ones((1, 1, 3, 3), np.float32))]),
+        r"node name: c|'c'.*kernel_shape \(5, 5\) disagrees"),
+}
+
+
+@pytest.mark.parametrize("case", list(INVALID))
+def test_invalid_onnx_models_are_refused(case):
+    model, message = INVALID[case]
+    with pytest.raises((OnnxImportError, ValueError), match=message):
+        cinn.load_onnx(model)
+
+
+# -- 6. external data -----------------------------------------------------------------------------------
+def _external_model(tmp_path):
+    w = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [("x", F32, [2, 3])], [("y", F32, [2, 3])])
+    model.graph.initializer.append(w)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    onnx.save(model, model_dir / "m.onnx", save_as_external_data=True, all_tensors_to_one_file=True, location="w.bin",
+              size_threshold=0)
+    return model_dir / "m.onnx"
+
+
+def test_external_data_is_read_only_beside_the_model(tmp_path, monkeypatch, tmp_cache):
+    path = _external_model(tmp_path)
+    decoy = tmp_path / "cwd"
+    decoy.mkdir()
+    (decoy / "w.bin").write_bytes(np.full(6, 1000, np.float32).tobytes())
+    monkeypatch.chdir(decoy)
+    bare = onnx.load(path, load_external_data=False)
+    with pytest.raises(OnnxImportError, match=r"tensor 'w' keeps its data in the external file 'w.bin'"):
+        cinn.load_onnx(bare)
+    x = np.zeros((2, 3), np.float32)
+    for program in (cinn.load_onnx(path), cinn.load_onnx(bare, base_dir=path.parent)):
+        np.testing.assert_array_equal(cinn.compile(program, cache_dir=tmp_cache).run({"x": x})[0],
+                                      np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+# -- 7. huge shapes -------------------------------------------------------------------------------------
+def test_huge_shapes_are_refused_where_they_are_made():
+    b = cinn.NetBuilder("huge")
+    with pytest.raises(ShapeTooLarge, match=r"input 'x': shape \(1000000, 1000000\) has 1e\+12 elements"):
+        b.create_input("float32", (10**6, 10**6), "x")
+    x = b.create_input("float32", (1, 3, 8, 8), "x")
+    w = b.create_constant(np.ones((4, 3, 3, 3), np.float32), "w")
+    with pytest.raises(ShapeTooLarge, match=r"conv2d: output shape \(1, 4, 2000006, 2000006\)"):
+        b.conv2d(x, w, paddings=[10**6] * 2)
+
+
+# -- 8. tuning ------------------------------------------------------------------------------------------
+def test_cost_model_is_written_atomically(tmp_path, monkeypatch):
+    path = tmp_path / "xgb.npz"
+    CostModel(seed=0).save(path)
+    good = path.read_bytes()
+
+    def crash(f, **arrays):
+        f.write(b"half a zip")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "savez", crash)
+    with pytest.raises(KeyboardInterrupt):
+        CostModel(seed=1).save(path)
+    assert path.read_bytes() == good and CostModel.load(path) is not None
+
+
+def test_a_corrupt_cost_model_file_is_named(tmp_path):
+    path = tmp_path / "random.npz"
+    path.write_bytes(np.random.default_rng(0).bytes(256))
+    with pytest.raises(ValueError, match=r"cost model .*random\.npz: not a cinn cost model file"):
+        CostModel.load(path)
+
+
+def test_cinn_tune_checks_the_log_directory_before_measuring(tmp_path, capsys):
+    from cinn.tune_cli import EXIT_USAGE, main
+
+    assert main(["mlp", "--trials", "1", "--log", str(tmp_path / "missing" / "t.jsonl")]) == EXIT_USAGE
+    assert "no such directory" in capsys.readouterr().err
+
+
+# -- 9. messages ----------------------------------------------------------------------------------------
+def test_a_wrong_attribute_type_is_named():
+    b = cinn.NetBuilder("p")
+    x = b.create_input("float32", (2, 3), "x")
+    with pytest.raises(TypeError, match=r"SoftmaxAttrs: attribute 'axes' must be tuple\[int, \.\.\.\], got 'one'"):
+        b.softmax(x, axes="one")
+    with pytest.raises(TypeError, match=r"attribute 'scale' must be float, got 'x'"):
+        b.scale(x, scale="x")
+
+
+def test_an_initializer_shorter_than_its_dims_is_named():
+    w = numpy_helper.from_array(np.ones(6, np.float32), "w")
+    w.dims[:] = [4, 3]
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [("x", F32, [4, 3])], [("y", F32, [4, 3])])
+    model.graph.initializer.append(w)
+    with pytest.raises(OnnxImportError, match=r"tensor name: w\) raw_data size \(24 bytes\) is too small"):
+        cinn.load_onnx(model)
+
+
+def test_feeds_given_as_a_list_get_a_clear_error(tmp_cache):
+    b = cinn.NetBuilder("p")
+    x = b.create_input("float32", (2,), "x")
+    exe = cinn.compile(b.build([b.relu(x)]), cache_dir=tmp_cache)
+    with pytest.raises(TypeError, match=r"feeds must be a mapping of input name -> array, got a list; inputs are \['x'\]"):
+        exe.run([np.zeros(2, np.float32)])
+
+
+@pytest.mark.parametrize("shape", [(2.5, 3), "34"])
+def test_non_integer_input_shapes_are_refused(shape):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, ["n", 3])], [("y", F32, ["n", 3])])
+    with pytest.raises(TypeError, match=r"input_shapes\['x'\]"):
+        cinn.load_onnx(model, input_shapes={"x": shape})
+    with pytest.raises(TypeError, match=r"input 'x'"):
+        cinn.NetBuilder("p").create_input("float32", shape, "x")
+
+
+def test_a_read_only_cache_directory_builds_without_the_cache():
+    b = cinn.NetBuilder("p")
+    x = b.create_input("float32", (2,), "x")
+    with pytest.warns(UserWarning, match=r"kernel cache /sys/kernel cannot be written; building without it"):
+        exe = cinn.compile(b.build([b.relu(x)]), cache_dir="/sys/kernel")  # not writable even by root
+    np.testing.assert_array_equal(exe.run({"x": np.array([-1, 2], np.float32)})[0], [0, 2])
+
+
+def test_a_deeply_nested_json_model_is_refused(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ValueError, match=r"deep\.json: not a valid Paddle PIR \.json file"):
+        cinn.load_paddle(path)
