@@ -14,7 +14,7 @@ from cinn.autotune.database import best_traces
 from cinn.build import KernelSpec, build_all, default_cache_dir, workload_key
 from cinn.ir import Program
 from cinn.lower import LoweredGroup, lower_program
-from cinn.runtime import Executable, Kernel, configure_threads
+from cinn.runtime import Executable, Kernel
 from cinn.target import Target, parse_target
 
 
@@ -44,10 +44,9 @@ def compile(
         specs.append(KernelSpec(key, tvm.ir.save_json(lg.func), lg.group.kind, _applicable(records.get(key), lg)))
     cache = pathlib.Path(cache_dir) if cache_dir is not None else default_cache_dir()
     modules = build_all(specs, tgt, cache, workers if workers is not None else (os.cpu_count() or 1), progress)
-    _configure_threads(tgt)
     kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source) for lg, b in zip(lowered, modules, strict=True)]
     device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
-    return Executable(program, kernels, device)
+    return Executable(program, kernels, device, threads=None if tgt.is_cuda else tgt.num_cores)
 
 
 def _entry(module):
@@ -76,9 +75,3 @@ def _tuning_records(log, target: Target) -> dict[str, str]:
     if not os.path.isfile(log):
         raise FileNotFoundError(f"tuning_log {os.fspath(log)!r}: no such schedule log (cinn-tune writes one)")
     return best_traces(log, target)
-
-
-def _configure_threads(target: Target) -> None:
-    """TVM's CPU pool defaults to one thread on some machines: use the target's cores."""
-    if not target.is_cuda:
-        configure_threads(target.num_cores)

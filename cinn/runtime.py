@@ -1,7 +1,10 @@
 """The runtime: an Executable runs a sequence of kernels over buffers planned by liveness."""
 from __future__ import annotations
 
+import enum
 import os
+import queue
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +14,9 @@ import tvm
 
 from cinn.cuda_module import NO_DEVICE
 from cinn.ir import Program, TensorType, Value
+from cinn.utils import median_seconds, wall_seconds
+
+ALIGNMENT = 64  # cinn's kernels assume 64-byte-aligned buffers (LLVM emits aligned vector moves): others are copied
 
 SHARE_ALL_CORES = -3  # TVM's AffinityMode kSpecifyThreadShareAllCore: each worker may run on any listed CPU
 
@@ -67,23 +73,114 @@ def plan_buffers(program: Program, kernels_params: Sequence[Sequence[Value]]) ->
     return slot_of, slot_types
 
 
-class Executable:
-    """A compiled program: call run(feeds) to execute its kernels in order."""
+class OutputKind(enum.Enum):
+    """Where a program output comes from."""
 
-    def __init__(self, program: Program, kernels: Sequence[Kernel], device):
+    KERNEL = "kernel"  # written by a kernel, straight into the array run() returns
+    INPUT = "input"  # an input passed through: a copy of the feed
+    CONSTANT = "constant"  # a folded constant: a copy of it
+    REPEAT = "repeat"  # listed before among the outputs: a copy of that one, so no two outputs alias
+
+
+@dataclass(frozen=True)
+class OutputSource:
+    """One program output: its kind, and the index of the input or earlier output (or the constant's name)."""
+
+    kind: OutputKind
+    ref: int | str | None = None
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """One run's buffers: input slots (for feeds that must be copied) and each kernel's argument list, bound per run to
+    that run's feeds and outputs. Used by one run at a time."""
+
+    inputs: tuple[tvm.runtime.Tensor, ...]
+    input_arrays: tuple[np.ndarray, ...]  # the same memory, for numpy to convert feeds into
+    args: tuple[list[tvm.runtime.Tensor], ...]
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One kernel's median time inside a run, and alone (repeated with warm caches)."""
+
+    name: str
+    in_run_ms: float
+    alone_ms: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Where a run's time goes: each kernel, and the whole run end to end."""
+
+    kernels: tuple[KernelTime, ...]
+    run_ms: float
+
+    @property
+    def kernel_sum_ms(self) -> float:
+        """The kernels' times inside a run, summed."""
+        return sum(k.in_run_ms for k in self.kernels)
+
+    @property
+    def alone_sum_ms(self) -> float:
+        """The kernels' times alone, summed (what TVM's time_evaluator reports)."""
+        return sum(k.alone_ms for k in self.kernels)
+
+    def table(self) -> str:
+        """A text report, slowest kernel first."""
+        rows = [f"{'kernel':<48} {'in run ms':>10} {'alone ms':>10} {'share':>6}"]
+        for k in sorted(self.kernels, key=lambda k: -k.in_run_ms):
+            rows.append(f"{k.name[:48]:<48} {k.in_run_ms:>10.4f} {k.alone_ms:>10.4f} {k.in_run_ms / self.run_ms:>6.1%}")
+        rows.append(f"run {self.run_ms:.4f} ms = kernels {self.kernel_sum_ms:.4f} ms (alone {self.alone_sum_ms:.4f}) "
+                    f"x {self.run_ms / max(self.kernel_sum_ms, 1e-12):.3f}; outside the kernels "
+                    f"{self.run_ms - self.kernel_sum_ms:.4f} ms")
+        return "\n".join(rows)
+
+
+class Executable:
+    """A compiled program: call run(feeds) to execute its kernels in order, from any number of threads at once."""
+
+    def __init__(self, program: Program, kernels: Sequence[Kernel], device, threads: int | None = None):
         self.program = program
         self._kernels = list(kernels)
-        slot_of, slot_types = plan_buffers(program, [k.params for k in kernels])
-        self.peak_bytes = sum(t.nbytes for t in slot_types)
+        self._funcs = [k.func for k in kernels]
+        self._threads = threads
+        self._slot_of, self._slot_types = plan_buffers(program, [k.params for k in kernels])
+        self._outputs = _output_sources(program, kernels)
+        produced = {v.name for v, o in zip(program.outputs, self._outputs, strict=True) if o.kind is OutputKind.KERNEL}
+        # outputs are written into the arrays run() returns and the feeds read in place: neither is workspace
+        self._per_run = {v.name for v in program.inputs} | produced
+        self._const_slots = {self._slot_of[name] for name in program.constants}
+        self._output_slots = {self._slot_of[n] for n in produced}  # outputs are pinned: these slots hold nothing else
+        self.constant_bytes = sum(self._slot_types[i].nbytes for i in self._const_slots)
+        self.workspace_bytes = sum(t.nbytes for i, t in enumerate(self._slot_types)
+                                   if i not in self._const_slots and i not in self._output_slots)
+        self.peak_bytes = self.workspace_bytes + self.constant_bytes  # one run's buffers and the shared constants
+        self._inputs_at = _positions(kernels, [v.name for v in program.inputs])
+        self._outputs_at = _positions(kernels, [v.name for v in program.outputs])
         self._device_missing = not device.exist
         if self._device_missing:  # CUDA kernels built without a GPU: sources and counts only, run() raises
             return
-        storage = [tvm.runtime.empty((t.nbytes,), "uint8", device) for t in slot_types]
-        values = list(program.inputs) + list(program.const_values) + [v for k in kernels for v in k.params]
-        self._views = {v.name: storage[slot_of[v.name]]._create_view(v.shape, v.dtype) for v in values}
-        for name, array in program.constants.items():
-            self._views[name].copyfrom(np.asarray(array, order="C"))
-        self._args = [[self._views[v.name] for v in k.params] for k in self._kernels]
+        self._device = device
+        self._constants = {i: tvm.runtime.empty((self._slot_types[i].nbytes,), "uint8", device) for i in self._const_slots}
+        for v in program.const_values:
+            self._view(self._constants, v).copyfrom(np.asarray(program.constants[v.name], order="C"))
+        # workspaces are pooled, not locked: each concurrent run takes its own; the constants are shared by all
+        self._pool: queue.SimpleQueue[Workspace] = queue.SimpleQueue()
+        self._pool.put(self._new_workspace())
+
+    def _view(self, storage: Mapping[int, tvm.runtime.Tensor], v: Value) -> tvm.runtime.Tensor:
+        return storage[self._slot_of[v.name]]._create_view(v.shape, v.dtype)
+
+    def _new_workspace(self) -> Workspace:
+        storage = dict(self._constants)
+        for i, t in enumerate(self._slot_types):
+            if i not in storage and i not in self._output_slots:
+                storage[i] = tvm.runtime.empty((t.nbytes,), "uint8", self._device)
+        inputs = tuple(self._view(storage, v) for v in self.program.inputs)
+        args = tuple([self._view(storage, v) if v.name not in self._per_run else None for v in k.params]
+                     for k in self._kernels)
+        return Workspace(inputs, tuple(np.from_dlpack(t) for t in inputs), args)  # type: ignore[arg-type]  # per-run positions are bound by run()
 
     @property
     def num_kernels(self) -> int:
@@ -94,18 +191,94 @@ class Executable:
         """Each kernel's source: the scheduled TIR on CPU, CUDA C on GPU."""
         return [k.source for k in self._kernels]
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        """Execute with named input arrays; returns the outputs in program order."""
+    def run(self, feeds: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """Execute with named input arrays; returns the outputs in program order: fresh arrays, or the caller's `out`
+        arrays written in place. Feeds that are C-contiguous, 64-byte aligned and of the input's dtype are read in
+        place, others converted once; kernels write straight into aligned result arrays."""
         if self._device_missing:
             raise RuntimeError(NO_DEVICE)
-        self._check_feeds(feeds)
-        for v in self.program.inputs:
-            self._views[v.name].copyfrom(np.asarray(feeds[v.name], dtype=v.dtype, order="C"))
-        for kernel, args in zip(self._kernels, self._args, strict=True):
-            kernel.func(*args)
-        return [self._views[v.name].numpy() for v in self.program.outputs]
+        arrays = self._check_feeds(feeds)
+        results = self._fresh_outputs() if out is None else self._check_out(out, arrays)
+        written = [r if o.kind is not OutputKind.KERNEL or _is_aligned(r) else aligned_empty(r.shape, r.dtype)
+                   for r, o in zip(results, self._outputs, strict=True)]
+        self._ensure_threads()
+        ws = self._acquire()
+        try:
+            self._bind(ws, arrays, written)
+            for func, args in zip(self._funcs, ws.args, strict=True):
+                func(*args)
+        finally:
+            self._pool.put(ws)
+        for r, w in zip(results, written, strict=True):
+            if w is not r:  # an `out` array TVM cannot write in place
+                np.copyto(r, w)
+        self._fill_passed_through(arrays, results)
+        return results
 
-    def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> None:
+    def profile(self, feeds: Mapping[str, np.ndarray], repeat: int = 20) -> Profile:
+        """Time each kernel inside a run and alone, and whole runs; medians of `repeat` runs each."""
+        if self._device_missing:
+            raise RuntimeError(NO_DEVICE)
+        arrays = self._check_feeds(feeds)
+        results = self._fresh_outputs()
+        self._ensure_threads()
+        ws = self._acquire()
+        try:
+            self._bind(ws, arrays, results)
+            calls = list(zip(self._funcs, ws.args, strict=True))
+            samplers = [wall_seconds(lambda f=f, a=a: f(*a)) for f, a in calls]
+            in_run = np.median([[sample() for sample in samplers] for _ in range(repeat)], axis=0)
+            alone = [median_seconds(lambda f=f, a=a: f(*a), repeat, 1) for f, a in calls]
+        finally:
+            self._pool.put(ws)
+        run = median_seconds(lambda: self.run(feeds), repeat, 1)
+        kernels = tuple(KernelTime(k.name, t * 1e3, a * 1e3) for k, t, a in zip(self._kernels, in_run, alone, strict=True))
+        return Profile(kernels, run * 1e3)
+
+    def _acquire(self) -> Workspace:
+        try:
+            return self._pool.get_nowait()
+        except queue.Empty:  # every workspace is in use by another run: this one gets its own, pooled afterwards
+            return self._new_workspace()
+
+    def _ensure_threads(self) -> None:
+        """TVM's CPU thread pool belongs to the calling thread: size this thread's on its first run."""
+        if self._threads is not None and getattr(_THREAD_STATE, "threads", None) != self._threads:
+            configure_threads(self._threads)
+            _THREAD_STATE.threads = self._threads
+
+    def _bind(self, ws: Workspace, arrays: Sequence[np.ndarray], written: Sequence[np.ndarray | None]) -> None:
+        """Point each kernel's arguments at this run's feeds (in place, or copied into the workspace) and outputs."""
+        for j, (array, at) in enumerate(zip(arrays, self._inputs_at, strict=True)):
+            if at:
+                in_place = _is_aligned(array) and array.dtype == ws.input_arrays[j].dtype
+                tensor = _tensor(array) if in_place else _copied(ws.inputs[j], ws.input_arrays[j], array)
+                for k, pos in at:
+                    ws.args[k][pos] = tensor
+        for array, at in zip(written, self._outputs_at, strict=True):
+            if array is not None and at:
+                tensor = _tensor(array)
+                for k, pos in at:
+                    ws.args[k][pos] = tensor
+
+    def _fresh_outputs(self) -> list[np.ndarray | None]:
+        return [aligned_empty(v.shape, v.dtype) if o.kind is OutputKind.KERNEL else None
+                for v, o in zip(self.program.outputs, self._outputs, strict=True)]
+
+    def _fill_passed_through(self, arrays: Sequence[np.ndarray], results: list) -> None:
+        """The outputs no kernel writes: copies of feeds, constants and repeated outputs."""
+        for i, (v, o) in enumerate(zip(self.program.outputs, self._outputs, strict=True)):
+            if o.kind is OutputKind.KERNEL:
+                continue
+            source = {OutputKind.INPUT: arrays, OutputKind.CONSTANT: self.program.constants, OutputKind.REPEAT: results}
+            value = np.asarray(source[o.kind][o.ref], dtype=v.dtype)
+            if results[i] is None:
+                results[i] = np.array(value, order="C")
+            else:
+                np.copyto(results[i], value)
+
+    def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The feeds as arrays in program input order; clear errors for anything that does not fit its input."""
         if not isinstance(feeds, Mapping):
             raise TypeError(f"run: feeds must be a mapping of input name -> array, got a {type(feeds).__name__}; "
                             f"inputs are {[v.name for v in self.program.inputs]}")
@@ -114,19 +287,103 @@ class Executable:
         extra = [n for n in feeds if n not in expected]
         if missing or extra:
             raise ValueError(f"run: missing inputs {missing}, unexpected inputs {extra}; expected {list(expected)}")
-        for name, v in expected.items():
-            arr = np.asarray(feeds[name])
-            if tuple(arr.shape) != v.shape:
-                raise ValueError(f"run: input {name!r} has shape {tuple(arr.shape)}, expected {v.shape}")
-            if arr.dtype.kind != np.dtype(v.dtype).kind:
-                # float64 -> float32 is converted (numpy's default), a change of kind is a bug
-                raise TypeError(f"run: input {name!r} has dtype {arr.dtype}, expected {v.dtype}")
-            _check_narrowing(name, arr, v.dtype)
+        return [_feed_array(name, feeds[name], v) for name, v in expected.items()]
+
+    def _check_out(self, out: Sequence[np.ndarray], arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The caller's output arrays, checked: one per output, exact shape and dtype, writable, C-contiguous, and not
+        sharing memory with a feed or with each other (a kernel would read what another wrote)."""
+        outputs = self.program.outputs
+        if isinstance(out, np.ndarray) or not isinstance(out, Sequence) or len(out) != len(outputs):
+            raise TypeError(f"run: out must be a list of {len(outputs)} arrays, one per output "
+                            f"{[v.name for v in outputs]}")
+        for i, (array, v) in enumerate(zip(out, outputs, strict=True)):
+            if not isinstance(array, np.ndarray):
+                raise TypeError(f"run: out[{i}] (output {v.name!r}) must be a numpy array, got a {type(array).__name__}")
+            if array.shape != v.shape or array.dtype != np.dtype(v.dtype):
+                raise ValueError(f"run: out[{i}] (output {v.name!r}) is {array.dtype}{list(array.shape)}, "
+                                 f"expected {v.dtype}{list(v.shape)}")
+            if not array.flags.c_contiguous or not array.flags.writeable:
+                raise ValueError(f"run: out[{i}] (output {v.name!r}) must be C-contiguous and writable")
+            others = [*arrays, *out[:i]]
+            if any(np.may_share_memory(array, other) for other in others):
+                raise ValueError(f"run: out[{i}] (output {v.name!r}) shares memory with a feed or another out array")
+        return list(out)
+
+
+_THREAD_STATE = threading.local()
+
+
+def aligned_empty(shape: Sequence[int], dtype) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data is 64-byte aligned, as cinn's kernels need to read it in place
+    (numpy aligns to 16 bytes only)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _is_aligned(array: np.ndarray) -> bool:
+    return array.flags.c_contiguous and array.ctypes.data % ALIGNMENT == 0
+
+
+def _tensor(array: np.ndarray) -> tvm.runtime.Tensor:
+    """A TVM tensor over the array's memory, no copy."""
+    return tvm.runtime.from_dlpack(array)
+
+
+def _copied(view: tvm.runtime.Tensor, view_array: np.ndarray, array: np.ndarray) -> tvm.runtime.Tensor:
+    """The feed converted (dtype, layout, alignment) in one copy into the workspace's buffer for it."""
+    np.copyto(view_array, array, casting="unsafe")  # the kind and the range were checked
+    return view
+
+
+def _positions(kernels: Sequence[Kernel], names: Sequence[str]) -> list[tuple[tuple[int, int], ...]]:
+    """For each name, the (kernel, argument position) pairs where it is passed."""
+    at: dict[str, list[tuple[int, int]]] = {n: [] for n in names}
+    for k, kernel in enumerate(kernels):
+        for pos, v in enumerate(kernel.params):
+            if v.name in at:
+                at[v.name].append((k, pos))
+    return [tuple(at[n]) for n in names]
+
+
+def _output_sources(program: Program, kernels: Sequence[Kernel]) -> tuple[OutputSource, ...]:
+    """Where each output comes from; a value listed twice is written once and copied for the second listing."""
+    inputs = {v.name: j for j, v in enumerate(program.inputs)}
+    written = {v.name for k in kernels for v in k.params} - set(inputs) - set(program.constants)
+    first: dict[str, int] = {}
+    sources = []
+    for i, v in enumerate(program.outputs):
+        if v.name in first:
+            sources.append(OutputSource(OutputKind.REPEAT, first[v.name]))
+        elif v.name in inputs:
+            sources.append(OutputSource(OutputKind.INPUT, inputs[v.name]))
+        elif v.name in program.constants:
+            sources.append(OutputSource(OutputKind.CONSTANT, v.name))
+        else:
+            assert v.name in written, f"output {v.name} is written by no kernel"
+            sources.append(OutputSource(OutputKind.KERNEL))
+        first.setdefault(v.name, i)
+    return tuple(sources)
+
+
+def _feed_array(name: str, feed, v: Value) -> np.ndarray:
+    """One feed checked against its input: float64 for float32 is accepted (numpy's default), a change of kind and
+    integers that do not fit are errors."""
+    arr = np.asarray(feed)
+    if tuple(arr.shape) != v.shape:
+        raise ValueError(f"run: input {name!r} has shape {tuple(arr.shape)}, expected {v.shape}")
+    dtype = np.dtype(v.dtype)
+    if arr.dtype.kind != dtype.kind:
+        raise TypeError(f"run: input {name!r} has dtype {arr.dtype}, expected {v.dtype}")
+    _check_narrowing(name, arr, v.dtype)
+    return arr  # converted, where it must be, by the one copy into the workspace
 
 
 def _check_narrowing(name: str, arr: np.ndarray, dtype: str) -> None:
     """Integers converted to a narrower input type must fit: 2**40 fed as int32 would silently become 0."""
-    if arr.dtype.kind not in "iu" or arr.dtype == np.dtype(dtype) or not arr.size:
+    if arr.dtype.kind not in "iu" or np.can_cast(arr.dtype, dtype) or not arr.size:
         return
     info = np.iinfo(dtype)
     lo, hi = int(arr.min()), int(arr.max())

@@ -1,0 +1,186 @@
+"""Serving: one executable run from many threads, zero-copy feeds and outputs, `out=` arrays, the profiler."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+
+import numpy as np
+import pytest
+
+import cinn
+from cinn import runtime
+from cinn.runtime import ALIGNMENT, aligned_empty
+
+RNG = np.random.default_rng(0)
+
+
+def _mlp_softmax():
+    b = cinn.NetBuilder("mlp_softmax")
+    x = b.create_input("float32", (64, 256), "x")
+    w = b.create_constant(RNG.standard_normal((256, 128)).astype("float32") * 0.1, "w")
+    return b.build([b.softmax(b.relu(b.matmul(x, w)))])
+
+
+def _conv():
+    b = cinn.NetBuilder("conv")
+    x = b.create_input("float32", (1, 8, 16, 16), "x")
+    w = b.create_constant(RNG.standard_normal((16, 8, 3, 3)).astype("float32") * 0.2, "w")
+    y = b.relu(b.conv2d(x, w, paddings=[1, 1]))
+    return b.build([y, b.reduce_sum(y, dim=[2, 3])])
+
+
+@pytest.fixture(scope="module")
+def models(tmp_cache):
+    return {"mlp": cinn.compile(_mlp_softmax(), cache_dir=tmp_cache), "conv": cinn.compile(_conv(), cache_dir=tmp_cache)}
+
+
+def _feeds(exe, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {v.name: rng.standard_normal(v.shape).astype(v.dtype) for v in exe.program.inputs}
+
+
+def test_many_threads_share_one_executable(models):
+    """8 threads x 2 models x 12 calls on different inputs: every result equals the single-threaded one."""
+    jobs = [(name, seed) for name in models for seed in range(8)]
+    feeds = {job: _feeds(models[job[0]], job[1]) for job in jobs}
+    want = {job: models[job[0]].run(feeds[job]) for job in jobs}
+
+    def call(job):
+        got = models[job[0]].run(feeds[job])
+        return all(np.array_equal(g, w) for g, w in zip(got, want[job], strict=True))
+
+    with cf.ThreadPoolExecutor(8) as pool:
+        ok = list(pool.map(call, jobs * 12))
+    assert all(ok), f"{ok.count(False)} of {len(ok)} concurrent results differ"
+
+
+def test_each_calling_thread_gets_the_configured_pool(models, monkeypatch):
+    """TVM's thread pool is per calling thread: a new thread's first run sizes its own."""
+    sized = []
+    monkeypatch.setattr(runtime, "configure_threads", lambda n, config=None: sized.append((threading.get_ident(), n)))
+    exe = models["mlp"]
+    feeds = _feeds(exe, 0)
+    thread = threading.Thread(target=lambda: [exe.run(feeds) for _ in range(3)])
+    thread.start()
+    thread.join()
+    assert sized == [(thread.ident, exe._threads)]
+
+
+def test_aligned_feed_is_read_in_place(models, monkeypatch):
+    copies = []
+    real = runtime._copied
+    monkeypatch.setattr(runtime, "_copied", lambda *a: copies.append(a[-1]) or real(*a))
+    exe = models["mlp"]
+    x = aligned_empty((64, 256), "float32")
+    x[...] = _feeds(exe, 1)["x"]
+    want = exe.run({"x": np.array(x)})  # np.array: 16-byte aligned here, so copied
+    assert x.ctypes.data % ALIGNMENT == 0
+    copies.clear()
+    np.testing.assert_array_equal(exe.run({"x": x})[0], want[0])
+    assert copies == []
+
+
+@pytest.mark.parametrize("how", ["float64", "non-contiguous", "unaligned", "list"])
+def test_feeds_that_need_a_copy_are_converted_once(models, how, monkeypatch):
+    exe = models["mlp"]
+    x = _feeds(exe, 2)["x"]
+    want = exe.run({"x": x})[0]
+    feed = {"float64": x.astype(np.float64),
+            "non-contiguous": np.asfortranarray(x),
+            "unaligned": np.frombuffer(np.concatenate([[0], x.ravel()]).astype("float32").data, "float32",
+                                       offset=4).reshape(x.shape),
+            "list": x.tolist()}[how]
+    copies = []
+    real = runtime._copied
+    monkeypatch.setattr(runtime, "_copied", lambda *a: copies.append(a[-1]) or real(*a))
+    np.testing.assert_array_equal(exe.run({"x": feed})[0], want)
+    assert len(copies) == 1
+
+
+def test_outputs_are_fresh_aligned_arrays(models):
+    exe = models["conv"]
+    feeds = _feeds(exe, 3)
+    first, second = exe.run(feeds), exe.run(feeds)
+    for a, b in zip(first, second, strict=True):
+        assert not np.may_share_memory(a, b)
+        assert a.flags.writeable and a.flags.c_contiguous and a.ctypes.data % ALIGNMENT == 0
+    assert not np.may_share_memory(first[0], first[1])
+    first[0][...] = 0  # the caller owns them: writing one changes no later result
+    np.testing.assert_array_equal(exe.run(feeds)[0], second[0])
+
+
+def test_out_arrays_are_written_in_place(models):
+    exe = models["conv"]
+    feeds = _feeds(exe, 4)
+    want = exe.run(feeds)
+    out = [aligned_empty(w.shape, w.dtype) for w in want]
+    got = exe.run(feeds, out=out)
+    assert all(g is o for g, o in zip(got, out, strict=True))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    plain = [np.zeros(w.shape, w.dtype) for w in want]  # numpy's own alignment: written through a copy
+    exe.run(feeds, out=plain)
+    for g, w in zip(plain, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_out_arrays_are_checked(models):
+    exe = models["conv"]
+    feeds = _feeds(exe, 5)
+    y, s = (np.zeros(v.shape, v.dtype) for v in exe.program.outputs)
+    with pytest.raises(TypeError, match="out must be a list of 2 arrays"):
+        exe.run(feeds, out=[y])
+    with pytest.raises(TypeError, match=r"out\[1\] .* must be a numpy array"):
+        exe.run(feeds, out=[y, s.tolist()])
+    with pytest.raises(ValueError, match=r"out\[0\] .* is float64\[1, 16, 16, 16\], expected float32\[1, 16, 16, 16\]"):
+        exe.run(feeds, out=[y.astype("float64"), s])
+    with pytest.raises(ValueError, match=r"out\[1\] .* is float32\[1, 16\], expected float32\[1, 16\]|expected float32"):
+        exe.run(feeds, out=[y, np.empty((16, 1), "float32")])
+    with pytest.raises(ValueError, match="C-contiguous and writable"):
+        exe.run(feeds, out=[np.asfortranarray(y), s])
+    with pytest.raises(ValueError, match="shares memory with a feed or another out array"):
+        exe.run(feeds, out=[y, y.reshape(-1)[:16].reshape(1, 16)])
+
+
+def test_out_may_not_alias_a_feed(tmp_cache):
+    b = cinn.NetBuilder("inplace")
+    x = b.create_input("float32", (8,), "x")
+    exe = cinn.compile(b.build([b.relu(x)]), cache_dir=tmp_cache)
+    x_value = aligned_empty((8,), "float32")
+    x_value[...] = np.arange(-4, 4)
+    with pytest.raises(ValueError, match="shares memory with a feed"):
+        exe.run({"x": x_value}, out=[x_value])
+
+
+def test_outputs_that_no_kernel_writes_are_copies(tmp_cache):
+    b = cinn.NetBuilder("passthrough")
+    x = b.create_input("float32", (3,), "x")
+    r = b.relu(x)
+    c = b.create_constant(np.array([1, 2, 3], "float32"), "c")
+    exe = cinn.compile(b.build([x, r, r, c]), cache_dir=tmp_cache)
+    xv = aligned_empty((3,), "float32")
+    xv[...] = [-1, 0, 1]
+    a, r1, r2, cv = exe.run({"x": xv})
+    np.testing.assert_array_equal(a, xv)
+    np.testing.assert_array_equal(r1, [0, 0, 1])
+    np.testing.assert_array_equal(r2, r1)
+    np.testing.assert_array_equal(cv, [1, 2, 3])
+    assert not np.may_share_memory(a, xv) and not np.may_share_memory(r1, r2)
+
+
+def test_peak_bytes_counts_workspace_and_constants(models):
+    exe = models["mlp"]
+    assert exe.constant_bytes == 256 * 128 * 4
+    assert exe.peak_bytes == exe.workspace_bytes + exe.constant_bytes
+    # the feed's copy buffer; the output is the array run() returns, not workspace
+    assert exe.workspace_bytes <= 64 * 256 * 4 + 64 * 128 * 4 * 2
+
+
+def test_profile_accounts_for_every_kernel(models):
+    exe = models["conv"]
+    prof = exe.profile(_feeds(exe, 6), repeat=5)
+    assert len(prof.kernels) == exe.num_kernels
+    assert all(k.in_run_ms > 0 and k.alone_ms > 0 for k in prof.kernels)
+    assert prof.run_ms > 0
+    text = prof.table()
+    assert "outside the kernels" in text and prof.kernels[0].name[:20] in text
