@@ -4,6 +4,7 @@ constant fills, here replaced by seeded random ones) and a MobileNetV2 written w
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import sys
 from collections.abc import Callable, Sequence
@@ -116,8 +117,8 @@ def mobilenet_v2(resolution: int = 224, classes: int = 1000) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
-MODELS: dict[str, Callable[[], onnx.ModelProto]] = {"mobilenet_v2": mobilenet_v2} | {
-    name: (lambda name=name: light_model(name)) for name in LIGHT}
+MODELS: dict[str, Callable[[], onnx.ModelProto]] = {name: functools.partial(light_model, name) for name in LIGHT}
+MODELS["mobilenet_v2"] = mobilenet_v2
 
 
 def write_models(directory: pathlib.Path, names: Sequence[str]) -> list[pathlib.Path]:

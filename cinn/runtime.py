@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import queue
 import threading
@@ -84,10 +85,11 @@ class OutputKind(enum.Enum):
 
 @dataclass(frozen=True)
 class OutputSource:
-    """One program output: its kind, and the index of the input or earlier output (or the constant's name)."""
+    """One program output: its kind, and the index of the input or earlier output, or the constant's name."""
 
     kind: OutputKind
-    ref: int | str | None = None
+    index: int = -1
+    constant: str = ""
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,9 @@ class Executable:
                                    if i not in self._const_slots and i not in self._output_slots)
         self.peak_bytes = self.workspace_bytes + self.constant_bytes  # one run's buffers and the shared constants
         self._inputs_at = _positions(kernels, [v.name for v in program.inputs])
-        self._outputs_at = _positions(kernels, [v.name for v in program.outputs])
+        # only the outputs kernels write are bound ("" is no value's name); the others are copied after the run
+        self._outputs_at = _positions(kernels, [v.name if o.kind is OutputKind.KERNEL else ""
+                                                for v, o in zip(program.outputs, self._outputs, strict=True)])
         self._device_missing = not device.exist
         if self._device_missing:  # CUDA kernels built without a GPU: sources and counts only, run() raises
             return
@@ -178,9 +182,10 @@ class Executable:
             if i not in storage and i not in self._output_slots:
                 storage[i] = tvm.runtime.empty((t.nbytes,), "uint8", self._device)
         inputs = tuple(self._view(storage, v) for v in self.program.inputs)
-        args = tuple([self._view(storage, v) if v.name not in self._per_run else None for v in k.params]
+        # the feeds' and outputs' positions start at a placeholder: each run binds its own arrays there
+        args = tuple([self._view(storage, v) if v.name not in self._per_run else inputs[0] for v in k.params]
                      for k in self._kernels)
-        return Workspace(inputs, tuple(np.from_dlpack(t) for t in inputs), args)  # type: ignore[arg-type]  # per-run positions are bound by run()
+        return Workspace(inputs, tuple(np.from_dlpack(t) for t in inputs), args)
 
     @property
     def num_kernels(self) -> int:
@@ -226,9 +231,9 @@ class Executable:
         try:
             self._bind(ws, arrays, results)
             calls = list(zip(self._funcs, ws.args, strict=True))
-            samplers = [wall_seconds(lambda f=f, a=a: f(*a)) for f, a in calls]
+            samplers = [wall_seconds(functools.partial(f, *a)) for f, a in calls]
             in_run = np.median([[sample() for sample in samplers] for _ in range(repeat)], axis=0)
-            alone = [median_seconds(lambda f=f, a=a: f(*a), repeat, 1) for f, a in calls]
+            alone = [median_seconds(functools.partial(f, *a), repeat, 1) for f, a in calls]
         finally:
             self._pool.put(ws)
         run = median_seconds(lambda: self.run(feeds), repeat, 1)
@@ -247,35 +252,32 @@ class Executable:
             configure_threads(self._threads)
             _THREAD_STATE.threads = self._threads
 
-    def _bind(self, ws: Workspace, arrays: Sequence[np.ndarray], written: Sequence[np.ndarray | None]) -> None:
+    def _bind(self, ws: Workspace, arrays: Sequence[np.ndarray], written: Sequence[np.ndarray]) -> None:
         """Point each kernel's arguments at this run's feeds (in place, or copied into the workspace) and outputs."""
         for j, (array, at) in enumerate(zip(arrays, self._inputs_at, strict=True)):
             if at:
                 in_place = _is_aligned(array) and array.dtype == ws.input_arrays[j].dtype
-                tensor = _tensor(array) if in_place else _copied(ws.inputs[j], ws.input_arrays[j], array)
+                bound = _tensor(array) if in_place else _copied(ws.inputs[j], ws.input_arrays[j], array)
                 for k, pos in at:
-                    ws.args[k][pos] = tensor
+                    ws.args[k][pos] = bound
         for array, at in zip(written, self._outputs_at, strict=True):
-            if array is not None and at:
+            if at:
                 tensor = _tensor(array)
                 for k, pos in at:
                     ws.args[k][pos] = tensor
 
-    def _fresh_outputs(self) -> list[np.ndarray | None]:
-        return [aligned_empty(v.shape, v.dtype) if o.kind is OutputKind.KERNEL else None
-                for v, o in zip(self.program.outputs, self._outputs, strict=True)]
+    def _fresh_outputs(self) -> list[np.ndarray]:
+        return [aligned_empty(v.shape, v.dtype) for v in self.program.outputs]
 
-    def _fill_passed_through(self, arrays: Sequence[np.ndarray], results: list) -> None:
+    def _fill_passed_through(self, arrays: Sequence[np.ndarray], results: list[np.ndarray]) -> None:
         """The outputs no kernel writes: copies of feeds, constants and repeated outputs."""
-        for i, (v, o) in enumerate(zip(self.program.outputs, self._outputs, strict=True)):
-            if o.kind is OutputKind.KERNEL:
-                continue
-            source = {OutputKind.INPUT: arrays, OutputKind.CONSTANT: self.program.constants, OutputKind.REPEAT: results}
-            value = np.asarray(source[o.kind][o.ref], dtype=v.dtype)
-            if results[i] is None:
-                results[i] = np.array(value, order="C")
-            else:
-                np.copyto(results[i], value)
+        for result, o in zip(results, self._outputs, strict=True):
+            if o.kind is OutputKind.INPUT:
+                np.copyto(result, arrays[o.index], casting="unsafe")  # the feed's kind and range were checked
+            elif o.kind is OutputKind.CONSTANT:
+                np.copyto(result, self.program.constants[o.constant])
+            elif o.kind is OutputKind.REPEAT:
+                np.copyto(result, results[o.index])
 
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """The feeds as arrays in program input order; clear errors for anything that does not fit its input."""
@@ -360,7 +362,7 @@ def _output_sources(program: Program, kernels: Sequence[Kernel]) -> tuple[Output
         elif v.name in inputs:
             sources.append(OutputSource(OutputKind.INPUT, inputs[v.name]))
         elif v.name in program.constants:
-            sources.append(OutputSource(OutputKind.CONSTANT, v.name))
+            sources.append(OutputSource(OutputKind.CONSTANT, constant=v.name))
         else:
             assert v.name in written, f"output {v.name} is written by no kernel"
             sources.append(OutputSource(OutputKind.KERNEL))
