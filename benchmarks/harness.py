@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import importlib.util
 import json
 import os
 import subprocess
@@ -37,6 +38,10 @@ class Engine(enum.StrEnum):
     UNFUSED = "cinn-unfused"
     TUNED = "cinn-tuned"
     ORT = "onnxruntime"
+    OPENVINO = "openvino"
+
+
+PEERS = (Engine.ORT, Engine.OPENVINO)
 
 
 @dataclass(frozen=True)
@@ -57,9 +62,11 @@ class BenchConfig:
         return self.target.split()[0] == "cuda"
 
     def engines(self) -> tuple[Engine, ...]:
-        """The engines to run: the tuned build only when a schedule log is given."""
+        """The engines to run: the tuned build only when a schedule log is given, OpenVINO (a CPU peer) where it is
+        installed and the target is a CPU."""
         tuned = (Engine.TUNED,) if self.tuning_log else ()
-        return (Engine.FUSED, Engine.UNFUSED, *tuned, Engine.ORT)
+        openvino = (Engine.OPENVINO,) if not self.is_cuda and importlib.util.find_spec("openvino") else ()
+        return (Engine.FUSED, Engine.UNFUSED, *tuned, Engine.ORT, *openvino)
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,11 @@ class ModelResult:
     def ms(self, engine: Engine) -> float | None:
         r = self.results.get(engine)
         return r.median_ms if r else None
+
+    def best_peer_ms(self) -> float | None:
+        """The faster of onnxruntime and OpenVINO."""
+        times = [t for e in PEERS if (t := self.ms(e)) is not None]
+        return min(times, default=None)
 
     @property
     def failed(self) -> bool:
@@ -161,10 +173,34 @@ def _run_ort(model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]
     return EngineResult(Engine.ORT, model.name, ms, config.repeat), outputs
 
 
+def _run_openvino(model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]]:
+    """OpenVINO on the CPU with all cores, the latency hint and float32 precision (its default may be bf16 where the
+    CPU has it, which would not compute the same model)."""
+    import openvino as ov  # an optional extra (bench): only the OpenVINO worker needs it
+
+    onnx_model = onnx.load(model.onnx_path) if model.onnx_path else to_onnx(model.program)
+    with tempfile.TemporaryDirectory(prefix="cinn-bench-ov-") as tmp:
+        path = os.path.join(tmp, "model.onnx")
+        onnx.save(onnx_model, path)
+        compiled = ov.Core().compile_model(path, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
+                                                         "INFERENCE_NUM_THREADS": os.cpu_count() or 1})
+    request = compiled.create_infer_request()
+    feeds = dict(model.feeds)
+
+    def run() -> list[np.ndarray]:
+        results = request.infer(feeds, share_outputs=False)
+        return [results[o] for o in compiled.outputs]
+
+    outputs = run()
+    ms = median_seconds(run, config.repeat, config.warmup) * 1e3
+    return EngineResult(Engine.OPENVINO, model.name, ms, config.repeat), outputs
+
+
 def run_worker(engine: Engine, model_name: str, config: BenchConfig, outputs_path: str | None) -> EngineResult:
     """Measure one engine on one model in this process; optionally save its outputs (.npz)."""
     model = get_model(model_name, config.small, dict(config.input_shapes))
-    result, outputs = _run_ort(model, config) if engine is Engine.ORT else _run_cinn(engine, model, config)
+    runners = {Engine.ORT: _run_ort, Engine.OPENVINO: _run_openvino}
+    result, outputs = runners[engine](model, config) if engine in runners else _run_cinn(engine, model, config)
     if outputs_path:
         np.savez(outputs_path, *[np.asarray(o) for o in outputs])
     return result
@@ -243,7 +279,7 @@ def bench_model(model: str, config: BenchConfig) -> ModelResult:
                 _progress(f"{name}: {engine.value} FAILED: {err}")
                 continue
             _progress(f"{name}: {engine.value} {results[engine].median_ms:.3f} ms")
-    checked = [e for e in outputs if e in (Engine.FUSED, Engine.TUNED)] if Engine.ORT in outputs else []
+    checked = [e for e in outputs if e in (Engine.FUSED, Engine.TUNED, Engine.OPENVINO)] if Engine.ORT in outputs else []
     checks = tuple(compare(e, outputs[e], outputs[Engine.ORT]) for e in checked)
     for c in checks:
         if not c.ok:

@@ -84,6 +84,14 @@ def _ratio(num: Engine, den: Engine) -> Callable[[ModelResult], float | None]:
     return value
 
 
+def _vs_best_peer(engine: Engine) -> Callable[[ModelResult], float | None]:
+    def value(r: ModelResult) -> float | None:
+        a, b = r.ms(engine), r.best_peer_ms()
+        return a / b if a is not None and b else None
+
+    return value
+
+
 def _fused_field(name: str) -> Callable[[ModelResult], float | None]:
     def value(r: ModelResult) -> float | None:
         res = r.results.get(Engine.FUSED)
@@ -111,6 +119,7 @@ def columns(tuned: bool) -> list[Column[ModelResult]]:
         cols.append(Column("tuned ms", lambda r: r.ms(Engine.TUNED)))
     cols += [
         Column("ORT ms", lambda r: r.ms(Engine.ORT)),
+        Column("OpenVINO ms", lambda r: r.ms(Engine.OPENVINO)),
         Column("fused speed-up vs unfused", _ratio(Engine.UNFUSED, Engine.FUSED), "{:.2f}x"),
     ]
     if tuned:
@@ -118,6 +127,10 @@ def columns(tuned: bool) -> list[Column[ModelResult]]:
     cols.append(Column("ORT/fused", _ratio(Engine.ORT, Engine.FUSED), "{:.2f}x"))
     if tuned:
         cols.append(Column("ORT/tuned", _ratio(Engine.ORT, Engine.TUNED), "{:.2f}x"))
+    # our time over the faster peer's: the goal is <= 1.0
+    cols.append(Column("fused/best peer", _vs_best_peer(Engine.FUSED), "{:.2f}x"))
+    if tuned:
+        cols.append(Column("tuned/best peer", _vs_best_peer(Engine.TUNED), "{:.2f}x"))
     cols += [
         Column("kernels fused", _fused_field("num_kernels"), "{}"),
         Column("compile cold s", _fused_field("compile_cold_s"), "{:.2f}"),
@@ -140,7 +153,7 @@ def write_csv(results: Sequence[ModelResult], tuned: bool, path: str) -> None:
 def write_plot(results: Sequence[ModelResult], engines: Sequence[Engine], path: str) -> None:
     """A grouped bar chart of median latency (log scale) per model and engine, as a PNG."""
     series = {e.value: [r.ms(e) for r in results] for e in engines}
-    bar_chart([r.model for r in results], series, "median latency (ms, log scale)", "cinn vs onnxruntime", path)
+    bar_chart([r.model for r in results], series, "median latency (ms, log scale)", "cinn vs onnxruntime and OpenVINO", path)
 
 
 def _make_parent(path: str) -> None:

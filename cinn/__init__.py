@@ -6,6 +6,7 @@ the compiler, the importers or TVM's build machinery.
 from __future__ import annotations
 
 import importlib
+import os
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
@@ -14,11 +15,17 @@ try:
 except PackageNotFoundError:  # a source tree used without installing it
     __version__ = "0+unknown"
 
+# OpenBLAS's idle threads spin for 2**28 cycles (~0.1 s) after each numpy BLAS call and take the cores from cinn's
+# kernels (an encoder run right after a numpy matmul: 3.5x slower); 2**4 cycles stops that and costs numpy's small
+# matmuls a few percent. OpenBLAS reads this once, when numpy loads it: it has effect when cinn is imported first.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
 # public name -> the module that defines it
 _EXPORTS = {
     "NetBuilder": "cinn.builder",
     "compile": "cinn.api",
     "Executable": "cinn.runtime",
+    "aligned_empty": "cinn.runtime",
     "Node": "cinn.ir",
     "Program": "cinn.ir",
     "TensorType": "cinn.ir",
@@ -28,8 +35,8 @@ _EXPORTS = {
     "load_model": "cinn.frontend.loading",
 }
 
-__all__ = ["Executable", "NetBuilder", "Node", "Program", "TensorType", "Value", "__version__", "compile", "load_model",
-           "load_onnx", "load_paddle"]
+__all__ = ["Executable", "NetBuilder", "Node", "Program", "TensorType", "Value", "__version__", "aligned_empty", "compile",
+           "load_model", "load_onnx", "load_paddle"]
 
 if TYPE_CHECKING:
     from cinn.api import compile
@@ -38,7 +45,7 @@ if TYPE_CHECKING:
     from cinn.frontend.onnx import load_onnx
     from cinn.frontend.paddle import load_paddle
     from cinn.ir import Node, Program, TensorType, Value
-    from cinn.runtime import Executable
+    from cinn.runtime import Executable, aligned_empty
 
 
 def __getattr__(name: str):

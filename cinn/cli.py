@@ -24,6 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=10, help="timed runs; the median is printed (default: 10)")
     p.add_argument("--no-fuse", action="store_true", help="one kernel per op (the unfused baseline)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--profile", action="store_true",
+                   help="also time each kernel inside a run and alone, and the time outside the kernels")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
@@ -45,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
     for v, out in zip(program.outputs, outputs, strict=True):
         print(f"output {v.name}: shape {tuple(out.shape)} {out.dtype}")
     print(f"median latency: {seconds * 1e3:.3f} ms over {args.repeat} runs")
+    print(f"memory: {exe.workspace_bytes / 2**20:.1f} MiB workspace per run + {exe.constant_bytes / 2**20:.1f} MiB constants")
+    if args.profile:
+        print(exe.profile(feeds, args.repeat).table())
     return 0
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import math
 import os
 import queue
 import threading
@@ -319,7 +320,7 @@ def aligned_empty(shape: Sequence[int], dtype) -> np.ndarray:
     """An uninitialized C-contiguous array whose data is 64-byte aligned, as cinn's kernels need to read it in place
     (numpy aligns to 16 bytes only)."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(nbytes + ALIGNMENT, np.uint8)
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start:start + nbytes].view(dtype).reshape(shape)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 
 import numpy as np
@@ -84,11 +85,14 @@ def test_table_shows_ratios_and_failures():
         Engine.UNFUSED: EngineResult(Engine.UNFUSED, "m", 2.0, 2),
         Engine.TUNED: EngineResult(Engine.TUNED, "m", 0.8, 2, 3),
         Engine.ORT: EngineResult(Engine.ORT, "m", 4.0, 2),
+        Engine.OPENVINO: EngineResult(Engine.OPENVINO, "m", 3.2, 2),
     }
     table = format_table([ModelResult("m", res), ModelResult("n", {}, errors={Engine.ORT: "boom"})], tuned=True)
     header, _, row, failed = table.splitlines()
     assert "tuned ms" in header and "ORT/fused" in header and "tuned speed-up vs fused" in header and "ORT/tuned" in header
     assert "2.00x" in row and "4.00x" in row and "1.25x" in row and "5.00x" in row
+    assert "OpenVINO ms" in header and "fused/best peer" in header and "tuned/best peer" in header
+    assert "0.31x" in row and "0.25x" in row  # 1.0 / 3.2 and 0.8 / 3.2: over the faster peer
     assert "FAILED: onnxruntime" in failed
     assert "tuned" not in format_table([ModelResult("m", res)], tuned=False)
 
@@ -184,11 +188,13 @@ def test_model_file_engines_agree(tmp_path, monkeypatch):
     config = BenchConfig(repeat=1, warmup=0, input_shapes=(("x", (4, 16)),))
     model = get_model(path, input_shapes={"x": (4, 16)})
     assert model.name == "tiny" and model.onnx_path == path and model.feeds["x"].shape == (4, 16)
-    outs = {e: tmp_path / f"{e.value}.npz" for e in (Engine.FUSED, Engine.ORT)}
+    engines = [Engine.FUSED, Engine.ORT] + ([Engine.OPENVINO] if importlib.util.find_spec("openvino") else [])
+    outs = {e: tmp_path / f"{e.value}.npz" for e in engines}
     for engine, out in outs.items():
         assert run_worker(engine, path, config, str(out)).model == "tiny"
-    with np.load(outs[Engine.FUSED]) as got, np.load(outs[Engine.ORT]) as want:
-        np.testing.assert_allclose(got["arr_0"], want["arr_0"], rtol=RTOL, atol=ATOL)
+    for engine in engines[:1] + engines[2:]:
+        with np.load(outs[engine]) as got, np.load(outs[Engine.ORT]) as want:
+            np.testing.assert_allclose(got["arr_0"], want["arr_0"], rtol=RTOL, atol=ATOL)
 
 
 def test_cli_runs_a_model_file(tmp_path, tmp_cache, monkeypatch, capsys):

@@ -184,3 +184,19 @@ def test_profile_accounts_for_every_kernel(models):
     assert prof.run_ms > 0
     text = prof.table()
     assert "outside the kernels" in text and prof.kernels[0].name[:20] in text
+
+
+@pytest.mark.parametrize("preset", [None, "9"])
+def test_openblas_threads_do_not_spin_after_importing_cinn(preset):
+    """OpenBLAS's spinning idle threads take the cores from cinn's kernels: cinn shortens their spin unless the user
+    chose a value (benchmarks/contention.py measures the effect)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    if preset:
+        env["OPENBLAS_THREAD_TIMEOUT"] = preset
+    code = "import os, cinn, numpy; print(os.environ['OPENBLAS_THREAD_TIMEOUT'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == (preset or "4")
