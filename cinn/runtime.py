@@ -99,8 +99,9 @@ class Workspace:
     that run's feeds and outputs. Used by one run at a time."""
 
     inputs: tuple[tvm.runtime.Tensor, ...]
-    input_arrays: tuple[np.ndarray, ...]  # the same memory, for numpy to convert feeds into
-    args: tuple[list[tvm.runtime.Tensor], ...]
+    input_arrays: tuple[np.ndarray, ...]  # the same memory, for numpy to convert feeds into (CPU only)
+    args: tuple[list[tvm.runtime.Tensor | None], ...]  # None: bound per run
+    outputs: tuple[tvm.runtime.Tensor | None, ...]  # on a GPU, where kernels write the outputs (None: not a kernel's)
 
 
 @dataclass(frozen=True)
@@ -151,10 +152,13 @@ class Executable:
         self._slot_of, self._slot_types = plan_buffers(program, [k.params for k in kernels])
         self._outputs = _output_sources(program, kernels)
         produced = {v.name for v, o in zip(program.outputs, self._outputs, strict=True) if o.kind is OutputKind.KERNEL}
-        # outputs are written into the arrays run() returns and the feeds read in place: neither is workspace
-        self._per_run = {v.name for v in program.inputs} | produced
+        # on the CPU, outputs are written into the arrays run() returns and feeds read in place: neither is workspace;
+        # a GPU's kernels read and write device buffers of the workspace, copied from and to the host
+        self._host = _is_host(device)
+        self._per_run = {v.name for v in program.inputs} | produced if self._host else set()
         self._const_slots = {self._slot_of[name] for name in program.constants}
-        self._output_slots = {self._slot_of[n] for n in produced}  # outputs are pinned: these slots hold nothing else
+        # outputs are pinned: these slots hold nothing else
+        self._output_slots = {self._slot_of[n] for n in produced} if self._host else set()
         self.constant_bytes = sum(self._slot_types[i].nbytes for i in self._const_slots)
         self.workspace_bytes = sum(t.nbytes for i, t in enumerate(self._slot_types)
                                    if i not in self._const_slots and i not in self._output_slots)
@@ -183,10 +187,14 @@ class Executable:
             if i not in storage and i not in self._output_slots:
                 storage[i] = tvm.runtime.empty((t.nbytes,), "uint8", self._device)
         inputs = tuple(self._view(storage, v) for v in self.program.inputs)
-        # the feeds' and outputs' positions start at a placeholder: each run binds its own arrays there
-        args = tuple([self._view(storage, v) if v.name not in self._per_run else inputs[0] for v in k.params]
+        # the feeds' and outputs' positions start empty (None): each run binds its own arrays there
+        args = tuple([self._view(storage, v) if v.name not in self._per_run else None for v in k.params]
                      for k in self._kernels)
-        return Workspace(inputs, tuple(np.from_dlpack(t) for t in inputs), args)
+        if self._host:
+            return Workspace(inputs, tuple(np.from_dlpack(t) for t in inputs), args, ())
+        outputs = tuple(self._view(storage, v) if o.kind is OutputKind.KERNEL else None
+                        for v, o in zip(self.program.outputs, self._outputs, strict=True))
+        return Workspace(inputs, (), args, outputs)
 
     @property
     def num_kernels(self) -> int:
@@ -213,6 +221,9 @@ class Executable:
             self._bind(ws, arrays, written)
             for func, args in zip(self._funcs, ws.args, strict=True):
                 func(*args)
+            for w, device_output in zip(written, ws.outputs, strict=False):  # GPU only
+                if device_output is not None:
+                    np.copyto(w, device_output.numpy())
         finally:
             self._pool.put(ws)
         for r, w in zip(results, written, strict=True):
@@ -255,6 +266,11 @@ class Executable:
 
     def _bind(self, ws: Workspace, arrays: Sequence[np.ndarray], written: Sequence[np.ndarray]) -> None:
         """Point each kernel's arguments at this run's feeds (in place, or copied into the workspace) and outputs."""
+        if not self._host:  # a GPU's kernels read the workspace's device buffers
+            for view, array, at in zip(ws.inputs, arrays, self._inputs_at, strict=True):
+                if at:
+                    view.copyfrom(np.ascontiguousarray(array, dtype=str(view.dtype)))
+            return
         for j, (array, at) in enumerate(zip(arrays, self._inputs_at, strict=True)):
             if at:
                 in_place = _is_aligned(array) and array.dtype == ws.input_arrays[j].dtype
@@ -314,6 +330,11 @@ class Executable:
 
 
 _THREAD_STATE = threading.local()
+
+
+def _is_host(device) -> bool:
+    """Whether kernels on `device` read host memory (numpy arrays) directly."""
+    return device.dlpack_device_type() == tvm.cpu(0).dlpack_device_type()
 
 
 def aligned_empty(shape: Sequence[int], dtype) -> np.ndarray:

@@ -200,3 +200,18 @@ def test_openblas_threads_do_not_spin_after_importing_cinn(preset):
     code = "import os, cinn, numpy; print(os.environ['OPENBLAS_THREAD_TIMEOUT'])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == (preset or "4")
+
+
+def test_device_path_copies_feeds_in_and_outputs_out(models, monkeypatch):
+    """A GPU's kernels cannot read numpy arrays: feeds go through the workspace's device buffers and outputs come
+    back by copy. Exercised here on the CPU, with the host check answering no."""
+    monkeypatch.setattr(runtime, "_is_host", lambda device: False)
+    for exe in models.values():
+        device_like = runtime.Executable(exe.program, exe._kernels, runtime.tvm.cpu(0), threads=exe._threads)
+        feeds = _feeds(exe, 7)
+        want = exe.run(feeds)
+        for _ in range(2):
+            got = device_like.run(feeds)
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_array_equal(g, w)
+        assert not np.may_share_memory(got[0], device_like.run(feeds)[0])
