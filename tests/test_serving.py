@@ -80,7 +80,7 @@ def test_aligned_feed_is_read_in_place(models, monkeypatch):
     assert copies == []
 
 
-@pytest.mark.parametrize("how", ["float64", "non-contiguous", "unaligned", "list"])
+@pytest.mark.parametrize("how", ["float64", "non-contiguous", "unaligned", "list", "read-only"])
 def test_feeds_that_need_a_copy_are_converted_once(models, how, monkeypatch):
     exe = models["mlp"]
     x = _feeds(exe, 2)["x"]
@@ -89,12 +89,21 @@ def test_feeds_that_need_a_copy_are_converted_once(models, how, monkeypatch):
             "non-contiguous": np.asfortranarray(x),
             "unaligned": np.frombuffer(np.concatenate([[0], x.ravel()]).astype("float32").data, "float32",
                                        offset=4).reshape(x.shape),
-            "list": x.tolist()}[how]
+            "list": x.tolist(),
+            "read-only": _read_only(x)}[how]
     copies = []
     real = runtime._copied
     monkeypatch.setattr(runtime, "_copied", lambda *a: copies.append(a[-1]) or real(*a))
     np.testing.assert_array_equal(exe.run({"x": feed})[0], want)
     assert len(copies) == 1
+
+
+def _read_only(x: np.ndarray) -> np.ndarray:
+    """An aligned array that cannot be written (numpy refuses to export it through DLPack 0.x)."""
+    y = aligned_empty(x.shape, x.dtype)
+    y[...] = x
+    y.flags.writeable = False
+    return y
 
 
 def test_outputs_are_fresh_aligned_arrays(models):
