@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,9 +143,14 @@ def _run_cinn(engine: Engine, model, config: BenchConfig) -> tuple[EngineResult,
             _, cold = _timed_compile(model.program, config, True, log, cache_dir)
             exe, cached = _timed_compile(model.program, config, True, log, cache_dir)
     feeds = dict(model.feeds)
-    outputs = exe.run(feeds)
-    ms = median_seconds(lambda: exe.run(feeds), config.repeat, config.warmup) * 1e3
+    ms, outputs = _measure(lambda: exe.run(feeds), config)
     return EngineResult(engine, model.name, ms, config.repeat, exe.num_kernels, cold, cached), outputs
+
+
+def _measure(run: Callable[[], list[np.ndarray]], config: BenchConfig) -> tuple[float, list[np.ndarray]]:
+    """The median milliseconds of timed runs, and the outputs of a first run (which also warms up)."""
+    outputs = run()
+    return median_seconds(run, config.repeat, config.warmup) * 1e3, outputs
 
 
 def ort_session(onnx_model, cuda: bool = False):
@@ -168,8 +173,7 @@ def _run_ort(model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]
     onnx_model = onnx.load(model.onnx_path) if model.onnx_path else to_onnx(model.program)
     sess = ort_session(onnx_model, cuda=config.is_cuda)
     feeds = dict(model.feeds)
-    outputs = sess.run(None, feeds)
-    ms = median_seconds(lambda: sess.run(None, feeds), config.repeat, config.warmup) * 1e3
+    ms, outputs = _measure(lambda: sess.run(None, feeds), config)
     return EngineResult(Engine.ORT, model.name, ms, config.repeat), outputs
 
 
@@ -178,10 +182,11 @@ def _run_openvino(model, config: BenchConfig) -> tuple[EngineResult, list[np.nda
     CPU has it, which would not compute the same model)."""
     import openvino as ov  # an optional extra (bench): only the OpenVINO worker needs it
 
-    onnx_model = onnx.load(model.onnx_path) if model.onnx_path else to_onnx(model.program)
     with tempfile.TemporaryDirectory(prefix="cinn-bench-ov-") as tmp:
-        path = os.path.join(tmp, "model.onnx")
-        onnx.save(onnx_model, path)
+        path = model.onnx_path  # as for onnxruntime: an imported ONNX file as it is, a built-in model as exported
+        if path is None:
+            path = os.path.join(tmp, "model.onnx")
+            onnx.save(to_onnx(model.program), path)
         compiled = ov.Core().compile_model(path, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
                                                          "INFERENCE_NUM_THREADS": os.cpu_count() or 1})
     request = compiled.create_infer_request()
@@ -191,8 +196,7 @@ def _run_openvino(model, config: BenchConfig) -> tuple[EngineResult, list[np.nda
         results = request.infer(feeds, share_outputs=False)
         return [results[o] for o in compiled.outputs]
 
-    outputs = run()
-    ms = median_seconds(run, config.repeat, config.warmup) * 1e3
+    ms, outputs = _measure(run, config)
     return EngineResult(Engine.OPENVINO, model.name, ms, config.repeat), outputs
 
 

@@ -1,13 +1,14 @@
 """The runtime: an Executable runs a sequence of kernels over buffers planned by liveness."""
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import math
 import os
 import queue
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,21 +214,17 @@ class Executable:
             raise RuntimeError(NO_DEVICE)
         arrays = self._check_feeds(feeds)
         results = self._fresh_outputs() if out is None else self._check_out(out, arrays)
-        written = [r if o.kind is not OutputKind.KERNEL or _is_aligned(r) else aligned_empty(r.shape, r.dtype)
-                   for r, o in zip(results, self._outputs, strict=True)]
-        self._ensure_threads()
-        ws = self._acquire()
-        try:
-            self._bind(ws, arrays, written)
+        # `out` arrays TVM cannot write in place (not 64-byte aligned) get an aligned stand-in, copied afterwards
+        written = results if out is None else [
+            r if o.kind is not OutputKind.KERNEL or _is_aligned(r) else aligned_empty(r.shape, r.dtype)
+            for r, o in zip(results, self._outputs, strict=True)]
+        with self._bound(arrays, written) as ws:
             for func, args in zip(self._funcs, ws.args, strict=True):
                 func(*args)
-            for w, device_output in zip(written, ws.outputs, strict=False):  # GPU only
-                if device_output is not None:
-                    np.copyto(w, device_output.numpy())
-        finally:
-            self._pool.put(ws)
+            if not self._host:
+                _download(ws, written)
         for r, w in zip(results, written, strict=True):
-            if w is not r:  # an `out` array TVM cannot write in place
+            if w is not r:
                 np.copyto(r, w)
         self._fill_passed_through(arrays, results)
         return results
@@ -237,26 +234,30 @@ class Executable:
         if self._device_missing:
             raise RuntimeError(NO_DEVICE)
         arrays = self._check_feeds(feeds)
-        results = self._fresh_outputs()
-        self._ensure_threads()
-        ws = self._acquire()
-        try:
-            self._bind(ws, arrays, results)
-            calls = list(zip(self._funcs, ws.args, strict=True))
-            samplers = [wall_seconds(functools.partial(f, *a)) for f, a in calls]
+        with self._bound(arrays, self._fresh_outputs()) as ws:
+            # a GPU runs kernels asynchronously: each timed call waits for its kernel
+            sync = (lambda: None) if self._host else self._device.sync
+            calls = [functools.partial(_call, f, a, sync) for f, a in zip(self._funcs, ws.args, strict=True)]
+            samplers = [wall_seconds(call) for call in calls]
             in_run = np.median([[sample() for sample in samplers] for _ in range(repeat)], axis=0)
-            alone = [median_seconds(functools.partial(f, *a), repeat, 1) for f, a in calls]
-        finally:
-            self._pool.put(ws)
+            alone = [median_seconds(call, repeat, 1) for call in calls]
         run = median_seconds(lambda: self.run(feeds), repeat, 1)
         kernels = tuple(KernelTime(k.name, t * 1e3, a * 1e3) for k, t, a in zip(self._kernels, in_run, alone, strict=True))
         return Profile(kernels, run * 1e3)
 
-    def _acquire(self) -> Workspace:
+    @contextlib.contextmanager
+    def _bound(self, arrays: Sequence[np.ndarray], written: Sequence[np.ndarray]) -> Iterator[Workspace]:
+        """A workspace of this thread's run, bound to its feeds and outputs; it returns to the pool afterwards."""
+        self._ensure_threads()
         try:
-            return self._pool.get_nowait()
+            ws = self._pool.get_nowait()
         except queue.Empty:  # every workspace is in use by another run: this one gets its own, pooled afterwards
-            return self._new_workspace()
+            ws = self._new_workspace()
+        try:
+            self._bind(ws, arrays, written)
+            yield ws
+        finally:
+            self._pool.put(ws)
 
     def _ensure_threads(self) -> None:
         """TVM's CPU thread pool belongs to the calling thread: size this thread's on its first run."""
@@ -331,6 +332,18 @@ class Executable:
 
 
 _THREAD_STATE = threading.local()
+
+
+def _call(func: Callable[..., Any], args: Sequence, sync: Callable[[], object]) -> None:
+    func(*args)
+    sync()
+
+
+def _download(ws: Workspace, written: Sequence[np.ndarray]) -> None:
+    """A GPU's outputs, from the workspace's device buffers into the arrays run() returns."""
+    for array, device_output in zip(written, ws.outputs, strict=True):
+        if device_output is not None:
+            np.copyto(array, device_output.numpy())
 
 
 def _is_host(device) -> bool:
