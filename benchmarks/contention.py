@@ -10,7 +10,12 @@ import json
 import sys
 from collections.abc import Sequence
 
+import numpy as np
+
+import cinn
 from cinn.benchmarks.harness import spawn_module
+from cinn.frontend.zoo import get_model
+from cinn.utils import interleaved_medians, median_seconds, wall_seconds
 
 MATMUL = 512
 SETTINGS = {"OpenBLAS default (threads spin ~0.1 s)": ("OPENBLAS_THREAD_TIMEOUT", "28"),
@@ -18,16 +23,12 @@ SETTINGS = {"OpenBLAS default (threads spin ~0.1 s)": ("OPENBLAS_THREAD_TIMEOUT"
 
 
 def _worker(model_name: str, repeat: int) -> dict[str, float]:
-    import numpy as np  # after the environment is set: OpenBLAS reads it when numpy loads it
-
-    import cinn
-    from cinn.frontend.zoo import get_model
-    from cinn.utils import interleaved_medians, median_seconds, wall_seconds
-
+    """The four medians in ms, in this process (whose environment the parent set before numpy loaded OpenBLAS)."""
     model = get_model(model_name)
     exe = cinn.compile(model.program)
     feeds = dict(model.feeds)
     a = np.random.default_rng(0).standard_normal((MATMUL, MATMUL)).astype(np.float32)
+
     def run() -> object:
         return exe.run(feeds)
 

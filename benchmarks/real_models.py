@@ -21,7 +21,8 @@ MOBILENET_V2_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2
                        (6, 320, 1, 1))
 
 
-def _light_path(name: str) -> pathlib.Path:
+def light_path(name: str) -> pathlib.Path:
+    """Where the onnx package keeps its light_NAME.onnx (weights stored as constant fills)."""
     return pathlib.Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
 
 
@@ -36,7 +37,7 @@ def _random_weight(shape: Sequence[int], rng: np.random.Generator) -> np.ndarray
 
 def light_model(name: str) -> onnx.ModelProto:
     """An onnx-shipped CNN with its ConstantOfShape weight fills replaced by seeded random initializers."""
-    model = onnx.load(_light_path(name))
+    model = onnx.load(light_path(name))
     graph = model.graph
     shapes = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     rng = np.random.default_rng(SEED)
@@ -48,7 +49,8 @@ def light_model(name: str) -> onnx.ModelProto:
     kept = [t for t in graph.initializer if t.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept)
-    kept_inputs = [i for i in graph.input if i.name in used and i.name not in {t.name for t in kept}]
+    initialized = {t.name for t in kept}
+    kept_inputs = [i for i in graph.input if i.name in used and i.name not in initialized]
     del graph.input[:]
     graph.input.extend(kept_inputs)
     model.ir_version = 8  # initializers need not be graph inputs (IR >= 4); onnxruntime reads IR <= 10
@@ -63,16 +65,22 @@ class _Graph:
         self.inits: list[onnx.TensorProto] = []
         self.rng = np.random.default_rng(SEED)
         self._n = 0
+        self.relu6_bounds = (self._initializer(np.float32(0.0)), self._initializer(np.float32(6.0)))
 
     def _name(self, prefix: str) -> str:
         self._n += 1
         return f"{prefix}{self._n}"
 
-    def weight(self, shape: Sequence[int]) -> str:
+    def _initializer(self, array: np.ndarray) -> str:
         name = self._name("w")
-        self.inits.append(numpy_helper.from_array(_random_weight(shape, self.rng) if len(shape) > 1
-                                                  else self.rng.uniform(-0.1, 0.1, shape).astype(np.float32), name))
+        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
         return name
+
+    def weight(self, shape: Sequence[int]) -> str:
+        """A random weight (He-scaled) or, 1-D, a bias in [-0.1, 0.1)."""
+        bias = len(shape) <= 1
+        return self._initializer(self.rng.uniform(-0.1, 0.1, shape).astype(np.float32) if bias
+                                 else _random_weight(shape, self.rng))
 
     def node(self, op: str, inputs: Sequence[str], **attrs) -> str:
         out = self._name(op.lower())
@@ -83,15 +91,7 @@ class _Graph:
         w = self.weight((cout, cin // groups, k, k))
         y = self.node("Conv", [x, w, self.weight((cout,))], kernel_shape=[k, k], strides=[stride, stride],
                       pads=[k // 2] * 4, group=groups)
-        if not relu6:
-            return y
-        lo, hi = self.constant(0.0), self.constant(6.0)
-        return self.node("Clip", [y, lo, hi])
-
-    def constant(self, value: float) -> str:
-        name = self._name("c")
-        self.inits.append(numpy_helper.from_array(np.array(value, np.float32), name))
-        return name
+        return self.node("Clip", [y, *self.relu6_bounds]) if relu6 else y
 
 
 def mobilenet_v2(resolution: int = 224, classes: int = 1000) -> onnx.ModelProto:

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import cinn  # noqa: E402
 from cinn import cli  # noqa: E402
+from cinn.benchmarks.real_models import light_path  # noqa: E402
 from cinn.frontend.onnx import OnnxImportError  # noqa: E402
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
@@ -392,9 +393,7 @@ def test_python_m_cinn_help():
 
 # -- real CNNs shipped with the onnx package ---------------------------------------------------
 def _light_model(name: str):
-    import pathlib
-
-    path = pathlib.Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
+    path = light_path(name)
     if not path.exists():
         pytest.skip(f"{path} is not installed")
     return onnx.load(path)
