@@ -26,7 +26,7 @@ from cinn.benchmarks.onnx_export import to_onnx
 from cinn.cli import USER_ERRORS
 from cinn.frontend.loading import parse_input_shapes
 from cinn.frontend.zoo import get_model, model_label
-from cinn.utils import median_seconds
+from cinn.utils import SETTLE_S, median_seconds
 
 RTOL = ATOL = 1e-3
 
@@ -148,9 +148,10 @@ def _run_cinn(engine: Engine, model, config: BenchConfig) -> tuple[EngineResult,
 
 
 def _measure(run: Callable[[], list[np.ndarray]], config: BenchConfig) -> tuple[float, list[np.ndarray]]:
-    """The median milliseconds of timed runs, and the outputs of a first run (which also warms up)."""
+    """The median milliseconds of timed runs (every engine settles as long: see SETTLE_S), and a first run's
+    outputs."""
     outputs = run()
-    return median_seconds(run, config.repeat, config.warmup) * 1e3, outputs
+    return median_seconds(run, config.repeat, config.warmup, SETTLE_S) * 1e3, outputs
 
 
 def ort_session(onnx_model, cuda: bool = False):

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from cinn import __version__, api
 from cinn.frontend.loading import UnsupportedModelFormat, load_model, parse_input_shapes
-from cinn.utils import median_seconds, random_feeds
+from cinn.utils import SETTLE_S, median_seconds, random_feeds
 
 USER_ERRORS = (ValueError, TypeError, NotImplementedError, OSError)
 
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     compile_s = time.perf_counter() - start
     feeds = random_feeds(program.inputs, args.seed)
     outputs = exe.run(feeds)  # also the warm-up run
-    seconds = median_seconds(lambda: exe.run(feeds), args.repeat, 0)
+    seconds = median_seconds(lambda: exe.run(feeds), args.repeat, 0, SETTLE_S)
     print(f"model: {args.model} ({len(program.nodes)} ops, {exe.num_kernels} kernels, compiled in {compile_s:.2f} s)")
     for v, out in zip(program.outputs, outputs, strict=True):
         print(f"output {v.name}: shape {tuple(out.shape)} {out.dtype}")

@@ -57,8 +57,17 @@ def interleaved_medians(samplers: Mapping[str, Callable[[], float]], repeat: int
     return {label: float(np.median(s)) for label, s in samples.items()}
 
 
-def median_seconds(run: Callable[[], object], repeat: int, warmup: int) -> float:
-    """Median wall time of one call of `run`, after warm-up calls."""
+# Right after a compile that kept both cores busy (cinn's build workers), runs are up to 1.9x slower for about half a
+# second (the fused mlp: 1.2 ms instead of 0.66 in half of the measuring processes). Latencies reported to the user
+# are taken after this long of untimed runs.
+SETTLE_S = 1.0
+
+
+def median_seconds(run: Callable[[], object], repeat: int, warmup: int, settle_s: float = 0.0) -> float:
+    """Median wall time of one call of `run`, after `warmup` untimed calls that last at least `settle_s` seconds."""
+    deadline = time.perf_counter() + settle_s
+    while time.perf_counter() < deadline:
+        run()
     return interleaved_medians({"run": wall_seconds(run)}, repeat, warmup)["run"]
 
 
