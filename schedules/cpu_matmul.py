@@ -273,12 +273,22 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     for inner in (inner_row2, inner_row):
         if inner is not None:
             sch.unroll(inner)
-    if tiling.cols > 1:
-        sch.vectorize(inner_col)
+    _vectorize_registers(sch, inner_col, tiling.cols, lanes(write_dtype(sch, main), target))
     init = sch.decompose_reduction(main, reduce_loops[0])
     _vectorize_innermost(sch, init)
     for stage in stages:  # producers (padding) and epilogues TVM would not inline
         injective(sch, stage, target)
+
+
+def _vectorize_registers(sch: Schedule, loop, cols: int, width: int) -> None:
+    """Vectorize the tile's vector loop one register at a time, unrolling over its registers: LLVM scalarizes a
+    loop-carried accumulator of several registers that is not a power of two (a 48-lane tile of a 576->96 1x1 conv
+    moved every lane through the stack, 7.8 GFLOP/s)."""
+    if cols > width and cols % width == 0:
+        registers, loop = sch.split(loop, [None, width])
+        sch.unroll(registers)
+    if cols > 1:
+        sch.vectorize(loop)
 
 
 def _producer_at_tile(sch: Schedule, knobs: Knobs, par, stages: list, producers: set[str]) -> list:
