@@ -14,6 +14,7 @@ from cinn.passes import fold_constants as fold_module
 from cinn.passes.cse import cse
 from cinn.passes.dce import dce
 from cinn.passes.fold_constants import fold_constants
+from cinn.passes.pack_weights import pack_weights
 from cinn.passes.pipeline import optimize
 from cinn.passes.simplify import simplify
 from cinn.passes.verify import verify
@@ -178,6 +179,25 @@ def test_batchnorm_folds_into_matmul(trans_y, tmp_cache):
     y = b.batchnorm(b.matmul(x, w, trans_y=trans_y, alpha=0.5), *_bn_params(b, 3))
     program, feeds = b.build([y]), {"x": rand(5, 8)}
     assert ops(check_pass(program, feeds, simplify)) == Counter(matmul=1, add=1)
+    check_compiled(program, feeds, tmp_cache, rtol=1e-4)
+
+
+# -- pack_weights --------------------------------------------------------------------------------
+def test_pack_weights_stores_conv_and_matmul_weights_as_the_kernels_read_them(tmp_cache):
+    b = cinn.NetBuilder("pack")
+    x = b.create_input("float32", (1, 4, 7, 7), "x")
+    w, v = b.create_constant(rand(6, 2, 3, 3), "w"), b.create_input("float32", (6, 4, 1, 1), "v")
+    y = b.conv2d(x, w, strides=[2, 1], paddings=[1, 1], groups=2)
+    z = b.conv2d(x, v)  # a weight given at run time stays OIHW
+    flat = b.reshape(y, [1, 6 * 4 * 7])
+    m = b.matmul(flat, b.create_constant(rand(5, 168), "m"), trans_y=True)
+    program = b.build([m, z])
+    feeds = {"x": rand(1, 4, 7, 7), "v": rand(6, 4, 1, 1)}
+    result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
+    convs = [n for n in result.nodes if n.op == "conv2d"]
+    assert [str(n.attrs.weight_layout) for n in convs] == ["IHWO", "OIHW"]
+    assert [v.shape for v in result.const_values] == [(2, 3, 3, 6), (168, 5)]
+    assert not next(n for n in result.nodes if n.op == "matmul").attrs.trans_y
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 

@@ -38,6 +38,14 @@ class DataFormat(enum.StrEnum):
     NHWC = "NHWC"
 
 
+class WeightLayout(enum.StrEnum):
+    """conv2d weight layout: OIHW as the frontends give it, or IHWO (output channels contiguous) as the pack_weights
+    pass stores constant weights, so a kernel reads its output-channel vectors in place (I = C / groups)."""
+
+    OIHW = "OIHW"
+    IHWO = "IHWO"
+
+
 class PaddingAlgorithm(enum.StrEnum):
     """How conv2d/pool2d paddings are chosen: as given, to keep ceil(in/stride) outputs, or none."""
 
@@ -292,7 +300,7 @@ def _check_nchw(op: str, data_format: DataFormat, shape: tuple[int, ...]) -> Non
 
 @dataclass(frozen=True)
 class Conv2dAttrs(Attrs):
-    """2-D convolution of NCHW input with OIHW (I = C / groups) weights; see the module doc for paddings."""
+    """2-D convolution of NCHW input with OIHW (I = C / groups) or IHWO weights; see the module doc for paddings."""
 
     strides: tuple[int, ...] = (1, 1)
     paddings: tuple[int, ...] = (0, 0)
@@ -300,19 +308,26 @@ class Conv2dAttrs(Attrs):
     groups: int = 1
     data_format: DataFormat = DataFormat.NCHW
     padding_algorithm: PaddingAlgorithm = PaddingAlgorithm.EXPLICIT
+    weight_layout: WeightLayout = WeightLayout.OIHW
 
     def __post_init__(self):
         super().__post_init__()
         coerce_enum(self, "data_format", DataFormat, "conv2d")
         coerce_enum(self, "padding_algorithm", PaddingAlgorithm, "conv2d")
+        coerce_enum(self, "weight_layout", WeightLayout, "conv2d")
+
+
+def _oihw(ws: tuple[int, ...], a: Conv2dAttrs) -> tuple[int, ...]:
+    """The weight shape in OIHW order."""
+    return (ws[3], *ws[:3]) if a.weight_layout is WeightLayout.IHWO and len(ws) == 4 else ws
 
 
 def _conv_windows(xs: tuple[int, ...], ws: tuple[int, ...], a: Conv2dAttrs) -> tuple[_Window, _Window]:
-    """Validate conv2d operands and resolve the window geometry."""
+    """Validate conv2d operands and resolve the window geometry (ws in OIHW order)."""
     _check_nchw("conv2d", a.data_format, xs)
     shapes = f"x {xs} and w {ws}"
     if len(ws) != 4:
-        raise ValueError(f"conv2d: w must be 4-D OIHW, got {shapes}")
+        raise ValueError(f"conv2d: w must be 4-D {a.weight_layout}, got {shapes}")
     g = a.groups
     if g < 1 or xs[1] % g or ws[0] % g:
         raise ValueError(f"conv2d: groups {g} must divide input channels and output channels ({shapes})")
@@ -324,14 +339,16 @@ def _conv_windows(xs: tuple[int, ...], ws: tuple[int, ...], a: Conv2dAttrs) -> t
 def _conv_infer(types: Sequence[TensorType], a: Conv2dAttrs) -> list[TensorType]:
     x, w = types
     dtype = same_dtype("conv2d", types)
-    h, wd = _conv_windows(x.shape, w.shape, a)
-    return [TensorType((x.shape[0], w.shape[0], h.out, wd.out), dtype)]
+    ws = _oihw(w.shape, a)
+    h, wd = _conv_windows(x.shape, ws, a)
+    return [TensorType((x.shape[0], ws[0], h.out, wd.out), dtype)]
 
 
 def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
     x, w = tensors
-    ws = _fshape(w)
+    ws = _oihw(_fshape(w), a)
     h, wd = _conv_windows(_fshape(x), ws, a)
+    weight = (lambda o, c, y, z: w[c, y, z, o]) if a.weight_layout is WeightLayout.IHWO else w
     xp = _zero_pad(x, (h, wd), const(0, out_types[0].dtype))
     cg, out_per_group = ws[1], ws[0] // a.groups
     rc = te.reduce_axis((0, cg), name="rc")
@@ -341,13 +358,14 @@ def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
     def body(n, o, i, j):
         c = rc if a.groups == 1 else o // out_per_group * cg + rc
         pixel = xp[n, c, i * h.stride + ry * h.dilation, j * wd.stride + rx * wd.dilation]
-        return te.sum(pixel * w[o, rc, ry, rx], axis=[rc, ry, rx])
+        return te.sum(pixel * weight(o, rc, ry, rx), axis=[rc, ry, rx])
 
     return [te.compute(out_types[0].shape, body, name="conv2d")]
 
 
 def _conv_reference(arrays: Sequence[np.ndarray], a: Conv2dAttrs) -> list[np.ndarray]:
     x, w = arrays
+    w = np.moveaxis(w, 3, 0) if a.weight_layout is WeightLayout.IHWO else w
     h, wd = _conv_windows(x.shape, w.shape, a)
     g, (n, c) = a.groups, x.shape[:2]
     xp = np.pad(_accumulate(x), ((0, 0), (0, 0), (h.pad_begin, h.pad_end), (wd.pad_begin, wd.pad_end)))
@@ -371,7 +389,7 @@ register(
         attrs=Conv2dAttrs,
         num_inputs=2,
         dtypes=D.FLOAT,
-        doc="2-D convolution (NCHW, OIHW), grouped and depthwise (groups == C).",
+        doc="2-D convolution (NCHW; OIHW or IHWO weights), grouped and depthwise (groups == C).",
     )
 )
 

@@ -6,15 +6,16 @@ from cinn.passes.cse import cse
 from cinn.passes.dce import dce
 from cinn.passes.decompose import decompose
 from cinn.passes.fold_constants import fold_constants
+from cinn.passes.pack_weights import pack_weights
 from cinn.passes.simplify import simplify
 
 
 def optimize(program: Program, passes: bool = True) -> Program:
     """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), decompose,
-    simplify what the expansions emit, then fold constant subgraphs, merge common subexpressions and drop what no
-    output needs."""
+    simplify what the expansions emit, then fold constant subgraphs, merge common subexpressions, drop what no
+    output needs and store constant weights in the layout the kernels read."""
     if not passes:
         return decompose(program)
     program = simplify(program)
     program = simplify(decompose(program))
-    return dce(cse(fold_constants(program)))
+    return dce(pack_weights(dce(cse(fold_constants(program)))))

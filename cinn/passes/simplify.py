@@ -8,7 +8,7 @@ import numpy as np
 
 from cinn.ir import Node, Program, Value
 from cinn.ops.elementwise import ScaleAttrs
-from cinn.ops.nn import DataFormat, MatmulAttrs
+from cinn.ops.nn import DataFormat, MatmulAttrs, WeightLayout
 from cinn.ops.shape import ReshapeAttrs, TransposeAttrs
 from cinn.passes.dce import dce
 from cinn.passes.rewrite import Rewriter, Rule, rewrite, same_graph
@@ -78,7 +78,7 @@ def _scaled_weight(rw: Rewriter, producer: Node, channel_axis: int, s: np.ndarra
     if w is None:
         return None
     out_rank = len(producer.outputs[0].shape)
-    if producer.op == "conv2d" and channel_axis == 1:  # NCHW output, OIHW weight
+    if producer.op == "conv2d" and channel_axis == 1 and producer.attrs.weight_layout is WeightLayout.OIHW:
         return (w * s.reshape(-1, 1, 1, 1)).astype(w.dtype), (-1, 1, 1)
     if producer.op == "matmul" and w.ndim >= 2 and channel_axis == out_rank - 1:
         # the channel is the matmul's N axis: the last axis of y, or the one before when trans_y
