@@ -3,11 +3,12 @@ is paid once at compile time instead of on every run (resnet50's 2048->512 1x1 c
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import numpy as np
 
 from cinn.ir import Node, Program
-from cinn.ops.nn import WeightLayout
+from cinn.ops.nn import Conv2dAttrs, MatmulAttrs, WeightLayout
 from cinn.passes.rewrite import Rewriter, rewrite
 
 
@@ -24,12 +25,12 @@ def _pack(rw: Rewriter, node: Node) -> bool:
     data = rw.constant(w)
     if data is None:
         return False
-    if node.op == "conv2d" and node.attrs.weight_layout is WeightLayout.OIHW:
+    if node.op == "conv2d" and (conv := cast(Conv2dAttrs, node.attrs)).weight_layout is WeightLayout.OIHW:
         packed = rw.new_constant(np.moveaxis(data, 0, 3), f"{w.name}_ihwo")
-        rw.keep(node, inputs=(x, packed), attrs=dataclasses.replace(node.attrs, weight_layout=WeightLayout.IHWO))
+        rw.keep(node, inputs=(x, packed), attrs=dataclasses.replace(conv, weight_layout=WeightLayout.IHWO))
         return True
-    if node.op == "matmul" and node.attrs.trans_y and data.ndim >= 2:
+    if node.op == "matmul" and (mm := cast(MatmulAttrs, node.attrs)).trans_y and data.ndim >= 2:
         packed = rw.new_constant(np.swapaxes(data, -1, -2), f"{w.name}_t")
-        rw.keep(node, inputs=(x, packed), attrs=dataclasses.replace(node.attrs, trans_y=False))
+        rw.keep(node, inputs=(x, packed), attrs=dataclasses.replace(mm, trans_y=False))
         return True
     return False
