@@ -12,7 +12,9 @@ from cinn.target import Target
 
 def schedule(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Apply the specialised schedule of the group's kind when it matches, else the generic one."""
-    if kind == PatternKind.OUT_FUSIBLE and cpu_matmul.applicable(sch):
+    if kind == PatternKind.OUT_FUSIBLE and cpu_matmul.is_gemv(sch) and cpu_reduction.applicable(sch, False):
+        cpu_reduction.schedule(sch, target, knobs)  # one dot product per output column, over contiguous operands
+    elif kind == PatternKind.OUT_FUSIBLE and cpu_matmul.applicable(sch):
         # the tuner may also try generic multi-level tiling; the default is cinn's register-tiled schedule
         (cpu_tiling if knobs.choose(sch, Knob.SKETCH, [0, 1], 0) else cpu_matmul).schedule(sch, target, knobs)
     elif kind == PatternKind.REDUCTION and cpu_reduction.applicable(sch):

@@ -84,6 +84,20 @@ def applicable(sch: Schedule) -> bool:
     return vars_in(last) == {block.iter_vars[n - 1].var}
 
 
+def is_gemv(sch: Schedule) -> bool:
+    """One reduction block with a single non-unit spatial axis whose operands are all contiguous along the reduction
+    (a batch-1 fully connected layer with [N, K] weights): a dot product per output, not a register tile."""
+    main = _main_block(sch)
+    if main is None or not is_fresh(sch, main):
+        return False
+    block = sch.get(main)
+    n = spatial_count(sch, main)
+    reduced = {iv.var for iv in block.iter_vars[n:]}
+    operands = [r for r in block.reads if not r.source.same_as(block.writes[0].source)]
+    return (sum(int(iv.dom.extent) > 1 for iv in block.iter_vars[:n]) == 1 and bool(operands)
+            and all(vars_in(r.region[-1].min) & reduced for r in operands))
+
+
 def _tile_cols(extent: int, width: int) -> int:
     """The vector tile: the widest multiple of the lane count that divides the axis, else a divisor up to MAX_COLS."""
     for cols in (MAX_COLS, 2 * width, width):
@@ -183,7 +197,9 @@ def _default_tile(ext: list[int], n: int, col: int, row: int | None, row2: int |
     accumulator budget; conv tiles (over channels, or with a second row axis) the most FMAs per load."""
     if row is None or (row2 is None and col == n - 1):
         cols = _tile_cols(ext[col], width)
-        return cols, (_tile_rows(ext[row], max(1, tile_elems(target) // cols)) if row is not None else 1), 1
+        # accumulators count in registers: 28 columns take 7 xmm registers, not 28/16 of a zmm one
+        budget = tile_elems(target) // width // (cols // register_lanes(cols, width))
+        return cols, (_tile_rows(ext[row], max(1, budget)) if row is not None else 1), 1
     budget = tile_elems(target) // width
     # over channels any number of weight vectors fits; over output columns the widest vector tile, as matmul
     vectors = (_channel_vectors(ext[col], prod(ext[n:]), width, budget, dtype, target) if col != n - 1
@@ -282,13 +298,20 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
 
 def _vectorize_registers(sch: Schedule, loop, cols: int, width: int) -> None:
     """Vectorize the tile's vector loop one register at a time, unrolling over its registers: LLVM scalarizes a
-    loop-carried accumulator of several registers that is not a power of two (a 48-lane tile of a 576->96 1x1 conv
-    moved every lane through the stack, 7.8 GFLOP/s)."""
-    if cols > width and cols % width == 0:
-        registers, loop = sch.split(loop, [None, width])
+    loop-carried accumulator that is not a power of two lanes wide (a 48-lane tile of a 576->96 1x1 conv moved every
+    lane through the stack, 7.8 GFLOP/s; a 28-lane one of shufflenet's grouped 1x1 convs too)."""
+    reg = register_lanes(cols, width)
+    if cols > reg:
+        registers, loop = sch.split(loop, [None, reg])
         sch.unroll(registers)
     if cols > 1:
         sch.vectorize(loop)
+
+
+def register_lanes(cols: int, width: int) -> int:
+    """Lanes of the registers a vector tile of `cols` is computed in: the widest power of two up to the target's
+    width that divides it (a 28-column tile: 7 registers of 4 lanes)."""
+    return min(width, cols & -cols)
 
 
 def _producer_at_tile(sch: Schedule, knobs: Knobs, par, stages: list, producers: set[str]) -> list:

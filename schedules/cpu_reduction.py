@@ -58,13 +58,16 @@ def row_depth(sch: Schedule, anchor) -> int | None:
     return depth
 
 
-def applicable(sch: Schedule) -> bool:
-    """One fresh output block whose leading loops are the rows of every reduction (at least one row loop)."""
+def applicable(sch: Schedule, per_row_work: bool = True) -> bool:
+    """One fresh output block whose leading loops are the rows of every reduction (at least one row loop); with
+    `per_row_work`, the output block also has work inside a row (it reduces, or has loops besides the rows)."""
     anchor = _anchor(sch)
     if anchor is None or not is_fresh(sch, anchor):
         return False
     depth = row_depth(sch, anchor)
-    return depth is not None and depth > 0 and (is_reduction(sch, anchor) or depth < len(sch.get_loops(anchor)))
+    if depth is None or depth == 0:
+        return False
+    return not per_row_work or is_reduction(sch, anchor) or depth < len(sch.get_loops(anchor))
 
 
 def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:

@@ -17,6 +17,7 @@ from cinn.passes.fold_constants import fold_constants
 from cinn.passes.pack_weights import pack_weights
 from cinn.passes.pipeline import optimize
 from cinn.passes.simplify import simplify
+from cinn.passes.split_groups import split_groups
 from cinn.passes.verify import verify
 
 RNG = np.random.default_rng(0)
@@ -182,6 +183,18 @@ def test_batchnorm_folds_into_matmul(trans_y, tmp_cache):
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 
+@pytest.mark.parametrize("exponent, want", [(0.5, {"sqrt": 1}), (0.75, {"sqrt": 2, "multiply": 1}), (2.0, {"multiply": 1}),
+                                           (1.0, {}), (1.5, {"pow": 1})])
+def test_pow_by_constant_becomes_roots_and_products(exponent, want, tmp_cache):
+    b = cinn.NetBuilder("pow")
+    x = b.create_input("float32", (3, 17), "x")
+    y = b.pow(b.abs(x), b.fill_constant((), exponent, "float32"))
+    program, feeds = b.build([b.add(y, x)]), {"x": rand(3, 17)}
+    result = check_pass(program, feeds, simplify)
+    assert ops(result) == Counter(abs=1, add=1, **want)
+    check_compiled(program, feeds, tmp_cache)
+
+
 # -- pack_weights --------------------------------------------------------------------------------
 def test_pack_weights_stores_conv_and_matmul_weights_as_the_kernels_read_them(tmp_cache):
     b = cinn.NetBuilder("pack")
@@ -189,15 +202,30 @@ def test_pack_weights_stores_conv_and_matmul_weights_as_the_kernels_read_them(tm
     w, v = b.create_constant(rand(6, 2, 3, 3), "w"), b.create_input("float32", (6, 4, 1, 1), "v")
     y = b.conv2d(x, w, strides=[2, 1], paddings=[1, 1], groups=2)
     z = b.conv2d(x, v)  # a weight given at run time stays OIHW
-    flat = b.reshape(y, [1, 6 * 4 * 7])
-    m = b.matmul(flat, b.create_constant(rand(5, 168), "m"), trans_y=True)
-    program = b.build([m, z])
+    rows = b.matmul(b.reshape(y, [2, 84]), b.create_constant(rand(5, 84), "m"), trans_y=True)
+    gemv = b.matmul(b.reshape(y, [1, 168]), b.create_constant(rand(168, 3), "g"))
+    program = b.build([rows, gemv, z])
     feeds = {"x": rand(1, 4, 7, 7), "v": rand(6, 4, 1, 1)}
     result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
     convs = [n for n in result.nodes if n.op == "conv2d"]
     assert [str(n.attrs.weight_layout) for n in convs] == ["IHWO", "OIHW"]
-    assert [v.shape for v in result.const_values] == [(2, 3, 3, 6), (168, 5)]
-    assert not next(n for n in result.nodes if n.op == "matmul").attrs.trans_y
+    # a matmul's weights go [K, N]; a single row's (a GEMV) [N, K], one dot product per output
+    assert [v.shape for v in result.const_values] == [(2, 3, 3, 6), (84, 5), (3, 168)]
+    assert [n.attrs.trans_y for n in result.nodes if n.op == "matmul"] == [False, True]
+    check_compiled(program, feeds, tmp_cache, rtol=1e-4)
+
+
+@pytest.mark.parametrize("groups, out_channels, split", [(2, 64, True), (4, 64, False), (8, 8, False)])
+def test_split_groups_makes_one_dense_conv_per_wide_group(groups, out_channels, split, tmp_cache):
+    b = cinn.NetBuilder("groups")
+    x = b.create_input("float32", (1, 8, 6, 5), "x")
+    w = b.create_constant(rand(out_channels, 8 // groups, 3, 3), "w")
+    program = b.build([b.relu(b.conv2d(x, w, strides=[1, 2], paddings=[1, 0, 1, 1], groups=groups))])
+    feeds = {"x": rand(1, 8, 6, 5)}
+    result = check_pass(program, feeds, lambda p: dce(fold_constants(split_groups(p))))
+    convs = [n.attrs.groups for n in result.nodes if n.op == "conv2d"]
+    assert convs == ([1] * groups if split else [groups])
+    assert ops(result)["concat"] == int(split)
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 

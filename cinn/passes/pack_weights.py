@@ -3,6 +3,7 @@ is paid once at compile time instead of on every run (resnet50's 2048->512 1x1 c
 from __future__ import annotations
 
 import dataclasses
+from math import prod
 from typing import cast
 
 import numpy as np
@@ -13,8 +14,8 @@ from cinn.passes.rewrite import Rewriter, rewrite
 
 
 def pack_weights(program: Program) -> Program:
-    """conv2d weights go OIHW -> IHWO (output channels contiguous: the conv kernels' vector axis); matmul's constant
-    transposed operands are transposed back (trans_y), so the output columns are contiguous."""
+    """conv2d weights go OIHW -> IHWO (output channels contiguous: the conv kernels' vector axis); a matmul's constant
+    y goes [K, N] (output columns contiguous, the tiled kernels' vector axis), or [N, K] for one output row."""
     return rewrite(program, _pack)
 
 
@@ -29,8 +30,16 @@ def _pack(rw: Rewriter, node: Node) -> bool:
         packed = rw.new_constant(np.moveaxis(data, 0, 3), f"{w.name}_ihwo")
         rw.keep(node, inputs=(x, packed), attrs=dataclasses.replace(conv, weight_layout=WeightLayout.IHWO))
         return True
-    if node.op == "matmul" and (mm := cast(MatmulAttrs, node.attrs)).trans_y and data.ndim >= 2:
+    mm = cast(MatmulAttrs, node.attrs)
+    if node.op == "matmul" and data.ndim >= 2 and mm.trans_y != _is_gemv(node):
         packed = rw.new_constant(np.swapaxes(data, -1, -2), f"{w.name}_t")
-        rw.keep(node, inputs=(x, packed), attrs=dataclasses.replace(mm, trans_y=False))
+        rw.keep(node, inputs=(x, packed), attrs=dataclasses.replace(mm, trans_y=not mm.trans_y))
         return True
     return False
+
+
+def _is_gemv(node: Node) -> bool:
+    """A matmul with one output row (a batch-1 fully connected layer): its kernel streams each output column's
+    weights as one contiguous dot product (trans_y), at memory bandwidth (alexnet's 9216->4096: 4.7 ms, against 6.4
+    ms through packed panels and 10.4 ms reading [K, N] rows)."""
+    return prod(node.outputs[0].shape[:-1]) == 1

@@ -8,14 +8,15 @@ from cinn.passes.decompose import decompose
 from cinn.passes.fold_constants import fold_constants
 from cinn.passes.pack_weights import pack_weights
 from cinn.passes.simplify import simplify
+from cinn.passes.split_groups import split_groups
 
 
 def optimize(program: Program, passes: bool = True) -> Program:
     """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), decompose,
-    simplify what the expansions emit, then fold constant subgraphs, merge common subexpressions, drop what no
-    output needs and store constant weights in the layout the kernels read."""
+    simplify what the expansions emit, split wide conv groups, then fold constant subgraphs (the groups' weights),
+    merge common subexpressions, drop what no output needs and store constant weights as the kernels read them."""
     if not passes:
         return decompose(program)
     program = simplify(program)
-    program = simplify(decompose(program))
+    program = split_groups(simplify(decompose(program)))
     return dce(pack_weights(dce(cse(fold_constants(program)))))

@@ -156,4 +156,29 @@ def _swaps_last_two(perm: tuple[int, ...]) -> bool:
     return n >= 2 and perm == tuple(range(n - 2)) + (n - 1, n - 2)
 
 
-RULES: tuple[Rule, ...] = (remove_noops, fold_batchnorm, merge_reshapes, merge_transposes, fold_transpose_into_matmul)
+# -- powers ---------------------------------------------------------------------------------------
+def pow_to_roots(rw: Rewriter, node: Node) -> bool:
+    """x ** c for c in {0.5, 0.75, 1, 2} -> square roots and products: vector instructions instead of a scalar libm
+    pow per element (LRN's x ** 0.75 made alexnet's LRN kernels 1 ms each). Only -inf ** 0.5 differs (NaN, not inf)."""
+    if node.op != "pow":
+        return False
+    x, e = rw.inputs(node)
+    c = rw.constant(e)
+    if c is None or c.size != 1 or x.shape != node.outputs[0].shape or float(c.reshape(())) not in (0.5, 0.75, 1, 2):
+        return False
+    exponent = float(c.reshape(()))
+    if exponent == 1:
+        rw.substitute(node.outputs[0], x)
+        return True
+    if exponent == 2:
+        (y,) = rw.emit("multiply", [x, x])
+    else:
+        (y,) = rw.emit("sqrt", [x])
+        if exponent == 0.75:
+            (y,) = rw.emit("multiply", [y, *rw.emit("sqrt", [y])])
+    rw.substitute(node.outputs[0], y)
+    return True
+
+
+RULES: tuple[Rule, ...] = (remove_noops, fold_batchnorm, merge_reshapes, merge_transposes, fold_transpose_into_matmul,
+                           pow_to_roots)
