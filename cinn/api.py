@@ -44,7 +44,8 @@ def compile(
         specs.append(KernelSpec(key, tvm.ir.save_json(lg.func), lg.group.kind, _applicable(records.get(key), lg)))
     cache = pathlib.Path(cache_dir) if cache_dir is not None else default_cache_dir()
     modules = build_all(specs, tgt, cache, workers if workers is not None else (os.cpu_count() or 1), progress)
-    kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source) for lg, b in zip(lowered, modules, strict=True)]
+    kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source, lg.group.flops)
+               for lg, b in zip(lowered, modules, strict=True)]
     device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
     return Executable(program, kernels, device, threads=None if tgt.is_cuda else tgt.num_cores)
 

@@ -17,6 +17,7 @@ import tvm
 
 from cinn.cuda_module import NO_DEVICE
 from cinn.ir import Program, TensorType, Value
+from cinn.machine import Peaks
 from cinn.utils import median_seconds, wall_seconds
 
 ALIGNMENT = 64  # cinn's kernels assume 64-byte-aligned buffers (LLVM emits aligned vector moves): others are copied
@@ -41,6 +42,12 @@ class Kernel:
     module: object  # keeps the library loaded
     params: tuple[Value, ...]
     source: str
+    flops: int = 0  # its arithmetic, for the profiler's rates
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of its parameters: what it must read and write at least once."""
+        return sum(v.type.nbytes for v in self.params)
 
 
 def plan_buffers(program: Program, kernels_params: Sequence[Sequence[Value]]) -> tuple[dict[str, int], list[TensorType]]:
@@ -112,14 +119,28 @@ class KernelTime:
     name: str
     in_run_ms: float
     alone_ms: float
+    flops: int = 0
+    nbytes: int = 0
+
+    @property
+    def gflops(self) -> float:
+        """Its arithmetic rate inside a run."""
+        return self.flops / max(self.in_run_ms, 1e-12) / 1e6
+
+    @property
+    def gbps(self) -> float:
+        """The rate at which it moves its parameters' bytes inside a run."""
+        return self.nbytes / max(self.in_run_ms, 1e-12) / 1e6
 
 
 @dataclass(frozen=True)
 class Profile:
-    """Where a run's time goes: each kernel, and the whole run end to end."""
+    """Where a run's time goes: each kernel, and the whole run end to end; with the machine's peaks, each kernel's
+    rates as a percent of them."""
 
     kernels: tuple[KernelTime, ...]
     run_ms: float
+    peaks: Peaks | None = None
 
     @property
     def kernel_sum_ms(self) -> float:
@@ -132,14 +153,25 @@ class Profile:
         return sum(k.alone_ms for k in self.kernels)
 
     def table(self) -> str:
-        """A text report, slowest kernel first."""
-        rows = [f"{'kernel':<48} {'in run ms':>10} {'alone ms':>10} {'share':>6}"]
+        """A text report, slowest kernel first: times, share of the run, GFLOP/s, GB/s and (with peaks) the percent
+        of the FMA peak or of the memory bandwidth, whichever is nearer (the bound the kernel is closest to)."""
+        rows = [] if self.peaks is None else [f"machine: FMA peak {self.peaks.gflops:.0f} GFLOP/s, memory "
+                                              f"{self.peaks.gbps:.1f} GB/s (measured, all cores)"]
+        rows.append(f"{'kernel':<48} {'in run ms':>10} {'alone ms':>10} {'share':>6} {'GFLOP/s':>8} {'GB/s':>7}"
+                    + ("" if self.peaks is None else f" {'peak':>10}"))
         for k in sorted(self.kernels, key=lambda k: -k.in_run_ms):
-            rows.append(f"{k.name[:48]:<48} {k.in_run_ms:>10.4f} {k.alone_ms:>10.4f} {k.in_run_ms / self.run_ms:>6.1%}")
+            rows.append(f"{k.name[:48]:<48} {k.in_run_ms:>10.4f} {k.alone_ms:>10.4f} {k.in_run_ms / self.run_ms:>6.1%} "
+                        f"{k.gflops:>8.1f} {k.gbps:>7.1f}" + ("" if self.peaks is None else f" {self._bound(k):>10}"))
         rows.append(f"run {self.run_ms:.4f} ms = kernels {self.kernel_sum_ms:.4f} ms (alone {self.alone_sum_ms:.4f}) "
                     f"x {self.run_ms / max(self.kernel_sum_ms, 1e-12):.3f}; outside the kernels "
                     f"{self.run_ms - self.kernel_sum_ms:.4f} ms")
         return "\n".join(rows)
+
+    def _bound(self, k: KernelTime) -> str:
+        """The percent of the nearer peak and which one: '62% FMA' or '80% mem'."""
+        assert self.peaks is not None
+        fma, mem = k.gflops / self.peaks.gflops, k.gbps / self.peaks.gbps
+        return f"{fma:.0%} FMA" if fma >= mem else f"{mem:.0%} mem"
 
 
 class Executable:
@@ -229,8 +261,9 @@ class Executable:
         self._fill_passed_through(arrays, results)
         return results
 
-    def profile(self, feeds: Mapping[str, np.ndarray], repeat: int = 20) -> Profile:
-        """Time each kernel inside a run and alone, and whole runs; medians of `repeat` runs each."""
+    def profile(self, feeds: Mapping[str, np.ndarray], repeat: int = 20, peaks: Peaks | None = None) -> Profile:
+        """Time each kernel inside a run and alone, and whole runs; medians of `repeat` runs each. With the machine's
+        peaks (cinn.machine.machine_peaks), the report states each kernel's percent of them."""
         if self._device_missing:
             raise RuntimeError(NO_DEVICE)
         arrays = self._check_feeds(feeds)
@@ -242,8 +275,9 @@ class Executable:
             in_run = np.median([[sample() for sample in samplers] for _ in range(repeat)], axis=0)
             alone = [median_seconds(call, repeat, 1) for call in calls]
         run = median_seconds(lambda: self.run(feeds), repeat, 1)
-        kernels = tuple(KernelTime(k.name, t * 1e3, a * 1e3) for k, t, a in zip(self._kernels, in_run, alone, strict=True))
-        return Profile(kernels, run * 1e3)
+        kernels = tuple(KernelTime(k.name, t * 1e3, a * 1e3, k.flops, k.nbytes)
+                        for k, t, a in zip(self._kernels, in_run, alone, strict=True))
+        return Profile(kernels, run * 1e3, peaks)
 
     @contextlib.contextmanager
     def _bound(self, arrays: Sequence[np.ndarray], written: Sequence[np.ndarray]) -> Iterator[Workspace]:

@@ -16,6 +16,7 @@ import cinn  # noqa: E402
 from cinn import cli  # noqa: E402
 from cinn.benchmarks.real_models import light_path  # noqa: E402
 from cinn.frontend.onnx import OnnxImportError  # noqa: E402
+from cinn.machine import Peaks  # noqa: E402
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 RNG = np.random.default_rng(0)
@@ -366,6 +367,18 @@ def test_cinn_run_prints_outputs_and_latency(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr()
     assert "output y: shape (2, 3) float32" in out.out and "median latency" in out.out
     assert "compiling: 1/1 kernels" in out.err
+
+
+def test_cinn_run_profile_prints_rates_and_percent_of_peak(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cli, "machine_peaks", lambda target, cache: Peaks(gflops=100.0, gbps=10.0))
+    path = tmp_path / "tiny.onnx"
+    onnx.save(_relu_model(), path)
+    assert cli.main([str(path), "--input-shape", "x=2,3", "--repeat", "2", "--profile"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index("machine: FMA peak 100 GFLOP/s, memory 10.0 GB/s (measured, all cores)")
+    assert lines[start + 1].split()[-3:] == ["GFLOP/s", "GB/s", "peak"]
+    assert lines[start + 2].startswith("relu ") and lines[start + 2].endswith(" mem")  # 6 flops on 48 bytes
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn import runtime
+from cinn import machine, runtime
+from cinn.machine import Peaks
 from cinn.runtime import ALIGNMENT, aligned_empty
+from cinn.target import parse_target
 
 RNG = np.random.default_rng(0)
 
@@ -197,6 +199,26 @@ def test_profile_accounts_for_every_kernel(models):
     assert prof.run_ms > 0
     text = prof.table()
     assert "outside the kernels" in text and prof.kernels[0].name[:20] in text
+    conv = next(k for k in prof.kernels if k.name.startswith("fused_conv2d"))
+    assert conv.flops == 2 * 16 * 16 * 16 * 8 * 3 * 3 + 16 * 16 * 16  # the conv's multiply-adds, then the relu
+    assert conv.nbytes == 4 * (8 * 16 * 16 + 16 * 8 * 3 * 3 + 16 * 16 * 16)  # input, weights, output
+    assert conv.gflops == pytest.approx(conv.flops / conv.in_run_ms / 1e6)
+
+
+def test_profile_states_percent_of_the_machine_peaks(models):
+    exe = models["conv"]
+    prof = exe.profile(_feeds(exe, 6), repeat=3, peaks=Peaks(gflops=1e-3, gbps=1e6))
+    lines = prof.table().splitlines()
+    assert lines[0].startswith("machine: FMA peak 0 GFLOP/s, memory 1000000.0 GB/s")
+    assert all(line.endswith("FMA") for line in lines[2:-1])  # 1 MFLOP/s: every kernel is far past that peak
+
+
+def test_machine_peaks_are_measured_once_and_cached(tmp_path, monkeypatch):
+    target = parse_target("llvm")
+    first = machine.machine_peaks(target, tmp_path)
+    assert 1 < first.gflops < 1e5 and 0.1 < first.gbps < 1e4
+    monkeypatch.setattr(machine, "_fma_gflops", lambda target: pytest.fail("measured again"))
+    assert machine.machine_peaks(target, tmp_path) == first
 
 
 @pytest.mark.parametrize("preset", [None, "9"])

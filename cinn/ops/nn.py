@@ -147,6 +147,12 @@ def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
     return [te.compute(s.out, body, name="matmul")]
 
 
+def _matmul_flops(types: Sequence[TensorType], a: MatmulAttrs, outs: Sequence[TensorType]) -> int:
+    xs = types[0].shape
+    k = xs[-2] if a.trans_x and len(xs) > 1 else xs[-1]
+    return 2 * outs[0].size * k
+
+
 def _matmul_reference(arrays: Sequence[np.ndarray], a: MatmulAttrs) -> list[np.ndarray]:
     x, y = arrays
     xt = np.swapaxes(x, -1, -2) if a.trans_x and x.ndim >= 2 else x
@@ -164,6 +170,7 @@ register(
         infer=_matmul_infer,
         compute=_matmul_compute,
         reference=_matmul_reference,
+        flops=_matmul_flops,
         attrs=MatmulAttrs,
         num_inputs=2,
         dtypes=D.NUMBER,
@@ -363,6 +370,10 @@ def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
     return [te.compute(out_types[0].shape, body, name="conv2d")]
 
 
+def _conv_flops(types: Sequence[TensorType], a: Conv2dAttrs, outs: Sequence[TensorType]) -> int:
+    return 2 * outs[0].size * math.prod(_oihw(types[1].shape, a)[1:])
+
+
 def _conv_reference(arrays: Sequence[np.ndarray], a: Conv2dAttrs) -> list[np.ndarray]:
     x, w = arrays
     w = np.moveaxis(w, 3, 0) if a.weight_layout is WeightLayout.IHWO else w
@@ -386,6 +397,7 @@ register(
         infer=_conv_infer,
         compute=_conv_compute,
         reference=_conv_reference,
+        flops=_conv_flops,
         attrs=Conv2dAttrs,
         num_inputs=2,
         dtypes=D.FLOAT,

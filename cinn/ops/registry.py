@@ -47,6 +47,8 @@ ComputeFn = Callable[[Sequence["te.Tensor"], Any, Sequence[TensorType]], Sequenc
 ReferenceFn = Callable[[Sequence[np.ndarray], Any], Sequence[np.ndarray]]
 # Composite ops are expanded into primitive ops by the decompose pass; the emitter is a NetBuilder.
 DecomposeFn = Callable[[Any, Sequence[Any], Any], Any]
+# The arithmetic an op application performs (a multiply-add counts 2), for the profiler's GFLOP/s.
+FlopsFn = Callable[[Sequence[TensorType], Any, Sequence[TensorType]], int]
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class OpDef:
     # the input holding indices into input 0 along attrs.axis: constant ones are range-checked before compiling, run-
     # time ones are clamped into the axis by the compute (negative ones count from the end, as numpy)
     index_input: int | None = None
+    flops: FlopsFn | None = None  # None: one per element read or written, whichever is more
+
 
     @property
     def is_composite(self) -> bool:
@@ -83,6 +87,13 @@ def register(op: OpDef) -> OpDef:
         raise ValueError(f"op {op.name!r} needs exactly one of compute or decompose")
     OPS[op.name] = op
     return op
+
+
+def op_flops(op: OpDef, inputs: Sequence[TensorType], attrs: Attrs, outputs: Sequence[TensorType]) -> int:
+    """The arithmetic of one application of an op (an elementwise op or a reduction: one per element)."""
+    if op.flops is not None:
+        return op.flops(inputs, attrs, outputs)
+    return max(sum(t.size for t in inputs), sum(t.size for t in outputs))
 
 
 def get_op(name: str, node: str = "") -> OpDef:

@@ -7,7 +7,7 @@ import numpy as np
 
 from cinn.ir import Node, Program, Value
 from cinn.ops import PatternKind as K
-from cinn.ops import get_op
+from cinn.ops import get_op, op_flops
 from cinn.ops.common import normalize_axes
 
 _LIGHT = (K.ELEMENTWISE, K.BROADCAST, K.INJECTIVE)
@@ -25,6 +25,12 @@ class Group:
     @property
     def name(self) -> str:
         return "fused_" + "_".join(n.op for n in self.nodes)[:80] if len(self.nodes) > 1 else self.nodes[0].op
+
+    @property
+    def flops(self) -> int:
+        """The arithmetic of the group's nodes (a multiply-add counts 2)."""
+        return sum(op_flops(get_op(n.op), [v.type for v in n.inputs], n.attrs, [v.type for v in n.outputs])
+                   for n in self.nodes)
 
 
 @dataclass
