@@ -35,10 +35,10 @@ from cinn.target import Target
 
 MAX_COLS = 32
 MAX_ROWS = 16  # register-tile rows the tuner may try
-# measured on a 2 MiB-L2 host (LLVM: rocketlake), 128->128 3x3 conv on 28x28: panels of 147 KB 0.71 ms, 295 KB 1.04 ms,
-# 590 KB 1.06 ms; 256->256 on 14x14 0.95 / 0.99 / 1.15 ms; below 256 KiB no size was slower (64-256 KiB alike)
-PANEL_CAP = 256 * 1024
-PARALLEL_TILES = 2  # parallel tiles per core below which row tiles are parallelized too
+# measured on a 2 MiB-L2 host (LLVM: rocketlake) with IHWO weights and 2-vector tiles: 512->512 3x3 on 7x7 with a 590 KB
+# panel 0.96 ms against 1.25 ms with 1 vector (295 KB); 256->256 on 14x14 (295 KB) 0.60 against 0.65 ms
+PANEL_CAP = 1024 * 1024
+CHANNEL_VECTORS = 2  # weight vectors of a conv tile over output channels (4 x 3 or 4 x 6: 1.2-2x slower than 2 x 7)
 
 
 @dataclass(frozen=True)
@@ -202,12 +202,25 @@ def _default_tile(ext: list[int], n: int, col: int, row: int | None, row2: int |
         budget = tile_elems(target) // width // (cols // register_lanes(cols, width))
         return cols, (_tile_rows(ext[row], max(1, budget)) if row is not None else 1), 1
     budget = tile_elems(target) // width
-    # over channels any number of weight vectors fits; over output columns the widest vector tile, as matmul
-    vectors = (_channel_vectors(ext[col], prod(ext[n:]), width, budget, dtype, target) if col != n - 1
-               else [max(1, _tile_cols(ext[col], width) // width)])
+    if col != n - 1:
+        return _channel_tile(ext, n, col, row, width, budget, target, dtype)
+    # over output columns the widest vector tile, as matmul
+    vectors = [max(1, _tile_cols(ext[col], width) // width)]
     rows2 = divisors(ext[row2], budget) if row2 is not None else [1]
     v, r, r2 = _register_tile(vectors, divisors(ext[row], budget), rows2, budget, in_vector)
     return v * width, r, r2
+
+
+def _channel_tile(ext: list[int], n: int, col: int, row: int, width: int, budget: int, target: Target,
+                  dtype: str) -> tuple[int, int, int]:
+    """A conv tile over output channels: up to CHANNEL_VECTORS weight vectors times the output columns that fill the
+    accumulators, in one output row. A 1x1 conv's step is one weight load per vector and a broadcast per column, so
+    its accumulators take all registers but those (2 x 14 on AVX-512: 1024->256 on 14x14 0.42 -> 0.27 ms); wider
+    windows keep the default budget (2 x 7: 14 columns took 256->256 3x3 on 14x14 from 0.60 to 1.11 ms)."""
+    v = max(_channel_vectors(ext[col], prod(ext[n:]), width, CHANNEL_VECTORS, dtype, target))
+    one_by_one = all(e == 1 for e in ext[n + 1 :])
+    accumulators = target.vector_registers - v - 2 if one_by_one else budget - 2
+    return v * width, _tile_rows(ext[row], max(1, accumulators // v)), 1
 
 
 def _second_row_axis(block, n: int, ext: list[int], col: int, row: int) -> tuple[int | None, bool]:
@@ -359,8 +372,8 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):
     # vectorized over channels, the spatial axes after them stay serial, so a channel tile's panel is packed once
     cut = outer.index(col_outer) + 1 if t.col != n - 1 else len(outer)
     outer, serial = outer[:cut], outer[cut:] + ([row_outer] if row_outer is not None else [])
-    few = prod(extents(sch, outer)) < PARALLEL_TILES * target.num_cores
-    if serial and knobs.choose(sch, Knob.PARALLEL_ROWS, [0, 1], int(few)):
+    rows_parallel = _rows_in_parallel(sch, main, t.col, prod(extents(sch, outer)), target)
+    if serial and knobs.choose(sch, Knob.PARALLEL_ROWS, [0, 1], int(rows_parallel)):
         outer, serial = outer[:-1] + serial + outer[-1:], []
     middle = [lp for lp in (row_mid, col_mid) if lp is not None]
     inner = [lp for lp in (row2_inner, row_inner, col_inner) if lp is not None]
@@ -368,6 +381,24 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     tiled = [reduce_outer, reduce_inner, *loops[n + 1 :], row2_inner, row_inner, col_inner]
     return par, (serial[-1] if serial else None), tiled
+
+
+def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target) -> bool:
+    """Whether row tiles should join the parallel loop rather than run serially inside each vector tile: when the
+    vector tiles do not spread evenly over the cores (3 channel tiles on 2 cores: 16->96 1x1 on 112x112 0.33 -> 0.20
+    ms), or when a reduction without window reuse (a 1x1 conv, a matmul) has a row operand larger than L2, which
+    each vector tile would read again from memory (256->64 1x1 on 56x56, a 3.2 MB input: 0.61 -> 0.39 ms). Where
+    the input is reused (3x3) or fits in L2, serial rows keep each weight panel hot (64->256 1x1 on 56x56: 0.34
+    against 0.41 ms)."""
+    if tiles % target.num_cores:
+        return True
+    block = sch.get(main)
+    n = spatial_count(sch, main)
+    if any(int(iv.dom.extent) > 1 for iv in block.iter_vars[n + 1 :]):
+        return False
+    vector, out = _reads_using(block, col), block.writes[0].source
+    rows = [r.source for r in block.reads if r not in vector and not r.source.same_as(out)]
+    return any(prod(int(d) for d in b.shape) * DataType(b.dtype).bits // 8 > target.l2_bytes for b in rows)
 
 
 def _vector_axis_last(sch: Schedule, main, t: Tiling) -> None:
