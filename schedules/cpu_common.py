@@ -1,9 +1,11 @@
 """Generic CPU scheduling steps shared by the specialised schedules."""
 from __future__ import annotations
 
+from math import prod
+
 from tvm.s_tir import Schedule
 
-from cinn.schedules.analysis import blocks, inline_all, is_reduction, spatial_count, write_dtype
+from cinn.schedules.analysis import blocks, extents, inline_all, is_reduction, spatial_count, write_dtype
 from cinn.schedules.knobs import DEFAULT, Knob, Knobs, unroll
 from cinn.target import Target
 
@@ -27,19 +29,39 @@ def generic(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
 
 
 def injective(sch: Schedule, block, target: Target, knobs: Knobs = DEFAULT) -> None:
-    """Fuse a spatial block's loops, vectorize the inner lanes and parallelize the rest when large."""
+    """Vectorize a spatial block's inner lanes and parallelize the rest (fused) when large."""
     loops = sch.get_loops(block)
     if not loops:
         return
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    extent = int(sch.get(fused).extent)
-    width = vector_width(sch, knobs, lanes(write_dtype(sch, block), target), extent, 4)
+    extent = prod(extents(sch, loops))
+    width = lanes(write_dtype(sch, block), target)
+    cut = _vector_suffix(extents(sch, loops), width)
+    outer, inner = loops[:cut], loops[cut:]
+    inner_loop = sch.fuse(*inner) if len(inner) > 1 else inner[0]
+    width = vector_width(sch, knobs, width, int(sch.get(inner_loop).extent), 4 if not outer else 1)
     if width:
-        fused, inner = sch.split(fused, [None, width])
-        sch.vectorize(inner)
+        rest, lane = sch.split(inner_loop, [None, width])
+        sch.vectorize(lane)
+        outer = [*outer, rest]
+    elif inner:
+        outer = [*outer, inner_loop]
+    fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     if extent > 1 and knobs.choose(sch, Knob.PARALLEL, [0, 1], int(extent >= PARALLEL_MIN)):
         sch.parallel(fused)
     unroll(sch, knobs, fused)
+
+
+def _vector_suffix(ext: list[int], width: int) -> int:
+    """Where the vectorized (fused) inner loops start: the shortest suffix whose elements are a whole number of
+    vectors, so lanes never straddle an outer index (a concat's or a padding's select on the channel would make every
+    load a gather: shufflenet's concat + slices over 34-channel groups took 0.29 ms for 106K elements); all loops
+    when no suffix is."""
+    total = 1
+    for i in range(len(ext) - 1, 0, -1):
+        total *= ext[i]
+        if total % width == 0:
+            return i
+    return 0
 
 
 def vector_width(sch: Schedule, knobs: Knobs, width: int, extent: int, min_vectors: int = 1) -> int:

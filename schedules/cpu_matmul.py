@@ -38,6 +38,7 @@ MAX_ROWS = 16  # register-tile rows the tuner may try
 # measured on a 2 MiB-L2 host (LLVM: rocketlake) with IHWO weights and 2-vector tiles: 512->512 3x3 on 7x7 with a 590 KB
 # panel 0.96 ms against 1.25 ms with 1 vector (295 KB); 256->256 on 14x14 (295 KB) 0.60 against 0.65 ms
 PANEL_CAP = 1024 * 1024
+IMBALANCE = 1.1  # work of the busiest core over the average above which row tiles run in parallel too
 CHANNEL_VECTORS = 2  # weight vectors of a conv tile over output channels (4 x 3 or 4 x 6: 1.2-2x slower than 2 x 7)
 
 
@@ -163,6 +164,8 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     ext = [int(iv.dom.extent) for iv in block.iter_vars]
     width = lanes(write_dtype(sch, main), target)
     col = _vector_axis(sch, knobs, block, n, ext, width)
+    if col != n - 1:  # output channels that are not whole registers take narrower ones (1000 classes: 8 lanes)
+        width = register_lanes(ext[col], width)
     vec_reads = _reads_using(block, col)
     used = set().union(*(vars_in(rg.min) for r in vec_reads for rg in r.region)) if vec_reads else set()
     free = [i for i in range(n) if i != col and block.iter_vars[i].var not in used and ext[i] > 1]
@@ -217,10 +220,16 @@ def _channel_tile(ext: list[int], n: int, col: int, row: int, width: int, budget
     accumulators, in one output row. A 1x1 conv's step is one weight load per vector and a broadcast per column, so
     its accumulators take all registers but those (2 x 14 on AVX-512: 1024->256 on 14x14 0.42 -> 0.27 ms); wider
     windows keep the default budget (2 x 7: 14 columns took 256->256 3x3 on 14x14 from 0.60 to 1.11 ms)."""
-    v = max(_channel_vectors(ext[col], prod(ext[n:]), width, CHANNEL_VECTORS, dtype, target))
     one_by_one = all(e == 1 for e in ext[n + 1 :])
-    accumulators = target.vector_registers - v - 2 if one_by_one else budget - 2
-    return v * width, _tile_rows(ext[row], max(1, accumulators // v)), 1
+
+    def rows(v: int) -> int:
+        accumulators = target.vector_registers - v - 2 if one_by_one else budget - 2
+        return _tile_rows(ext[row], max(1, accumulators // v))
+
+    # the most accumulators, then the most vectors: 13 output columns take 1 vector x 13, not 2 x 1
+    v = max(_channel_vectors(ext[col], prod(ext[n:]), width, CHANNEL_VECTORS, dtype, target),
+            key=lambda v: (v * rows(v), v))
+    return v * width, rows(v), 1
 
 
 def _second_row_axis(block, n: int, ext: list[int], col: int, row: int) -> tuple[int | None, bool]:
@@ -251,7 +260,7 @@ def _vector_axis(sch: Schedule, knobs: Knobs, block, n: int, ext: list[int], wid
     last_reads = _reads_using(block, last)
     if ext[last] % width == 0 and _packable(block, n, last, last_reads)[0] is not None:
         return last
-    reads = {c: _reads_using(block, c) for c in range(last) if ext[c] % width == 0}
+    reads = {c: _reads_using(block, c) for c in range(last) if register_lanes(ext[c], width) >= width // 2}
     channel = [c for c, rs in reads.items()
                if _packable(block, n, c, rs)[0] is not None and not any(r in last_reads for r in rs)]
     if not channel:
@@ -385,12 +394,12 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):
 
 def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target) -> bool:
     """Whether row tiles should join the parallel loop rather than run serially inside each vector tile: when the
-    vector tiles do not spread evenly over the cores (3 channel tiles on 2 cores: 16->96 1x1 on 112x112 0.33 -> 0.20
-    ms), or when a reduction without window reuse (a 1x1 conv, a matmul) has a row operand larger than L2, which
-    each vector tile would read again from memory (256->64 1x1 on 56x56, a 3.2 MB input: 0.61 -> 0.39 ms). Where
-    the input is reused (3x3) or fits in L2, serial rows keep each weight panel hot (64->256 1x1 on 56x56: 0.34
-    against 0.41 ms)."""
-    if tiles % target.num_cores:
+    vector tiles leave the cores unbalanced beyond IMBALANCE (3 channel tiles on 2 cores: 16->96 1x1 on 112x112 0.33
+    -> 0.20 ms; 125 tiles of 512->1000 1x1 on 13x13 stay serial, 1.01 against 1.83 ms), or when a reduction without
+    window reuse (a 1x1 conv, a matmul) has a row operand larger than L2, which each vector tile would read again
+    from memory (256->64 1x1 on 56x56, a 3.2 MB input: 0.61 -> 0.39 ms). Where the input is reused (3x3) or fits in
+    L2, serial rows keep each weight panel hot (64->256 1x1 on 56x56: 0.34 against 0.41 ms)."""
+    if -(-tiles // target.num_cores) * target.num_cores > IMBALANCE * tiles:
         return True
     block = sch.get(main)
     n = spatial_count(sch, main)
