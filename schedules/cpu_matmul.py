@@ -207,11 +207,12 @@ def _default_tile(ext: list[int], n: int, col: int, row: int | None, row2: int |
     budget = tile_elems(target) // width
     if col != n - 1:
         return _channel_tile(ext, n, col, row, width, budget, target, dtype)
-    # over output columns the widest vector tile, as matmul
-    vectors = [max(1, _tile_cols(ext[col], width) // width)]
+    # over output columns the widest vector tile that divides them, as matmul, in registers of the lanes that divide it
+    cols = _tile_cols(ext[col], width)
+    lanes_ = register_lanes(cols, width)
     rows2 = divisors(ext[row2], budget) if row2 is not None else [1]
-    v, r, r2 = _register_tile(vectors, divisors(ext[row], budget), rows2, budget, in_vector)
-    return v * width, r, r2
+    v, r, r2 = _register_tile([cols // lanes_], divisors(ext[row], budget), rows2, budget, in_vector)
+    return v * lanes_, r, r2
 
 
 def _channel_tile(ext: list[int], n: int, col: int, row: int, width: int, budget: int, target: Target,

@@ -11,13 +11,13 @@ import cinn
 from cinn.ir import Program
 from cinn.ops import get_op
 from cinn.passes import fold_constants as fold_module
+from cinn.passes.conv_forms import conv_forms
 from cinn.passes.cse import cse
 from cinn.passes.dce import dce
 from cinn.passes.fold_constants import fold_constants
 from cinn.passes.pack_weights import pack_weights
 from cinn.passes.pipeline import optimize
 from cinn.passes.simplify import simplify
-from cinn.passes.split_groups import split_groups
 from cinn.passes.verify import verify
 
 RNG = np.random.default_rng(0)
@@ -222,10 +222,23 @@ def test_split_groups_makes_one_dense_conv_per_wide_group(groups, out_channels, 
     w = b.create_constant(rand(out_channels, 8 // groups, 3, 3), "w")
     program = b.build([b.relu(b.conv2d(x, w, strides=[1, 2], paddings=[1, 0, 1, 1], groups=groups))])
     feeds = {"x": rand(1, 8, 6, 5)}
-    result = check_pass(program, feeds, lambda p: dce(fold_constants(split_groups(p))))
+    result = check_pass(program, feeds, lambda p: dce(fold_constants(conv_forms(p))))
     convs = [n.attrs.groups for n in result.nodes if n.op == "conv2d"]
     assert convs == ([1] * groups if split else [groups])
     assert ops(result)["concat"] == int(split)
+    check_compiled(program, feeds, tmp_cache, rtol=1e-4)
+
+
+@pytest.mark.parametrize("shape, strides, paddings, sliced", [((9, 7), [2, 2], [0, 0], True), ((8, 8), [1, 3], [0, 0], True),
+                                                            ((8, 8), [2, 2], [1, 1], False), ((8, 8), [1, 1], [0, 0], False)])
+def test_strided_pointwise_conv_reads_a_slice(shape, strides, paddings, sliced, tmp_cache):
+    b = cinn.NetBuilder("pointwise")
+    x = b.create_input("float32", (1, 4, *shape), "x")
+    y = b.conv2d(x, b.create_constant(rand(6, 4, 1, 1), "w"), strides=strides, paddings=paddings)
+    program, feeds = b.build([b.relu(y)]), {"x": rand(1, 4, *shape)}
+    result = check_pass(program, feeds, conv_forms)
+    assert ops(result)["slice"] == int(sliced)
+    assert [tuple(n.attrs.strides) for n in result.nodes if n.op == "conv2d"] == [(1, 1) if sliced else tuple(strides)]
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 

@@ -2,21 +2,21 @@
 from __future__ import annotations
 
 from cinn.ir import Program
+from cinn.passes.conv_forms import conv_forms
 from cinn.passes.cse import cse
 from cinn.passes.dce import dce
 from cinn.passes.decompose import decompose
 from cinn.passes.fold_constants import fold_constants
 from cinn.passes.pack_weights import pack_weights
 from cinn.passes.simplify import simplify
-from cinn.passes.split_groups import split_groups
 
 
 def optimize(program: Program, passes: bool = True) -> Program:
     """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), decompose,
-    simplify what the expansions emit, split wide conv groups, then fold constant subgraphs (the groups' weights),
+    simplify what the expansions emit, rewrite convs into denser forms (conv_forms), then fold constant subgraphs (the groups' weights),
     merge common subexpressions, drop what no output needs and store constant weights as the kernels read them."""
     if not passes:
         return decompose(program)
     program = simplify(program)
-    program = split_groups(simplify(decompose(program)))
+    program = conv_forms(simplify(decompose(program)))
     return dce(pack_weights(dce(cse(fold_constants(program)))))
