@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import cinn  # noqa: E402
 from cinn import cli  # noqa: E402
-from cinn.benchmarks.real_models import light_path  # noqa: E402
+from cinn.benchmarks.real_models import MODELS, light_path  # noqa: E402
 from cinn.frontend.onnx import OnnxImportError  # noqa: E402
 from cinn.machine import Peaks  # noqa: E402
 
@@ -421,3 +421,18 @@ def test_light_cnn_matches_onnxruntime(name, tmp_cache):
     inp = next(i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer})
     shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
     assert_matches_ort(model, {inp.name: RNG.uniform(0, 1, shape).astype("float32")}, tmp_cache, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_real_cnn_with_random_weights_matches_onnxruntime(name, tmp_cache):
+    """The ten CNNs of cinn-bench (onnx's models with seeded random weights, MobileNetV2) through every conv form
+    (grouped, depthwise, strided, 1x1, LRN, GEMV): rtol 1e-3, atol 1e-3 of the output's magnitude."""
+    if name != "mobilenet_v2" and not light_path(name).exists():
+        pytest.skip(f"{light_path(name)} is not installed")
+    model = MODELS[name]()
+    inp = next(i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer})
+    feeds = {inp.name: RNG.uniform(0, 1, [d.dim_value for d in inp.type.tensor_type.shape.dim]).astype("float32")}
+    want = ort_run(model, feeds)
+    (got,) = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache).run(feeds)
+    np.testing.assert_allclose(got, want[0], rtol=1e-3, atol=1e-3 * float(np.abs(want[0]).max()))
