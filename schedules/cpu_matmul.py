@@ -29,7 +29,7 @@ from cinn.schedules.analysis import (
     vars_in,
     write_dtype,
 )
-from cinn.schedules.cpu_common import injective, lanes
+from cinn.schedules.cpu_common import injective, lanes, register_lanes
 from cinn.schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knob, Knobs, divisors, unroll
 from cinn.target import Target
 
@@ -342,12 +342,6 @@ def _vectorize_registers(sch: Schedule, loop, cols: int, width: int) -> None:
         sch.unroll(registers)
     if cols > 1:
         sch.vectorize(loop)
-
-
-def register_lanes(cols: int, width: int) -> int:
-    """Lanes of the registers a vector tile of `cols` is computed in: the widest power of two up to the target's
-    width that divides it (a 28-column tile: 7 registers of 4 lanes)."""
-    return min(width, cols & -cols)
 
 
 def _producer_at_tile(sch: Schedule, knobs: Knobs, par, stages: list, producers: set[str]) -> list:

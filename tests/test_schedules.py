@@ -10,7 +10,9 @@ tvm = pytest.importorskip("tvm")
 from tvm import te, topi  # noqa: E402
 from tvm.s_tir import Schedule  # noqa: E402
 
+from cinn.ir import TensorType  # noqa: E402
 from cinn.ops import PatternKind as K  # noqa: E402
+from cinn.ops import get_op, infer  # noqa: E402
 from cinn.schedules import apply_default, cpu_matmul, cpu_reduction  # noqa: E402
 from cinn.target import parse_target  # noqa: E402
 
@@ -220,3 +222,49 @@ def test_fallbacks():
     d = te.compute((4, 4), lambda i, j: te.sum(c[i, k] * c[j, k], axis=k), name="D")
     assert not cpu_matmul.applicable(schedule_of([*inputs, d]))
     check(inputs, [d], K.OUT_FUSIBLE, lambda a, b: [(a @ b) @ (a @ b).T])
+
+
+def _pool(shape, **attrs):
+    """cinn's max pool2d compute on an NCHW placeholder, and its numpy reference."""
+    op = get_op("pool2d")
+    a = op.attrs(pooling_type="max", ksize=[3, 3], **attrs)
+    x = te.placeholder(shape, name="x")
+    (out_type,) = infer(op, [TensorType(shape, "float32")], a)
+    return x, op.compute([x], a, [out_type])[0], lambda xa: op.reference([xa], a)
+
+
+@pytest.mark.parametrize("strides, paddings, vectorized", [([2, 2], [0, 0, 1, 1], True), ([1, 1], [1, 1], False)])
+def test_strided_pooling_window_is_vectorized_over_output_columns(strides, paddings, vectorized):
+    # a strided window reads scalars either way: vector max over 8 output columns wins; a stride-1 window with
+    # padding on both sides lost to per-lane bounds checks and stays scalar
+    x, y, ref = _pool((1, 8, 17 if vectorized else 16, 16 if not vectorized else 17), strides=strides,
+                      paddings=paddings)
+    sch = check([x], [y], K.NON_FUSIBLE, ref)
+    assert ("T.vectorized" in sch.mod.script()) == vectorized
+
+
+def test_concat_lanes_stay_within_one_channel():
+    # 3 x 28 x 28 per channel is a whole number of vectors: the vector loop runs over a channel's pixels, so the
+    # concat's select on the channel is one branch per vector instead of a gather per lane
+    a, b = te.placeholder((1, 3, 28, 28), name="a"), te.placeholder((1, 5, 28, 28), name="b")
+    y = topi.concatenate([a, b], axis=1)
+    sch = check([a, b], [y], K.INJECTIVE, lambda xa, xb: [np.concatenate([xa, xb], axis=1)])
+    loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[0])
+    assert [sch.get(lp).kind for lp in loops] == [tvm.tirx.ForKind.PARALLEL, tvm.tirx.ForKind.VECTORIZED]
+    assert int(sch.get(loops[0]).extent) == 8 * 28 * 28 // int(sch.get(loops[1]).extent)
+
+
+@pytest.mark.parametrize("c, o, hw, k, stride, want", [
+    (3, 64, 28, 7, 2, (1, 32, 3, 7)),   # a strided stem: output channels, not gathered input columns
+    (64, 1000, 13, 1, 1, (1, 8, 3, 13)),  # 1000 classes: 8-lane registers x 13 columns
+    (64, 256, 13, 3, 1, (1, 16, 3, 13)),  # 13 columns: 1 vector x 13, not 2 x 1
+    (256, 256, 14, 1, 1, (1, 32, 3, 14)),  # a 1x1 conv: 2 vectors x 14 columns (AVX-512)
+])
+def test_channel_tiles(c, o, hw, k, stride, want):
+    x = te.placeholder((1, c, hw, hw), name="x")
+    w = te.placeholder((c, k, k, o), name="w")  # IHWO, as pack_weights stores constant weights
+    y = topi.nn.conv2d_nchw(x, topi.transpose(w, (3, 0, 1, 2)), stride, k // 2, 1)
+    sch = schedule_of([x, w, y])
+    target = parse_target("llvm -mcpu=skylake-avx512 -num-cores=2")
+    t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), target)
+    assert (t.col, t.cols, t.row, t.rows) == want
