@@ -11,11 +11,12 @@ bias/activation.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from math import prod
 
 from tvm import DataType, tirx
-from tvm.s_tir import Schedule
+from tvm.s_tir import Schedule, ScheduleError
 from tvm.sym.pattern import detect_linear_equation
 
 from cinn.schedules.analysis import (
@@ -308,14 +309,15 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     write_back = sch.cache_write(main, 0, "global")
     _vector_axis_last(sch, main, tiling)
     reverse_inline_all(sch, write_back)
-    wb_name = sch.get(write_back).name_hint
-    stages = [b for b in blocks(sch) if not is_reduction(sch, b) and sch.get(b).name_hint != wb_name]
+    others = {b.name_hint for b in map(sch.get, blocks(sch))} - {sch.get(write_back).name_hint}
     par, row_outer, loops = _tile(sch, main, tiling, target, knobs)
     pack_outer = tiling.pack is not None and row_outer is not None
     if pack_outer:
         _pack(sch, main, tiling, par)
     elif tiling.pack is not None and tiling.pack_transposes:
         _pack_once(sch, main, tiling, target)
+    # the blocks still to schedule: producers and epilogues that were there before packing (not inlined by it)
+    stages = [b for b in blocks(sch) if sch.get(b).name_hint in others and not is_reduction(sch, b)]
     sch.reverse_compute_at(write_back, row_outer if pack_outer else par)
     stages = _producer_at_tile(sch, knobs, par, stages, producers)
     sch.parallel(par)
@@ -429,8 +431,14 @@ def _packed_copy(sch: Schedule, main, t: Tiling):
 
 
 def _pack(sch: Schedule, main, t: Tiling, par) -> None:
-    """Copy the vector operand's panel for this parallel tile into a contiguous buffer (vector axis last)."""
+    """Copy the vector operand's panel for this parallel tile into a contiguous buffer (vector axis last); a stage
+    that only views the operand differently (a 1x1 conv's flattened input) is read through by the copy, not copied
+    first."""
     panel = _packed_copy(sch, main, t)
+    for stage in sch.get_producers(panel):
+        if len(sch.get_consumers(stage)) == 1 and not is_reduction(sch, stage):
+            with contextlib.suppress(ScheduleError):  # a stage TVM cannot substitute stays one
+                sch.compute_inline(stage)
     sch.compute_at(panel, par)
     if t.pack_perm[-1] == len(t.pack_perm) - 1:  # contiguous copy: vectorize it
         _vectorize_innermost(sch, panel)

