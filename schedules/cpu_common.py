@@ -14,6 +14,7 @@ from cinn.schedules.analysis import (
     is_fresh,
     is_reduction,
     spatial_count,
+    vars_in,
     write_dtype,
 )
 from cinn.schedules.knobs import DEFAULT, Knob, Knobs, unroll
@@ -28,6 +29,7 @@ def lanes(dtype: str, target: Target) -> int:
     return max(1, target.vector_bits // bits)
 
 
+MIN_LANES = 4  # the narrowest vector registers worth using (xmm)
 WINDOW_MAX = 64  # reduced elements per output up to which a reduction is a window (pooling), vectorized over outputs
 
 
@@ -58,7 +60,7 @@ def _is_window(sch: Schedule, block, target: Target) -> bool:
         return False
     ext = extents(sch, sch.get_loops(block))
     n = spatial_count(sch, block)
-    if n == 0 or prod(ext[n:]) > WINDOW_MAX or register_lanes(ext[n - 1], lanes(write_dtype(sch, block), target)) < 4:
+    if n == 0 or prod(ext[n:]) > WINDOW_MAX or register_lanes(ext[n - 1], lanes(write_dtype(sch, block), target)) < MIN_LANES:
         return False
     var = sch.get(block).iter_vars[n - 1].var
     reads = [r for r in sch.get(block).reads if not r.source.same_as(sch.get(block).writes[0].source)]
@@ -92,8 +94,7 @@ def injective(sch: Schedule, block, target: Target, knobs: Knobs = DEFAULT) -> N
     if not loops:
         return
     extent = prod(extents(sch, loops))
-    width = lanes(write_dtype(sch, block), target)
-    cut = _vector_suffix(extents(sch, loops), width)
+    cut, width = _vector_suffix(sch, block, lanes(write_dtype(sch, block), target))
     outer, inner = loops[:cut], loops[cut:]
     inner_loop = sch.fuse(*inner) if len(inner) > 1 else inner[0]
     width = vector_width(sch, knobs, width, int(sch.get(inner_loop).extent), 4 if not outer else 1)
@@ -109,17 +110,21 @@ def injective(sch: Schedule, block, target: Target, knobs: Knobs = DEFAULT) -> N
     unroll(sch, knobs, fused)
 
 
-def _vector_suffix(ext: list[int], width: int) -> int:
-    """Where the vectorized (fused) inner loops start: the shortest suffix whose elements are a whole number of
-    vectors, so lanes never straddle an outer index (a concat's or a padding's select on the channel would make every
-    load a gather: shufflenet's concat + slices over 34-channel groups took 0.29 ms for 106K elements); all loops
-    when no suffix is."""
-    total = 1
-    for i in range(len(ext) - 1, 0, -1):
-        total *= ext[i]
-        if total % width == 0:
-            return i
-    return 0
+def _vector_suffix(sch: Schedule, block, width: int) -> tuple[int, int]:
+    """Where the vectorized (fused) inner loops start, and their lanes: the longest suffix of axes that every read
+    indexes by the bare iterator (or not at all), so lanes never straddle an axis with a select or index arithmetic
+    that would make every load a gather (a concat's or a channel shuffle's channel: shufflenet's concat + slices over
+    34-channel groups took 0.29 ms for 106K elements); all loops when that suffix is empty or under 4 lanes."""
+    loops = sch.get_loops(block)
+    if not is_fresh(sch, block):
+        return 0, width
+    iters = [iv.var for iv in sch.get(block).iter_vars]
+    indices = [rg.min for r in sch.get(block).reads for rg in r.region]
+    cut = len(iters)
+    while cut > 0 and all(e.same_as(iters[cut - 1]) or iters[cut - 1] not in vars_in(e) for e in indices):
+        cut -= 1
+    reg = register_lanes(prod(extents(sch, loops[cut:])), width)
+    return (cut, reg) if 0 < cut < len(iters) and reg >= MIN_LANES else (0, width)
 
 
 def vector_width(sch: Schedule, knobs: Knobs, width: int, extent: int, min_vectors: int = 1) -> int:

@@ -14,6 +14,7 @@ from cinn.ir import TensorType  # noqa: E402
 from cinn.ops import PatternKind as K  # noqa: E402
 from cinn.ops import get_op, infer  # noqa: E402
 from cinn.schedules import apply_default, cpu_matmul, cpu_reduction  # noqa: E402
+from cinn.schedules.analysis import extents  # noqa: E402
 from cinn.target import parse_target  # noqa: E402
 
 TARGET = parse_target("llvm")
@@ -241,6 +242,22 @@ def test_strided_pooling_window_is_vectorized_over_output_columns(strides, paddi
                       paddings=paddings)
     sch = check([x], [y], K.NON_FUSIBLE, ref)
     assert ("T.vectorized" in sch.mod.script()) == vectorized
+
+
+def test_channel_shuffle_lanes_stay_within_one_channel():
+    # a channel shuffle computes its input channel from the output's: 4-lane vectors over a channel's 14x14 pixels
+    # (196 = 49 x 4) instead of 16 lanes straddling channels, each load a gather
+    x = te.placeholder((1, 8, 14, 14), name="x")
+    y = x
+    for op, attrs in (("reshape", {"shape": (1, 2, 4, 14, 14)}), ("transpose", {"axis": (0, 2, 1, 3, 4)}),
+                      ("reshape", {"shape": (1, 8, 14, 14)})):
+        a = get_op(op).attrs(**attrs)
+        (t,) = infer(get_op(op), [TensorType(tuple(int(d) for d in y.shape), "float32")], a)
+        (y,) = get_op(op).compute([y], a, [t])
+    ref = lambda xa: [xa.reshape(1, 2, 4, 14, 14).transpose(0, 2, 1, 3, 4).reshape(1, 8, 14, 14)]
+    sch = check([x], [y], K.INJECTIVE, ref)
+    (out,) = sch.get_child_blocks(sch.get_sblock("root"))
+    assert extents(sch, sch.get_loops(out)[-1:]) == [4]
 
 
 def test_concat_lanes_stay_within_one_channel():
