@@ -76,13 +76,15 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     # a spatial block read by several consumers is kept (computed once per row) instead of recomputed per use
     inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
     depth = row_depth(sch, anchor)
+    # the work of a row: a GEMV's 1000 outputs are one element each but reduce 2048 products
+    work = max(prod(extents(sch, sch.get_loops(b))) for b in blocks(sch))
     partials = [p for b in blocks(sch) if is_reduction(sch, b) for p in _lane_partial(sch, b, target, knobs)]
     row, others = compute_at_row(sch, anchor, depth)
     for block in [*others, anchor]:
         if not any(sch.get(block).name_hint == sch.get(p).name_hint for p in partials):
             _vectorize_spatial(sch, block, target, knobs)
     rows = int(sch.get(row).extent)
-    big = rows > 1 and rows * prod(extents(sch, sch.get_loops(anchor)[1:])) >= PARALLEL_MIN
+    big = rows > 1 and work >= PARALLEL_MIN
     if rows > 1 and knobs.choose(sch, Knob.PARALLEL, [0, 1], int(big)):
         sch.parallel(row)  # before decompose_reduction, which leaves blocks parallel() refuses
     unroll(sch, knobs, row)
