@@ -45,11 +45,12 @@ def machine_peaks(target: Target, cache_dir: pathlib.Path) -> Peaks:
     return peaks
 
 
-def _seconds(func, *arrays: np.ndarray) -> float:
-    """Median seconds of one call of a built kernel."""
+def _seconds(func, target: Target, *arrays: np.ndarray) -> float:
+    """Median seconds of one call of a TVMScript kernel built for the target."""
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target.tvm())
     dev = tvm.cpu()
     args = [tvm.runtime.tensor(a, dev) for a in arrays]
-    return func.time_evaluator("main", dev, number=1, repeat=5)(*args).median
+    return lib.mod.time_evaluator("main", dev, number=1, repeat=5)(*args).median
 
 
 def _fma_gflops(target: Target) -> float:
@@ -69,8 +70,7 @@ def _fma_gflops(target: Target) -> float:
             for j in range(ACCUMULATORS):
                 a[c, T.Ramp(j * lanes, 1, lanes)] = acc[j]
 
-    lib = tvm.compile(tvm.IRModule({"main": fma.with_attr("global_symbol", "main")}), target=target.tvm())
-    seconds = _seconds(lib.mod, np.full((cores, ACCUMULATORS * lanes), 0.5, "float32"))
+    seconds = _seconds(fma, target, np.full((cores, ACCUMULATORS * lanes), 0.5, "float32"))
     return 2 * cores * ACCUMULATORS * lanes * FMA_ITERS / seconds / 1e9
 
 
@@ -84,6 +84,5 @@ def _copy_gbps(target: Target) -> float:
             for j in T.vectorized(lanes):
                 b[i, j] = a[i, j]
 
-    lib = tvm.compile(tvm.IRModule({"main": copy.with_attr("global_symbol", "main")}), target=target.tvm())
     data = np.ones((rows, lanes), "float32")
-    return 2 * data.nbytes / _seconds(lib.mod, data, np.empty_like(data)) / 1e9
+    return 2 * data.nbytes / _seconds(copy, target, data, np.empty_like(data)) / 1e9

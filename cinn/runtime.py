@@ -161,13 +161,13 @@ class Profile:
                     + ("" if self.peaks is None else f" {'peak':>10}"))
         for k in sorted(self.kernels, key=lambda k: -k.in_run_ms):
             rows.append(f"{k.name[:48]:<48} {k.in_run_ms:>10.4f} {k.alone_ms:>10.4f} {k.in_run_ms / self.run_ms:>6.1%} "
-                        f"{k.gflops:>8.1f} {k.gbps:>7.1f}" + ("" if self.peaks is None else f" {self._bound(k):>10}"))
+                        f"{k.gflops:>8.1f} {k.gbps:>7.1f}" + ("" if self.peaks is None else f" {self._nearer_peak(k):>10}"))
         rows.append(f"run {self.run_ms:.4f} ms = kernels {self.kernel_sum_ms:.4f} ms (alone {self.alone_sum_ms:.4f}) "
                     f"x {self.run_ms / max(self.kernel_sum_ms, 1e-12):.3f}; outside the kernels "
                     f"{self.run_ms - self.kernel_sum_ms:.4f} ms")
         return "\n".join(rows)
 
-    def _bound(self, k: KernelTime) -> str:
+    def _nearer_peak(self, k: KernelTime) -> str:
         """The percent of the nearer peak and which one: '62% FMA' or '80% mem'."""
         assert self.peaks is not None
         fma, mem = k.gflops / self.peaks.gflops, k.gbps / self.peaks.gbps

@@ -64,13 +64,14 @@ def _is_window(sch: Schedule, block, target: Target) -> bool:
         return False
     var = sch.get(block).iter_vars[n - 1].var
     reads = [r for r in sch.get(block).reads if not r.source.same_as(sch.get(block).writes[0].source)]
-    return bool(reads) and all(_stride(r.region[-1].min, var) > 1 for r in reads)
+    return bool(reads) and all((index_step(r.region[-1].min, var) or 0) > 1 for r in reads)
 
 
-def _stride(index, var) -> int:
-    """The constant step of an index per step of var (0 when it is not a constant multiple)."""
+def index_step(index, var) -> int | None:
+    """The constant step of an index per step of var (0 when it does not use var; None when the step is not a
+    constant)."""
     linear = detect_linear_equation(index, [var])
-    return int(linear[0]) if linear and isinstance(linear[0], tirx.IntImm) else 0
+    return int(linear[0]) if linear and isinstance(linear[0], tirx.IntImm) else None
 
 
 def window(sch: Schedule, block, target: Target) -> None:

@@ -45,6 +45,18 @@ class WeightLayout(enum.StrEnum):
     OIHW = "OIHW"
     IHWO = "IHWO"
 
+    def oihw(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """A weight shape of this layout in OIHW order (a shape that is not 4-D as it is, for the error message)."""
+        return (shape[3], *shape[:3]) if self is WeightLayout.IHWO and len(shape) == 4 else shape
+
+    def to_oihw(self, w: np.ndarray) -> np.ndarray:
+        """Weights of this layout as OIHW."""
+        return np.moveaxis(w, 3, 0) if self is WeightLayout.IHWO else w
+
+    def from_oihw(self, w: np.ndarray) -> np.ndarray:
+        """OIHW weights in this layout."""
+        return np.moveaxis(w, 0, 3) if self is WeightLayout.IHWO else w
+
 
 class PaddingAlgorithm(enum.StrEnum):
     """How conv2d/pool2d paddings are chosen: as given, to keep ceil(in/stride) outputs, or none."""
@@ -324,11 +336,6 @@ class Conv2dAttrs(Attrs):
         coerce_enum(self, "weight_layout", WeightLayout, "conv2d")
 
 
-def _oihw(ws: tuple[int, ...], a: Conv2dAttrs) -> tuple[int, ...]:
-    """The weight shape in OIHW order."""
-    return (ws[3], *ws[:3]) if a.weight_layout is WeightLayout.IHWO and len(ws) == 4 else ws
-
-
 def _conv_windows(xs: tuple[int, ...], ws: tuple[int, ...], a: Conv2dAttrs) -> tuple[_Window, _Window]:
     """Validate conv2d operands and resolve the window geometry (ws in OIHW order)."""
     _check_nchw("conv2d", a.data_format, xs)
@@ -346,14 +353,14 @@ def _conv_windows(xs: tuple[int, ...], ws: tuple[int, ...], a: Conv2dAttrs) -> t
 def _conv_infer(types: Sequence[TensorType], a: Conv2dAttrs) -> list[TensorType]:
     x, w = types
     dtype = same_dtype("conv2d", types)
-    ws = _oihw(w.shape, a)
+    ws = a.weight_layout.oihw(w.shape)
     h, wd = _conv_windows(x.shape, ws, a)
     return [TensorType((x.shape[0], ws[0], h.out, wd.out), dtype)]
 
 
 def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
     x, w = tensors
-    ws = _oihw(_fshape(w), a)
+    ws = a.weight_layout.oihw(_fshape(w))
     h, wd = _conv_windows(_fshape(x), ws, a)
     weight = (lambda o, c, y, z: w[c, y, z, o]) if a.weight_layout is WeightLayout.IHWO else w
     if _is_flat_pointwise(ws, (h, wd), a):
@@ -395,12 +402,12 @@ def _pointwise_compute(x, weight, out: TensorType):
 
 
 def _conv_flops(types: Sequence[TensorType], a: Conv2dAttrs, outs: Sequence[TensorType]) -> int:
-    return 2 * outs[0].size * math.prod(_oihw(types[1].shape, a)[1:])
+    return 2 * outs[0].size * math.prod(a.weight_layout.oihw(types[1].shape)[1:])
 
 
 def _conv_reference(arrays: Sequence[np.ndarray], a: Conv2dAttrs) -> list[np.ndarray]:
     x, w = arrays
-    w = np.moveaxis(w, 3, 0) if a.weight_layout is WeightLayout.IHWO else w
+    w = a.weight_layout.to_oihw(w)
     h, wd = _conv_windows(x.shape, w.shape, a)
     g, (n, c) = a.groups, x.shape[:2]
     xp = np.pad(_accumulate(x), ((0, 0), (0, 0), (h.pad_begin, h.pad_end), (wd.pad_begin, wd.pad_end)))

@@ -70,7 +70,6 @@ class OpDef:
     index_input: int | None = None
     flops: FlopsFn | None = None  # None: one per element read or written, whichever is more
 
-
     @property
     def is_composite(self) -> bool:
         return self.decompose is not None

@@ -27,7 +27,7 @@ def _pack(rw: Rewriter, node: Node) -> bool:
     if data is None:
         return False
     if node.op == "conv2d" and (conv := cast(Conv2dAttrs, node.attrs)).weight_layout is WeightLayout.OIHW:
-        packed = rw.new_constant(np.moveaxis(data, 0, 3), f"{w.name}_ihwo")
+        packed = rw.new_constant(WeightLayout.IHWO.from_oihw(data), f"{w.name}_ihwo")
         rw.keep(node, inputs=(x, packed), attrs=dataclasses.replace(conv, weight_layout=WeightLayout.IHWO))
         return True
     mm = cast(MatmulAttrs, node.attrs)

@@ -13,8 +13,9 @@ from cinn.passes.simplify import simplify
 
 def optimize(program: Program, passes: bool = True) -> Program:
     """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), decompose,
-    simplify what the expansions emit, rewrite convs into denser forms (conv_forms), then fold constant subgraphs (the groups' weights),
-    merge common subexpressions, drop what no output needs and store constant weights as the kernels read them."""
+    simplify what the expansions emit, rewrite convs into denser forms (conv_forms), then fold constant subgraphs
+    (the split groups' weight slices), merge common subexpressions, drop what no output needs and store constant
+    weights as the kernels read them."""
     if not passes:
         return decompose(program)
     program = simplify(program)

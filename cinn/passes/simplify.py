@@ -164,9 +164,11 @@ def pow_to_roots(rw: Rewriter, node: Node) -> bool:
         return False
     x, e = rw.inputs(node)
     c = rw.constant(e)
-    if c is None or c.size != 1 or x.shape != node.outputs[0].shape or float(c.reshape(())) not in (0.5, 0.75, 1, 2):
+    if c is None or c.size != 1 or x.shape != node.outputs[0].shape:
         return False
     exponent = float(c.reshape(()))
+    if exponent not in (0.5, 0.75, 1, 2):
+        return False
     if exponent == 1:
         rw.substitute(node.outputs[0], x)
         return True
