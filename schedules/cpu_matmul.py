@@ -15,7 +15,7 @@ import contextlib
 from dataclasses import dataclass
 from math import prod
 
-from tvm import DataType
+from tvm import DataType, tirx
 from tvm.s_tir import Schedule, ScheduleError
 
 from cinn.schedules.analysis import (
@@ -171,9 +171,14 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     free = [i for i in range(n) if i != col and block.iter_vars[i].var not in used and ext[i] > 1]
     row = free[-1] if free else (col - 1 if col > 0 else None)
     row2, in_vector = _second_row_axis(block, n, ext, col, free[-1]) if free else (None, False)
-    default_cols, default_rows, default_rows2 = _default_tile(ext, n, col, row, row2, in_vector, width, target,
-                                                              write_dtype(sch, main))
-    cols = knobs.choose(sch, Knob.COLS, _col_candidates(ext[col], width, default_cols), default_cols)
+    panel = _panel_width(block, col, vec_reads)
+    if panel:  # a register tile reads whole columns of one panel
+        default_cols, default_rows = _panel_tile(panel, ext[row] if row is not None else 1, width, target)
+        default_rows2 = 1
+    else:
+        default_cols, default_rows, default_rows2 = _default_tile(ext, n, col, row, row2, in_vector, width, target,
+                                                                  write_dtype(sch, main))
+    cols = knobs.choose(sch, Knob.COLS, _col_candidates(panel or ext[col], width, default_cols), default_cols)
     # a tile with more accumulators than registers spills every step, and its unrolled body took seconds to build
     registers = target.vector_registers
     vectors = max(1, cols // width)
@@ -187,6 +192,15 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     if pack is not None and not knobs.choose(sch, Knob.PACK, [0, 1], 1):
         pack, perm = None, ()
     return Tiling(col, cols, row, rows, row2, rows2, pack, perm)
+
+
+def _panel_tile(panel: int, rows: int, width: int, target: Target) -> tuple[int, int]:
+    """(cols, rows) of a tile over a packed panel: the most FMAs per load with the vector registers left for a
+    panel row and a broadcast (3 x 8 on AVX-512, 3 x 4 on AVX2: no per-tile copy competes for them)."""
+    vectors = [v for v in range(1, panel // width + 1) if panel % (v * width) == 0]
+    budget = target.vector_registers - 4
+    v, r, _ = _register_tile(vectors, divisors(rows, budget), [1], budget, False)
+    return v * width, r
 
 
 def _fitting_rows(extent: int, vectors: int, registers: int, default: int) -> list[int]:
@@ -259,7 +273,8 @@ def _vector_axis(sch: Schedule, knobs: Knobs, block, n: int, ext: list[int], wid
     either where both exist; the accumulator tile is laid out with the vector axis last."""
     last = n - 1
     last_reads = _reads_using(block, last)
-    if ext[last] % width == 0 and _packable(block, n, last, last_reads)[0] is not None:
+    if ext[last] % width == 0 and (_packable(block, n, last, last_reads)[0] is not None
+                                   or _panel_width(block, last, last_reads)):
         return last
     reads = {c: _reads_using(block, c) for c in range(last) if register_lanes(ext[c], width) >= width // 2}
     channel = [c for c, rs in reads.items()
@@ -275,6 +290,18 @@ def _unit_stride(var, reads: list) -> bool:
     gathers of a strided conv's input (resnet50's 7x7 stride-2 stem: 3.76 ms over output columns, 0.82 ms over
     output channels)."""
     return all(index_step(r.region[-1].min, var) in (0, 1) for r in reads)
+
+
+def _panel_width(block, col: int, vec_reads: list) -> int:
+    """The width of the column panels the vector operand is stored in ([N / p, K, p], indexed [j // p, k, j % p]: a
+    matmul's constant weights, MatmulAttrs.y_panel), 0 when it is not."""
+    if len(vec_reads) != 1:
+        return 0
+    last = vec_reads[0].region[-1].min
+    var = block.iter_vars[col].var
+    if isinstance(last, tirx.FloorMod) and last.a.same_as(var) and isinstance(last.b, tirx.IntImm):
+        return int(last.b)
+    return 0
 
 
 def _packable(block, n: int, col: int, vec_reads: list) -> tuple[int | None, tuple[int, ...]]:

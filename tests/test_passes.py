@@ -204,14 +204,19 @@ def test_pack_weights_stores_conv_and_matmul_weights_as_the_kernels_read_them(tm
     z = b.conv2d(x, v)  # a weight given at run time stays OIHW
     rows = b.matmul(b.reshape(y, [2, 84]), b.create_constant(rand(5, 84), "m"), trans_y=True)
     gemv = b.matmul(b.reshape(y, [1, 168]), b.create_constant(rand(168, 3), "g"))
-    program = b.build([rows, gemv, z])
+    t = b.reshape(y, [2, 3, 28])
+    panels = [b.matmul(t, b.create_constant(rand(28, 96), "p48")),  # batched x, one 2-D weight
+              b.matmul(t, b.create_constant(rand(32, 28), "p32"), trans_y=True, alpha=0.5)]
+    program = b.build([rows, gemv, z, *panels])
     feeds = {"x": rand(1, 4, 7, 7), "v": rand(6, 4, 1, 1)}
     result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
     convs = [n for n in result.nodes if n.op == "conv2d"]
     assert [str(n.attrs.weight_layout) for n in convs] == ["IHWO", "OIHW"]
-    # a matmul's weights go [K, N]; a single row's (a GEMV) [N, K], one dot product per output
-    assert [v.shape for v in result.const_values] == [(2, 3, 3, 6), (84, 5), (3, 168)]
-    assert [n.attrs.trans_y for n in result.nodes if n.op == "matmul"] == [False, True]
+    # a matmul's weights go to column panels [N / p, K, p], or [K, N] where no panel width divides N; a single row's
+    # (a GEMV) [N, K], one dot product per output
+    assert [v.shape for v in result.const_values] == [(2, 3, 3, 6), (84, 5), (3, 168), (2, 28, 48), (1, 28, 32)]
+    matmuls = [n.attrs for n in result.nodes if n.op == "matmul"]
+    assert [(a.trans_y, a.y_panel) for a in matmuls] == [(False, 0), (True, 0), (False, 48), (False, 32)]
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 

@@ -89,11 +89,15 @@ def _accumulate(x: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class MatmulAttrs(Attrs):
-    """out = alpha * op(x) @ op(y), op transposing the last two axes when trans_* is set."""
+    """out = alpha * op(x) @ op(y), op transposing the last two axes when trans_* is set.
+
+    `y_panel` > 0 says a 2-D y is stored as column panels, [N / y_panel, K, y_panel]: each register tile of the
+    kernel then streams one contiguous panel (the pack_weights pass stores constant weights so; not a user option)."""
 
     trans_x: bool = False
     trans_y: bool = False
     alpha: float = 1.0
+    y_panel: int = 0
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,10 @@ def _matmul_shape(xs: tuple[int, ...], ys: tuple[int, ...], a: MatmulAttrs) -> _
     if not xs or not ys:
         raise ValueError(f"matmul: shapes {xs} and {ys}: operands must have at least one dimension")
     xm, xk = (1, xs[0]) if len(xs) == 1 else (xs[-1], xs[-2]) if a.trans_x else xs[-2:]
+    if a.y_panel:
+        if len(ys) != 3 or ys[-1] != a.y_panel or a.trans_y:
+            raise ValueError(f"matmul: y of shape {ys} is not stored as [N / {a.y_panel}, K, {a.y_panel}] panels")
+        ys = (ys[1], ys[0] * ys[2])
     yk, yn = (ys[0], 1) if len(ys) == 1 else (ys[-1], ys[-2]) if a.trans_y else ys[-2:]
     if xk != yk:
         raise ValueError(f"matmul: shapes {xs} and {ys} are incompatible (K {xk} vs {yk})")
@@ -153,10 +161,22 @@ def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
         m = None if s.x_vec else rest.pop(0)
         n = None if s.y_vec else rest.pop(0)
         # x is [.., m, k], y is [.., k, n]; the transposed operand is indexed directly (no transpose stage)
-        prod = x(*_operand_index(xs, b, m, k, a.trans_x)) * y(*_operand_index(ys, b, k, n, a.trans_y))
+        yi = [n // a.y_panel, k, n % a.y_panel] if a.y_panel else _operand_index(ys, b, k, n, a.trans_y)
+        prod = x(*_operand_index(xs, b, m, k, a.trans_x)) * y(*yi)
         return te.sum(prod if a.alpha == 1.0 else prod * const(a.alpha, dtype), axis=k)
 
     return [te.compute(s.out, body, name="matmul")]
+
+
+def panel(y: np.ndarray, width: int) -> np.ndarray:
+    """[K, N] -> [N / width, K, width] column panels (MatmulAttrs.y_panel)."""
+    k, n = y.shape
+    return np.ascontiguousarray(y.reshape(k, n // width, width).transpose(1, 0, 2))
+
+
+def unpanel(y: np.ndarray) -> np.ndarray:
+    """Column panels [N / width, K, width] -> [K, N]."""
+    return y.transpose(1, 0, 2).reshape(y.shape[1], -1)
 
 
 def _matmul_flops(types: Sequence[TensorType], a: MatmulAttrs, outs: Sequence[TensorType]) -> int:
@@ -169,6 +189,8 @@ def _matmul_reference(arrays: Sequence[np.ndarray], a: MatmulAttrs) -> list[np.n
     x, y = arrays
     xt = np.swapaxes(x, -1, -2) if a.trans_x and x.ndim >= 2 else x
     yt = np.swapaxes(y, -1, -2) if a.trans_y and y.ndim >= 2 else y
+    if a.y_panel:
+        yt = unpanel(y)
     out = np.matmul(_accumulate(xt), _accumulate(yt))
     if a.alpha != 1.0:
         out = out * a.alpha

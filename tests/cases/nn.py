@@ -36,6 +36,7 @@ CASES = [
     Case("matmul", (_f(3, 4), _f(4,)), **ACC, id="matmul-mat-vec"),
     Case("matmul", (_f(5,), _f(5,)), **ACC, id="matmul-dot"),
     Case("matmul", (((3, 4), "int32"), ((4, 2), "int32")), id="matmul-int"),
+    Case("matmul", (_f(2, 8, 6), _f(3, 6, 16)), {"y_panel": 16, "alpha": 0.5}, **ACC, id="matmul-panels"),
     _conv((1, 3, 6, 6), (4, 3, 3, 3)),
     _conv((2, 2, 7, 7), (3, 2, 3, 3), "conv2d-stride-pad", strides=[2, 2], paddings=[1, 1]),
     _conv((1, 2, 6, 7), (2, 2, 2, 3), "conv2d-asym-pad-dilation", paddings=[1, 0, 2, 1], dilations=[2, 1]),
