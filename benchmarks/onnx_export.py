@@ -173,6 +173,17 @@ def _transpose(e: _Emitter, n: Node) -> None:
     e.emit("Transpose", [n.inputs[0].name], n.outputs[0].name, perm=[int(p) for p in n.attrs.axis])
 
 
+def _gather(e: _Emitter, n: Node) -> None:
+    e.emit("Gather", [v.name for v in n.inputs], n.outputs[0].name, axis=int(n.attrs.axis))
+
+
+def _slice(e: _Emitter, n: Node) -> None:
+    a = n.attrs
+    ints = [e.const(np.array(v, np.int64), label) for v, label in ((a.starts, "starts"), (a.ends, "ends"), (a.axes, "axes"))]
+    steps = [e.const(np.array(a.strides, np.int64), "steps")] if a.strides else []
+    e.emit("Slice", [n.inputs[0].name, *ints, *steps], n.outputs[0].name)
+
+
 CONVERTERS: dict[str, Converter] = {
     **{op: _simple(t) for op, t in _UNARY.items()},
     **{op: _simple(t) for op, t in _BINARY.items()},
@@ -186,6 +197,8 @@ CONVERTERS: dict[str, Converter] = {
     "log_softmax": _softmax_like("LogSoftmax"),
     "reshape": _reshape,
     "transpose": _transpose,
+    "gather": _gather,
+    "slice": _slice,
 }
 
 

@@ -44,6 +44,19 @@ class _Builder:
         self.feeds[name] = random_array(self.rng, shape, "float32")
         return self.b.create_input("float32", shape, name)
 
+    def tokens(self, shape: tuple[int, ...], vocab: int, name: str) -> Value:
+        """An int64 input of token ids, random in [0, vocab)."""
+        self.feeds[name] = self.rng.integers(0, vocab, shape, dtype=np.int64)
+        return self.b.create_input("int64", shape, name)
+
+    def padding_mask(self, batch: int, seq: int, step: int) -> Value:
+        """A float32 attention-mask input: 1 for tokens, 0 for the last step * k positions of row k."""
+        mask = np.ones((batch, seq), np.float32)
+        for row in range(batch):
+            mask[row, seq - min(seq - 1, step * row) :] = 0.0
+        self.feeds["attention_mask"] = mask
+        return self.b.create_input("float32", (batch, seq), "attention_mask")
+
     def weight(self, shape: tuple[int, ...], name: str, fan_in: int | None = None) -> Value:
         """A random constant, scaled by 1/sqrt(fan_in) so activations stay O(1)."""
         scale = 1.0 / math.sqrt(fan_in) if fan_in else 1.0
@@ -113,26 +126,86 @@ def attention_softmax(small: bool = False) -> BenchModel:
 def encoder(small: bool = False) -> BenchModel:
     """One post-norm transformer encoder layer: seq 128, hidden 768, 12 heads, MLP 3072, batch 1."""
     seq, hidden, heads, ffn = (8, 16, 2, 32) if small else (128, 768, 12, 3072)
-    head_dim = hidden // heads
     m = _Builder("encoder")
-    b = m.b
-    x = m.input((seq, hidden))
-
-    def split_heads(v: Value) -> Value:  # (seq, hidden) -> (heads, seq, head_dim)
-        return b.transpose(b.reshape(v, [seq, heads, head_dim]), [1, 0, 2])
-
-    q, k, v = (split_heads(m.dense(x, hidden, name)) for name in ("q", "k", "v"))
-    scores = b.matmul(q, k, trans_y=True, alpha=1.0 / math.sqrt(head_dim))
-    ctx = b.matmul(b.softmax(scores, axes=[-1]), v)
-    ctx = b.reshape(b.transpose(ctx, [1, 0, 2]), [seq, hidden])
-    x = m.layer_norm(b.add(x, m.dense(ctx, hidden, "proj")), "ln1")
-    h = b.gelu(m.dense(x, ffn, "fc1"), approximate=False)
-    x = m.layer_norm(b.add(x, m.dense(h, hidden, "fc2")), "ln2")
+    x = _encoder_layer(m, m.input((seq, hidden)), heads, ffn, None, "")
     return m.finish("encoder", [x])
 
 
+def bert_base(small: bool = False, batch: int = 1) -> BenchModel:
+    """BERT-base as PyTorch exports it: token, position and segment embeddings (Gather), a padding mask, 12 post-norm
+    encoder layers (hidden 768, 12 heads, erf GELU MLP 3072); seq 128. The mask pads the last 8k tokens of row k."""
+    layers, seq, hidden, heads, ffn, vocab = (2, 8, 16, 2, 32, 50) if small else (12, 128, 768, 12, 3072, 30522)
+    name = "bert_base" if batch == 1 else f"bert_base_b{batch}"
+    m = _Builder(name)
+    ids = m.tokens((batch, seq), vocab, "input_ids")
+    mask = m.padding_mask(batch, seq, step=max(1, seq // 16))
+    x = m.b.gather(m.weight((vocab, hidden), "word_embeddings"), ids, axis=0)
+    x = m.b.add(m.b.add(x, m.weight((seq, hidden), "position_embeddings")), m.weight((hidden,), "token_type_embedding"))
+    x = m.layer_norm(x, "emb_ln")
+    # (1 - mask) * -10000, broadcast over heads and query rows
+    bias = m.b.reshape(m.b.scale(mask, scale=10000.0, bias=-10000.0), [batch, 1, 1, seq])
+    for i in range(layers):
+        x = _encoder_layer(m, x, heads, ffn, bias, f"l{i}_")
+    return m.finish(name, [x])
+
+
+def bert_base_b8(small: bool = False) -> BenchModel:
+    """BERT-base at batch 8 (see bert_base)."""
+    return bert_base(small, batch=8)
+
+
+def gpt2(small: bool = False) -> BenchModel:
+    """A GPT-2-style decoder (124M) on a 128-token prefill: token and position embeddings, 12 pre-norm layers (hidden
+    768, 12 heads, one fused QKV projection, causal mask, tanh GELU MLP 3072), a final layer norm and logits over
+    the 50257-token vocabulary through the tied token embeddings."""
+    layers, seq, hidden, heads, vocab = (2, 8, 16, 2, 50) if small else (12, 128, 768, 12, 50257)
+    m = _Builder("gpt2")
+    b = m.b
+    wte = m.weight((vocab, hidden), "wte", fan_in=hidden)
+    x = b.add(b.gather(wte, m.tokens((1, seq), vocab, "input_ids"), axis=0), m.weight((seq, hidden), "wpe"))
+    causal = np.triu(np.full((seq, seq), -10000.0, np.float32), 1)
+    bias = b.create_constant(causal, "causal_mask")
+    for i in range(layers):
+        qkv = m.dense(m.layer_norm(x, f"l{i}_ln1"), 3 * hidden, f"l{i}_qkv")
+        q, k, v = (b.slice(qkv, axes=[2], starts=[j * hidden], ends=[(j + 1) * hidden]) for j in range(3))
+        x = b.add(x, m.dense(_attention(m, q, k, v, heads, bias), hidden, f"l{i}_proj"))
+        h = b.gelu(m.dense(m.layer_norm(x, f"l{i}_ln2"), 4 * hidden, f"l{i}_fc"), approximate=True)
+        x = b.add(x, m.dense(h, hidden, f"l{i}_mlp_proj"))
+    logits = b.matmul(m.layer_norm(x, "ln_f"), wte, trans_y=True)
+    return m.finish("gpt2", [logits])
+
+
+def _attention(m: _Builder, q: Value, k: Value, v: Value, heads: int, bias: Value | None) -> Value:
+    """Multi-head scaled dot-product attention over [..., seq, hidden] projections, as exporters write it: heads
+    split by Reshape/Transpose, softmax(q k^T / sqrt(d) + bias) v, heads merged back."""
+    b = m.b
+    *lead, seq, hidden = q.shape
+    head_dim = hidden // heads
+    n = len(lead)
+    perm = [*range(n), n + 1, n, n + 2]  # [..., seq, heads, d] <-> [..., heads, seq, d]
+
+    def split(t: Value) -> Value:
+        return b.transpose(b.reshape(t, [*lead, seq, heads, head_dim]), perm)
+
+    scores = b.matmul(split(q), split(k), trans_y=True, alpha=1.0 / math.sqrt(head_dim))
+    if bias is not None:
+        scores = b.add(scores, bias)
+    ctx = b.matmul(b.softmax(scores, axes=[-1]), split(v))
+    return b.reshape(b.transpose(ctx, perm), [*lead, seq, hidden])
+
+
+def _encoder_layer(m: _Builder, x: Value, heads: int, ffn: int, bias: Value | None, prefix: str) -> Value:
+    """A post-norm encoder layer (BERT's): attention, residual, layer norm, erf-GELU MLP, residual, layer norm."""
+    b = m.b
+    hidden = x.shape[-1]
+    q, k, v = (m.dense(x, hidden, f"{prefix}{name}") for name in ("q", "k", "v"))
+    x = m.layer_norm(b.add(x, m.dense(_attention(m, q, k, v, heads, bias), hidden, f"{prefix}proj")), f"{prefix}ln1")
+    h = b.gelu(m.dense(x, ffn, f"{prefix}fc1"), approximate=False)
+    return m.layer_norm(b.add(x, m.dense(h, hidden, f"{prefix}fc2")), f"{prefix}ln2")
+
+
 MODELS: dict[str, Callable[[bool], BenchModel]] = {
-    f.__name__: f for f in (mlp, conv_bn_relu, layernorm_gelu, attention_softmax, encoder)
+    f.__name__: f for f in (mlp, conv_bn_relu, layernorm_gelu, attention_softmax, encoder, bert_base, bert_base_b8, gpt2)
 }
 
 
