@@ -349,14 +349,14 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     for inner in (inner_row2, inner_row):
         if inner is not None:
             sch.unroll(inner)
-    _vectorize_registers(sch, inner_col, tiling.cols, lanes(write_dtype(sch, main), target))
+    vectorize_registers(sch, inner_col, tiling.cols, lanes(write_dtype(sch, main), target))
     init = sch.decompose_reduction(main, reduce_loops[0])
-    _vectorize_innermost(sch, init)
+    vectorize_innermost(sch, init)
     for stage in stages:  # producers (padding) and epilogues TVM would not inline
         injective(sch, stage, target)
 
 
-def _vectorize_registers(sch: Schedule, loop, cols: int, width: int) -> None:
+def vectorize_registers(sch: Schedule, loop, cols: int, width: int) -> None:
     """Vectorize the tile's vector loop one register at a time, unrolling over its registers: LLVM scalarizes a
     loop-carried accumulator that is not a power of two lanes wide (a 48-lane tile of a 576->96 1x1 conv moved every
     lane through the stack, 7.8 GFLOP/s; a 28-lane one of shufflenet's grouped 1x1 convs too)."""
@@ -376,7 +376,7 @@ def _producer_at_tile(sch: Schedule, knobs: Knobs, par, stages: list, producers:
     if len(mine) != 1 or not knobs.choose(sch, Knob.PRODUCER_AT_TILE, [0, 1], 1):
         return stages
     sch.compute_at(mine[0], par)
-    _vectorize_innermost(sch, mine[0])
+    vectorize_innermost(sch, mine[0])
     return [b for b in stages if b not in mine]
 
 
@@ -463,7 +463,7 @@ def _pack(sch: Schedule, main, t: Tiling, par) -> None:
                 sch.compute_inline(stage)
     sch.compute_at(panel, par)
     if t.pack_perm[-1] == len(t.pack_perm) - 1:  # contiguous copy: vectorize it
-        _vectorize_innermost(sch, panel)
+        vectorize_innermost(sch, panel)
 
 
 def _pack_once(sch: Schedule, main, t: Tiling, target: Target) -> None:
@@ -476,10 +476,10 @@ def _pack_once(sch: Schedule, main, t: Tiling, target: Target) -> None:
 def _vectorize_write_back(sch: Schedule, write_back, t: Tiling) -> None:
     """Vectorize the write-back (with its epilogue) over the tile's vector axis."""
     if t.cols > 1:
-        _vectorize_innermost(sch, write_back)
+        vectorize_innermost(sch, write_back)
 
 
-def _vectorize_innermost(sch: Schedule, block) -> None:
+def vectorize_innermost(sch: Schedule, block) -> None:
     """Vectorize a block's innermost loop when it is wider than one element."""
     loops = sch.get_loops(block)
     if loops and extents(sch, loops[-1:])[0] > 1:

@@ -17,6 +17,7 @@ from cinn import cli  # noqa: E402
 from cinn.benchmarks.real_models import MODELS, light_path  # noqa: E402
 from cinn.frontend.onnx import OnnxImportError  # noqa: E402
 from cinn.machine import Peaks  # noqa: E402
+from cinn.passes.pipeline import optimize  # noqa: E402
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 RNG = np.random.default_rng(0)
@@ -285,6 +286,8 @@ def test_bert_style_encoder_matches_onnxruntime(tmp_cache):
         n("MatMul", ["gelu", "w2"], ["f6"]), n("Add", ["f6", "ln1"], ["y"]),
     ]
     model = make_model(nodes, [("x", F32, (1, s, d))], [("y", F32, None)], inits)
+    # the head splits, both MatMuls, the Div and the Softmax become one fused attention op
+    assert [n.op for n in optimize(cinn.load_onnx(model)).nodes].count("attention") == 1
     assert_matches_ort(model, {"x": rand(1, s, d)}, tmp_cache, rtol=1e-3, atol=1e-4)
 
 

@@ -220,6 +220,19 @@ def test_pack_weights_stores_conv_and_matmul_weights_as_the_kernels_read_them(tm
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 
+def test_pack_weights_pads_odd_wide_weights_to_whole_panels(tmp_cache):
+    b = cinn.NetBuilder("pad")
+    x = b.create_input("float32", (2, 9, 28), "x")
+    y = b.add(b.matmul(x, b.create_constant(rand(257, 28), "vocab"), trans_y=True), b.create_constant(rand(257), "c"))
+    program = b.build([y])
+    feeds = {"x": rand(2, 9, 28)}
+    result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
+    # N = 257 has no 8-lane divisor: 6 zero-padded 48-column panels, then the first 257 columns
+    assert [v.shape for v in result.const_values if v.name != "c"] == [(6, 28, 48)]
+    assert [n.op for n in result.nodes] == ["matmul", "slice", "add"]
+    check_compiled(program, feeds, tmp_cache, rtol=1e-4)
+
+
 @pytest.mark.parametrize("groups, out_channels, split", [(2, 64, True), (4, 64, False), (8, 8, False)])
 def test_split_groups_makes_one_dense_conv_per_wide_group(groups, out_channels, split, tmp_cache):
     b = cinn.NetBuilder("groups")

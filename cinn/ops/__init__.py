@@ -1,4 +1,5 @@
 """The op table; importing this package registers every op."""
+from cinn.ops import attention as _attention  # noqa: F401  (registers)
 from cinn.ops import elementwise as _elementwise  # noqa: F401  (registers)
 from cinn.ops import nn as _nn  # noqa: F401  (registers)
 from cinn.ops import reduction as _reduction  # noqa: F401  (registers)

@@ -93,7 +93,7 @@ def register_elementwise(
 
     def compute(tensors, a: Attrs, out_types: Sequence[TensorType]):
         if fast_f32 is not None and tensors[0].dtype == "float32":
-            return [_keep_nan(tensors[0], fast_f32(*tensors, a) if with_attrs else fast_f32(*tensors))]
+            return [keep_nan(tensors[0], fast_f32(*tensors, a) if with_attrs else fast_f32(*tensors))]
         fn = (lambda *xs: te_fn(*xs, a)) if with_attrs else te_fn
         return [elementwise_compute(name, tensors, out_types[0], fn)]
 
@@ -112,7 +112,8 @@ def register_elementwise(
     )
 
 
-def _keep_nan(x, fast):
+def keep_nan(x, fast, name: str = ""):
     """A fast float32 form with NaN inputs passed through: its polynomials clamp their argument (exp to +-88), which
     turns NaN into a number."""
-    return te.compute(fast.shape, lambda *i: tvm.tirx.Select(tvm.tirx.isnan(x(*i)), x(*i), fast(*i)), name=f"{fast.op.name}_nan")
+    return te.compute(fast.shape, lambda *i: tvm.tirx.Select(tvm.tirx.isnan(x(*i)), x(*i), fast(*i)),
+                      name=name or f"{fast.op.name}_nan")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from cinn.ir import Program
+from cinn.passes.attention import fuse_attention
 from cinn.passes.conv_forms import conv_forms
 from cinn.passes.cse import cse
 from cinn.passes.dce import dce
@@ -12,12 +13,13 @@ from cinn.passes.simplify import simplify
 
 
 def optimize(program: Program, passes: bool = True) -> Program:
-    """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), decompose,
+    """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), fuse
+    attention subgraphs into one op (the softmax is still one node), decompose,
     simplify what the expansions emit, rewrite convs into denser forms (conv_forms), then fold constant subgraphs
     (the split groups' weight slices), merge common subexpressions, drop what no output needs and store constant
     weights as the kernels read them."""
     if not passes:
         return decompose(program)
-    program = simplify(program)
+    program = fuse_attention(simplify(program))
     program = conv_forms(simplify(decompose(program)))
     return dce(pack_weights(dce(cse(fold_constants(program)))))

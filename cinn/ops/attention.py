@@ -1,0 +1,157 @@
+"""Fused multi-head attention: softmax(q k^T * scale + bias) v per head, in one kernel.
+
+The fuse_attention pass recognizes the op from the graph exporters write (head splits by Reshape/Transpose, two
+matmuls, a softmax); NetBuilder users may also call it directly. q, k and v keep their [..., seq, heads * dim] layout:
+the kernel indexes heads in place, so no transpose copies are made.
+
+The compute is staged so the CPU schedule (schedules/cpu_attention.py) can keep one block of query rows' scores in
+cache: scores are stored keys-major ([..., heads, keys, queries]) so the softmax over keys and both matmuls run as
+vector operations across queries (q is transposed per block, a small copy), never as horizontal reductions.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import te, tirx, topi
+
+from cinn.ir import Attrs, TensorType
+from cinn.ops.common import keep_nan, same_dtype
+from cinn.ops.registry import DtypeClass, OpDef, PatternKind, register
+from cinn.ops.te_util import broadcast_index, const
+
+
+@dataclass(frozen=True)
+class AttentionAttrs(Attrs):
+    """`heads` heads share q/k/v's last axis (head h owns columns h*d .. h*d+d-1); logits are scaled by `scale`."""
+
+    heads: int = 1
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """The sizes of one attention application."""
+
+    batch: tuple[int, ...]
+    queries: int
+    keys: int
+    heads: int
+    dim: int  # per head, of q and k
+    value_dim: int  # per head, of v and the output
+
+    @property
+    def logits(self) -> tuple[int, ...]:
+        """The shape the bias broadcasts to: [..., heads, queries, keys]."""
+        return (*self.batch, self.heads, self.queries, self.keys)
+
+
+def attention_shape(types: Sequence[TensorType], a: AttentionAttrs) -> AttentionShape:
+    """Validate q, k, v and bias shapes (errors name every shape)."""
+    q, k, v, bias = (t.shape for t in types)
+    where = f"attention: q {q}, k {k}, v {v}, bias {bias}, heads {a.heads}"
+    if a.heads < 1:
+        raise ValueError(f"{where}: heads must be positive")
+    if min(len(q), len(k), len(v)) < 2 or not len(q) == len(k) == len(v):
+        raise ValueError(f"{where}: q, k and v must be [..., seq, heads * dim] of one rank (at least 2)")
+    if not q[:-2] == k[:-2] == v[:-2] or k[-2] != v[-2] or q[-1] != k[-1]:
+        raise ValueError(f"{where}: q, k and v disagree on batch, key count or head size")
+    if q[-1] % a.heads or v[-1] % a.heads:
+        raise ValueError(f"{where}: the last axes of q and v must divide into {a.heads} heads")
+    s = AttentionShape(q[:-2], q[-2], k[-2], a.heads, q[-1] // a.heads, v[-1] // a.heads)
+    if not broadcasts_to(bias, s.logits):
+        raise ValueError(f"{where}: bias must broadcast to [..., heads, queries, keys] = {s.logits}")
+    return s
+
+
+def broadcasts_to(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
+    """Whether numpy broadcasts `shape` to exactly `to`."""
+    try:
+        return len(shape) <= len(to) and tuple(np.broadcast_shapes(shape, to)) == to
+    except ValueError:
+        return False
+
+
+def _infer(types: Sequence[TensorType], a: AttentionAttrs) -> list[TensorType]:
+    dtype = same_dtype("attention", types)
+    s = attention_shape(types, a)
+    return [TensorType((*s.batch, s.queries, s.heads * s.value_dim), dtype)]
+
+
+def _compute(tensors, a: AttentionAttrs, out_types: Sequence[TensorType]):
+    q, k, v, bias = tensors
+    s = attention_shape([TensorType(tuple(int(d) for d in t.shape), str(t.dtype)) for t in tensors], a)
+    n, dtype, d, dv = len(s.batch), q.dtype, s.dim, s.value_dim
+    rd, rt = te.reduce_axis((0, d), name="d"), te.reduce_axis((0, s.keys), name="t")
+    # per head: q^T [d, queries]; scores, logits and exponentials [keys, queries]; max, sum [queries]
+    qt = te.compute((*s.batch, s.heads, d, s.queries), lambda *i: q(*i[:n], i[n + 2], i[n] * d + i[n + 1]),
+                    name="attention_qt")
+    scores = te.compute(
+        (*s.batch, s.heads, s.keys, s.queries),
+        lambda *i: te.sum(k(*i[:n], i[n + 1], i[n] * d + rd) * qt(*i[:n], i[n], rd, i[n + 2]), axis=rd),
+        name="attention_scores",
+    )
+
+    def logit(*i):  # i: [..., heads, keys, queries]; the bias is indexed as [..., heads, queries, keys]
+        value = scores(*i) if a.scale == 1.0 else scores(*i) * const(a.scale, dtype)
+        return value + bias(*broadcast_index(bias, [*i[:-2], i[-1], i[-2]]))
+
+    logits = te.compute(scores.shape, logit, name="attention_logits")
+    top = te.compute((*s.batch, s.heads, s.queries), lambda *i: te.max(logits(*i[:-1], rt, i[-1]), axis=rt),
+                     name="attention_max")
+    shifted = te.compute(scores.shape, lambda *i: logits(*i) - top(*i[:-2], i[-1]), name="attention_shifted")
+    if dtype == "float32":  # NaN logits stay NaN (topi's polynomial clamps them), so the row's output is NaN
+        exp = keep_nan(shifted, topi.fast_exp(shifted), name="attention_exp")
+    else:
+        exp = te.compute(scores.shape, lambda *i: tirx.exp(shifted(*i)), name="attention_exp")
+    total = te.compute(top.shape, lambda *i: te.sum(exp(*i[:-1], rt, i[-1]), axis=rt), name="attention_sum")
+    context = te.compute(
+        (*s.batch, s.heads, s.queries, dv),
+        lambda *i: te.sum(exp(*i[:n], i[n], rt, i[n + 1]) * v(*i[:n], rt, i[n] * dv + i[n + 2]), axis=rt),
+        name="attention_context",
+    )
+    out = te.compute(
+        out_types[0].shape,
+        lambda *i: context(*i[:n], i[n + 1] // dv, i[n], i[n + 1] % dv) / total(*i[:n], i[n + 1] // dv, i[n]),
+        name="attention",
+    )
+    return [out]
+
+
+def _reference(arrays: Sequence[np.ndarray], a: AttentionAttrs) -> list[np.ndarray]:
+    q, k, v, bias = arrays
+    s = attention_shape([TensorType(x.shape, str(x.dtype)) for x in arrays], a)
+
+    def heads(x: np.ndarray) -> np.ndarray:  # [..., seq, h * d] -> [..., h, seq, d] in float64
+        return np.moveaxis(x.astype(np.float64).reshape(*x.shape[:-1], s.heads, -1), -2, -3)
+
+    logits = heads(q) @ np.swapaxes(heads(k), -1, -2) * a.scale + bias.astype(np.float64)
+    with np.errstate(all="ignore"):  # fully masked rows (-inf) give NaN, as numpy's softmax
+        e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        ctx = (e / e.sum(axis=-1, keepdims=True)) @ heads(v)
+    return [np.moveaxis(ctx, -3, -2).reshape(*s.batch, s.queries, -1).astype(q.dtype)]
+
+
+def _flops(types: Sequence[TensorType], a: AttentionAttrs, outs: Sequence[TensorType]) -> int:
+    s = attention_shape(types, a)
+    per_head = 2 * s.queries * s.keys * (s.dim + s.value_dim)
+    return math.prod(s.batch) * s.heads * per_head
+
+
+register(
+    OpDef(
+        name="attention",
+        kind=PatternKind.NON_FUSIBLE,
+        infer=_infer,
+        compute=_compute,
+        reference=_reference,
+        flops=_flops,
+        attrs=AttentionAttrs,
+        num_inputs=4,
+        dtypes=DtypeClass.FLOAT,
+        doc="Multi-head attention softmax(q k^T * scale + bias) v over [..., seq, heads * dim] q, k, v; bias "
+        "broadcasts to [..., heads, queries, keys] (a scalar 0 when there is none).",
+    )
+)

@@ -1,0 +1,114 @@
+"""CPU schedule of the fused attention op (cinn/ops/attention.py): one parallel task per (batch, head, block of
+query rows), every stage computed inside the task, so a block's scores ([keys, rows]) never leave the cache.
+
+Inside a task: q's rows are transposed into a small [dim, rows] buffer; the scores are a register-tiled matmul
+(key rows x query vectors, reduced over dim); the max and the sum over keys are vector max/add across query lanes;
+the exponentials one vector pass; the context a register-tiled matmul (query rows x value-dim vectors, reduced over
+keys); the output divides by the sum as it writes [.., rows, heads * dim] in place.
+"""
+from __future__ import annotations
+
+from tvm.s_tir import Schedule
+
+from cinn.schedules.analysis import blocks, extents, inline_all
+from cinn.schedules.cpu_common import lanes, register_lanes
+from cinn.schedules.cpu_matmul import vectorize_innermost, vectorize_registers
+from cinn.schedules.knobs import DEFAULT, Knob, Knobs, divisors
+from cinn.target import Target
+
+STAGES = ("attention_qt", "attention_scores", "attention_max", "attention_exp", "attention_sum", "attention_context")
+ROW_BLOCKS = (64, 32, 16)  # query rows per task by preference: a 64 x 128-key block's scores are 32 KB
+SCORES_BYTES = 256 * 1024  # a task's scores and exponentials stay within L2 (fewer rows for long key sequences)
+
+
+def applicable(sch: Schedule) -> bool:
+    """Whether the function is the attention op's compute (its stages by name)."""
+    names = {sch.get(b).name_hint for b in blocks(sch)}
+    return {*STAGES, "attention"} <= names
+
+
+def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
+    """Tasks over (batch, head, query block) in parallel, each stage register-tiled and vectorized inside."""
+    inline_all(sch, keep=lambda b: sch.get(b).name_hint in STAGES)
+    stage = {sch.get(b).name_hint: b for b in blocks(sch)}
+    out = stage["attention"]
+    keys, queries = (int(iv.dom.extent) for iv in sch.get(stage["attention_scores"]).iter_vars[-3:-1])
+    value_dim = int(sch.get(stage["attention_context"]).iter_vars[-2].dom.extent)
+    width = lanes(str(sch.get(out).writes[0].source.dtype), target)
+    rows = knobs.choose(sch, Knob.ROWS, _row_candidates(queries, keys), _row_block(queries, keys))
+    *batch, seq, cols = sch.get_loops(out)
+    head, dim = sch.split(cols, [None, value_dim])
+    block, row = sch.split(seq, [None, rows])
+    sch.reorder(*batch, head, block, row, dim)
+    task = sch.fuse(*batch, head, block)
+    for name in reversed(STAGES):  # consumers first, so each producer lands before its consumers in the task
+        sch.compute_at(stage[name], task, preserve_unit_loops=True)
+    sch.parallel(task)
+    budget = target.vector_registers - 4
+    _transpose(sch, stage["attention_qt"], width)
+    _register_tile(sch, stage["attention_scores"], width, budget)
+    for name in ("attention_max", "attention_sum"):
+        _lane_reduction(sch, stage[name], width)
+    _vectorize(sch, sch.fuse(*sch.get_loops(stage["attention_exp"])[-2:]), rows * keys, width)
+    _register_tile(sch, stage["attention_context"], width, budget)
+    vectorize_registers(sch, dim, value_dim, width)
+
+
+def _row_block(queries: int, keys: int) -> int:
+    """Query rows per task: the first of ROW_BLOCKS that divides the queries and keeps a task's scores in L2, else
+    all queries (short or odd sequences: one task per head)."""
+    fits = [r for r in ROW_BLOCKS if queries % r == 0 and 2 * 4 * r * keys <= SCORES_BYTES]
+    return fits[0] if fits else queries
+
+
+def _row_candidates(queries: int, keys: int) -> list[int]:
+    """Query blocks the tuner may try: the divisors of the queries that are whole vectors, and the default."""
+    return sorted({r for r in divisors(queries) if r % 16 == 0} | {_row_block(queries, keys)})
+
+
+def _transpose(sch: Schedule, block, width: int) -> None:
+    """q^T of a block's rows: vector stores along the rows."""
+    rows = extents(sch, sch.get_loops(block)[-1:])[0]
+    vectorize_registers(sch, sch.get_loops(block)[-1], rows, width)
+
+
+def _register_tile(sch: Schedule, block, width: int, budget: int) -> None:
+    """A matmul stage [rows, cols] reduced innermost: rows x column vectors of accumulators, the reduction outside
+    them, the accumulators initialized before it."""
+    write_back = sch.cache_write(block, 0, "local")  # a tile-sized accumulator buffer LLVM keeps in registers
+    row, col, red = sch.get_loops(block)[-3:]
+    nrows, ncols = extents(sch, [row, col])
+    cols = _vector_tile(ncols, width)
+    regs = max(1, cols // register_lanes(cols, width))
+    rows = max(divisors(nrows, max(1, budget // regs)))
+    row_outer, row_inner = sch.split(row, [None, rows])
+    col_outer, col_inner = sch.split(col, [None, cols])
+    sch.reorder(row_outer, col_outer, red, row_inner, col_inner)
+    sch.unroll(row_inner)
+    vectorize_registers(sch, col_inner, cols, width)
+    vectorize_innermost(sch, sch.decompose_reduction(block, red))
+    sch.reverse_compute_at(write_back, col_outer)
+    vectorize_innermost(sch, write_back)
+
+
+def _vector_tile(extent: int, width: int) -> int:
+    """Columns of a register tile: up to four whole vectors dividing the axis, else the whole axis."""
+    fits = [c for c in (4 * width, 2 * width, width) if extent % c == 0]
+    return fits[0] if fits else extent
+
+
+def _vectorize(sch: Schedule, loop, extent: int, width: int) -> None:
+    """A long elementwise loop as a loop of vectors (not unrolled)."""
+    reg = register_lanes(extent, width)
+    if reg > 1:
+        sch.vectorize(sch.split(loop, [None, reg])[1])
+
+
+def _lane_reduction(sch: Schedule, block, width: int) -> None:
+    """A reduction over keys of each query: keys outside, query lanes inside (one vector max/add per key)."""
+    row, red = sch.get_loops(block)[-2:]
+    sch.reorder(red, row)
+    rows = extents(sch, [row])[0]
+    vectorize_registers(sch, row, rows, width)  # before decompose_reduction, as the update alone is no reduction
+    init = sch.decompose_reduction(block, red)
+    vectorize_registers(sch, sch.get_loops(init)[-1], rows, width)

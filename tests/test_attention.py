@@ -1,0 +1,153 @@
+"""Fused attention: the op against numpy (masks, odd sequence lengths, head sizes), the pass that finds it in the
+graphs exporters write, and fused == unfused == numpy on whole layers."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import cinn
+from cinn.frontend.zoo import get_model
+from cinn.ir import TensorType
+from cinn.ops import get_op
+from cinn.ops.attention import AttentionAttrs, attention_shape
+from cinn.passes.pipeline import optimize
+
+RNG = np.random.default_rng(0)
+NEG = -10000.0  # the additive mask value BERT and GPT-2 exports use
+
+
+def _rand(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype("float32")
+
+
+def _numpy_attention(q, k, v, bias, heads: int, scale: float) -> np.ndarray:
+    """softmax(q k^T * scale + bias) v per head, in float64, written out independently of the op's reference."""
+    *lead, s, hd = q.shape
+    d, dv = hd // heads, v.shape[-1] // heads
+    qh = q.reshape(*lead, s, heads, d).swapaxes(-2, -3).astype(np.float64)
+    kh = k.reshape(*lead, k.shape[-2], heads, d).swapaxes(-2, -3).astype(np.float64)
+    vh = v.reshape(*lead, v.shape[-2], heads, dv).swapaxes(-2, -3).astype(np.float64)
+    logits = qh @ kh.swapaxes(-1, -2) * scale + bias
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    ctx = (p / p.sum(-1, keepdims=True)) @ vh
+    return ctx.swapaxes(-2, -3).reshape(*lead, s, heads * dv)
+
+
+def _masks(kind: str, batch: int, seq: int, keys: int) -> np.ndarray:
+    if kind == "padding":  # row b hides its last b * 3 keys, as BERT's [batch, 1, 1, keys] mask
+        keep = np.arange(keys)[None, :] < (keys - 3 * np.arange(batch))[:, None].clip(1)
+        return np.where(keep, 0.0, NEG).astype("float32")[:, None, None, :]
+    if kind == "causal":  # query i sees keys up to i + keys - seq (prefill of seq tokens after keys - seq cached)
+        return np.where(np.arange(keys)[None, :] <= np.arange(seq)[:, None] + keys - seq, 0.0, NEG).astype("float32")
+    return np.zeros((), "float32")
+
+
+def _compile_attention(shapes, heads, scale, cache):
+    b = cinn.NetBuilder("attention")
+    q, k, v, m = (b.create_input("float32", s, n) for n, s in zip("qkvm", shapes, strict=True))
+    exe = cinn.compile(b.build([b.attention(q, k, v, m, heads=heads, scale=scale)]), cache_dir=cache)
+    assert exe.num_kernels == 1
+    return exe
+
+
+@pytest.mark.parametrize(("seq", "keys", "heads", "dim", "mask"), [
+    (1, 1, 1, 8, "none"), (1, 77, 4, 16, "padding"), (7, 7, 2, 8, "causal"), (77, 77, 3, 16, "padding"),
+    (128, 128, 4, 64, "padding"), (128, 128, 2, 32, "causal"), (129, 129, 2, 24, "causal"), (64, 192, 2, 80, "none"),
+])
+def test_fused_attention_matches_numpy(seq, keys, heads, dim, mask, tmp_cache):
+    batch = 2
+    q, k, v = _rand(batch, seq, heads * dim), _rand(batch, keys, heads * dim), _rand(batch, keys, heads * dim)
+    bias = _masks(mask, batch, seq, keys)
+    scale = 1 / math.sqrt(dim)
+    exe = _compile_attention([q.shape, k.shape, v.shape, bias.shape], heads, scale, tmp_cache)
+    (got,) = exe.run({"q": q, "k": k, "v": v, "m": bias})
+    np.testing.assert_allclose(got, _numpy_attention(q, k, v, bias, heads, scale), rtol=1e-4, atol=1e-5)
+
+
+def test_nan_in_a_row_makes_that_row_nan(tmp_cache):
+    q, k, v = _rand(1, 4, 8), _rand(1, 4, 8), _rand(1, 4, 8)
+    k[0, 2, 3] = np.nan  # every query's logit for key 2 is NaN
+    q[0, 1, :] = 0.0
+    exe = _compile_attention([q.shape, k.shape, v.shape, ()], 1, 1.0, tmp_cache)
+    (got,) = exe.run({"q": q, "k": k, "v": v, "m": np.zeros((), "float32")})
+    assert np.isnan(got).all()  # as numpy: a NaN logit makes its row's softmax NaN
+
+
+def test_shape_errors_name_every_shape():
+    types = [TensorType(s, "float32") for s in [(2, 5, 8), (2, 7, 8), (2, 6, 8), (1,)]]
+    with pytest.raises(ValueError, match=r"q \(2, 5, 8\), k \(2, 7, 8\), v \(2, 6, 8\).*key count"):
+        attention_shape(types, AttentionAttrs(heads=2))
+    types[2] = TensorType((2, 7, 8), "float32")
+    with pytest.raises(ValueError, match="divide into 3 heads"):
+        attention_shape(types, AttentionAttrs(heads=3))
+    types[3] = TensorType((3, 1, 1, 7), "float32")
+    with pytest.raises(ValueError, match=r"bias must broadcast to .* \(2, 2, 5, 7\)"):
+        attention_shape(types, AttentionAttrs(heads=2))
+
+
+# -- the pass ---------------------------------------------------------------------------------------
+def _split(b, x, heads: int, k_transposed: bool = False):
+    *lead, seq, hidden = x.shape
+    n = len(lead)
+    perm = [*range(n), n + 1, n + 2, n] if k_transposed else [*range(n), n + 1, n, n + 2]
+    return b.transpose(b.reshape(x, [*lead, seq, heads, hidden // heads]), perm)
+
+
+def _attention_graph(form: str, shape=(2, 9, 16), heads=2):
+    """An attention subgraph as exporters write it, in one of several forms; returns program and feeds."""
+    b = cinn.NetBuilder(form)
+    x = b.create_input("float32", shape, "x")
+    feeds = {"x": _rand(*shape)}
+    q, k, v = (b.matmul(x, b.create_constant(_rand(shape[-1], shape[-1]) * 0.3, n)) for n in "qkv")
+    d = shape[-1] // heads
+    if form == "k-transposed":  # Transpose(K, [0, 2, 3, 1]) and MatMul, then Div by sqrt(d)
+        scores = b.divide(b.matmul(_split(b, q, heads), _split(b, k, heads, True)),
+                          b.create_constant(np.float32(math.sqrt(d)), "root_d"))
+    else:
+        scores = b.matmul(_split(b, q, heads), _split(b, k, heads), trans_y=True, alpha=1 / math.sqrt(d))
+    if form == "padding-mask":
+        mask = b.create_input("float32", (shape[0], shape[1]), "mask")
+        feeds["mask"] = (RNG.random((shape[0], shape[1])) < 0.8).astype("float32")
+        bias = b.reshape(b.scale(mask, scale=-NEG, bias=NEG), [shape[0], 1, 1, shape[1]])
+        scores = b.add(bias, scores)  # the mask first: either operand order is recognized
+    elif form == "causal":
+        scores = b.add(scores, b.create_constant(_masks("causal", 1, shape[1], shape[1]), "causal"))
+    probs = b.softmax(scores, axes=[-1])
+    ctx = b.matmul(probs, _split(b, v, heads))
+    n = len(shape) - 2
+    out = b.reshape(b.transpose(ctx, [*range(n), n + 1, n, n + 2]), list(shape))
+    outputs = [out, probs] if form == "probs-also-output" else [out]
+    return b.build(outputs), feeds
+
+
+@pytest.mark.parametrize("form", ["plain", "k-transposed", "padding-mask", "causal", "probs-also-output"])
+def test_attention_subgraph_fuses_and_matches_unfused(form, tmp_cache):
+    program, feeds = _attention_graph(form)
+    ops = [n.op for n in optimize(program).nodes]
+    if form == "probs-also-output":  # the probabilities are needed: nothing to fuse
+        assert "attention" not in ops
+    else:
+        assert ops.count("attention") == 1 and "transpose" not in ops and "softmax" not in ops
+    fused = cinn.compile(program, cache_dir=tmp_cache)
+    unfused = cinn.compile(program, fuse=False, passes=False, cache_dir=tmp_cache)
+    for a, b in zip(fused.run(feeds), unfused.run(feeds), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_encoder_layer_is_nine_kernels(tmp_cache):
+    """q, k, v, projection and two MLP matmuls (bias, GELU, residual in their epilogues), one attention kernel and
+    two layer norms: no head-split copies, no separate softmax."""
+    model = get_model("encoder", small=True)
+    fused = cinn.compile(model.program, cache_dir=tmp_cache)
+    unfused = cinn.compile(model.program, fuse=False, passes=False, cache_dir=tmp_cache)
+    assert fused.num_kernels == 9
+    for a, b in zip(fused.run(dict(model.feeds)), unfused.run(dict(model.feeds)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_reference_agrees_with_independent_numpy():
+    q, k, v, bias = _rand(2, 5, 12), _rand(2, 6, 12), _rand(2, 6, 9), _masks("padding", 2, 5, 6)
+    (ref,) = get_op("attention").reference([q, k, v, bias], AttentionAttrs(heads=3, scale=0.3))
+    np.testing.assert_allclose(ref, _numpy_attention(q, k, v, bias, 3, 0.3), rtol=1e-5, atol=1e-6)
