@@ -30,7 +30,8 @@ def _numpy_attention(q, k, v, bias, heads: int, scale: float) -> np.ndarray:
     kh = k.reshape(*lead, k.shape[-2], heads, d).swapaxes(-2, -3).astype(np.float64)
     vh = v.reshape(*lead, v.shape[-2], heads, dv).swapaxes(-2, -3).astype(np.float64)
     logits = qh @ kh.swapaxes(-1, -2) * scale + bias
-    p = np.exp(logits - logits.max(-1, keepdims=True))
+    with np.errstate(invalid="ignore"):  # fully masked rows: NaN here, compared only where a key is seen
+        p = np.exp(logits - logits.max(-1, keepdims=True))
     ctx = (p / p.sum(-1, keepdims=True)) @ vh
     return ctx.swapaxes(-2, -3).reshape(*lead, s, heads * dv)
 
@@ -151,3 +152,16 @@ def test_reference_agrees_with_independent_numpy():
     q, k, v, bias = _rand(2, 5, 12), _rand(2, 6, 12), _rand(2, 6, 9), _masks("padding", 2, 5, 6)
     (ref,) = get_op("attention").reference([q, k, v, bias], AttentionAttrs(heads=3, scale=0.3))
     np.testing.assert_allclose(ref, _numpy_attention(q, k, v, bias, 3, 0.3), rtol=1e-5, atol=1e-6)
+
+
+def test_fully_masked_rows_are_zero(tmp_cache):
+    q, k, v = _rand(2, 3, 8), _rand(2, 5, 8), _rand(2, 5, 8)
+    bias = np.zeros((2, 1, 3, 5), "float32")
+    bias[1, 0, 2, :] = -np.inf  # batch 1, query 2 sees no key
+    bias[0, 0, 0, :3] = -np.inf
+    exe = _compile_attention([q.shape, k.shape, v.shape, bias.shape], 2, 0.5, tmp_cache)
+    (got,) = exe.run({"q": q, "k": k, "v": v, "m": bias})
+    assert not got[1, 2].any() and np.isfinite(got).all()
+    (want,) = get_op("attention").reference([q, k, v, bias], AttentionAttrs(heads=2, scale=0.5))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[0], _numpy_attention(q, k, v, bias, 2, 0.5)[0], rtol=1e-4, atol=1e-5)

@@ -291,6 +291,24 @@ def test_bert_style_encoder_matches_onnxruntime(tmp_cache):
     assert_matches_ort(model, {"x": rand(1, s, d)}, tmp_cache, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.parametrize(("rank", "mask", "causal"), [(3, "float", 0), (4, "bool", 0), (3, None, 1)])
+def test_onnx_attention_runs_as_the_fused_op(rank, mask, causal, tmp_cache):
+    """ONNX's Attention (opset 23) with 3-D or 4-D heads, a float or boolean mask, or is_causal: one fused op."""
+    b, s, h, d = 2, 9, 3, 8
+    shape = (b, s, h * d) if rank == 3 else (b, h, s, d)
+    feeds = {n: rand(*shape) for n in ("q", "k", "v")}
+    inputs = [(n, F32, shape) for n in ("q", "k", "v")]
+    if mask is not None:
+        feeds["m"] = rand(b, 1, s, s) if mask == "float" else RNG.random((b, 1, s, s)) < 0.7
+        inputs.append(("m", F32 if mask == "float" else TensorProto.BOOL, (b, 1, s, s)))
+    heads = {"q_num_heads": h, "kv_num_heads": h} if rank == 3 else {}
+    node = helper.make_node("Attention", [n for n, _, _ in inputs], ["y"], is_causal=causal, **heads)
+    model = make_model([node], inputs, [("y", F32, None)], opset=23)
+    ops = [n.op for n in optimize(cinn.load_onnx(model)).nodes]
+    assert ops.count("attention") == 1 and "softmax" not in ops and "matmul" not in ops
+    assert_matches_ort(model, feeds, tmp_cache)
+
+
 def test_cnn_block_matches_onnxruntime(tmp_cache):
     n = helper.make_node
     nodes = [

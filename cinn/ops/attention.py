@@ -4,6 +4,9 @@ The fuse_attention pass recognizes the op from the graph exporters write (head s
 matmuls, a softmax); NetBuilder users may also call it directly. q, k and v keep their [..., seq, heads * dim] layout:
 the kernel indexes heads in place, so no transpose copies are made.
 
+A query row whose logits are all -inf (every key masked) gives zeros, as ONNX's Attention defines it; NaN logits
+give NaN rows, as numpy.
+
 The compute is staged so the CPU schedule (schedules/cpu_attention.py) can keep one block of query rows' scores in
 cache: scores are stored keys-major ([..., heads, keys, queries]) so the softmax over keys and both matmuls run as
 vector operations across queries (q is transposed per block, a small copy), never as horizontal reductions.
@@ -112,12 +115,13 @@ def _compute(tensors, a: AttentionAttrs, out_types: Sequence[TensorType]):
         lambda *i: te.sum(exp(*i[:n], i[n], rt, i[n + 1]) * v(*i[:n], rt, i[n] * dv + i[n + 2]), axis=rt),
         name="attention_context",
     )
-    out = te.compute(
-        out_types[0].shape,
-        lambda *i: context(*i[:n], i[n + 1] // dv, i[n], i[n + 1] % dv) / total(*i[:n], i[n + 1] // dv, i[n]),
-        name="attention",
-    )
-    return [out]
+    def merge(*i):  # i: [..., queries, heads * value_dim]
+        row = (*i[:n], i[n + 1] // dv, i[n])
+        value = context(*row, i[n + 1] % dv) / total(*row)
+        # every logit -inf (all keys masked): te.max's initial lowest value survives; the row is zeros, as ONNX has it
+        return tirx.Select(top(*row) <= tirx.min_value(dtype), const(0, dtype), value)
+
+    return [te.compute(out_types[0].shape, merge, name="attention")]
 
 
 def _reference(arrays: Sequence[np.ndarray], a: AttentionAttrs) -> list[np.ndarray]:
@@ -128,9 +132,11 @@ def _reference(arrays: Sequence[np.ndarray], a: AttentionAttrs) -> list[np.ndarr
         return np.moveaxis(x.astype(np.float64).reshape(*x.shape[:-1], s.heads, -1), -2, -3)
 
     logits = heads(q) @ np.swapaxes(heads(k), -1, -2) * a.scale + bias.astype(np.float64)
-    with np.errstate(all="ignore"):  # fully masked rows (-inf) give NaN, as numpy's softmax
-        e = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        ctx = (e / e.sum(axis=-1, keepdims=True)) @ heads(v)
+    top = logits.max(axis=-1, keepdims=True)
+    masked = np.isneginf(top)  # every key masked: zeros
+    e = np.exp(logits - np.where(masked, 0.0, top))
+    with np.errstate(invalid="ignore"):
+        ctx = np.where(masked, 0.0, e / e.sum(axis=-1, keepdims=True)) @ heads(v)
     return [np.moveaxis(ctx, -3, -2).reshape(*s.batch, s.queries, -1).astype(q.dtype)]
 
 
@@ -152,6 +158,7 @@ register(
         num_inputs=4,
         dtypes=DtypeClass.FLOAT,
         doc="Multi-head attention softmax(q k^T * scale + bias) v over [..., seq, heads * dim] q, k, v; bias "
-        "broadcasts to [..., heads, queries, keys] (a scalar 0 when there is none).",
+        "broadcasts to [..., heads, queries, keys] (a scalar 0 when there is none); a query whose keys are all masked "
+        "(-inf) gives zeros.",
     )
 )

@@ -8,7 +8,14 @@ import onnx
 
 from cinn.builder import program_names
 from cinn.frontend.folding import FoldingBuilder
-from cinn.frontend.onnx import ops_elementwise, ops_nn, ops_reduce, ops_resize, ops_shape  # noqa: F401  (register converters)
+from cinn.frontend.onnx import (  # noqa: F401  (register converters)
+    ops_attention,
+    ops_elementwise,
+    ops_nn,
+    ops_reduce,
+    ops_resize,
+    ops_shape,
+)
 from cinn.frontend.onnx.registry import CONVERTERS, NodeContext, OnnxImportError, onnx_dtype, tensor_to_array
 from cinn.ir import Node, Program, Value, shape_of
 
