@@ -49,19 +49,37 @@ def vars_in(expr) -> set:
     return set(undefined_vars(expr))
 
 
+# Characters of TIR text a producer may put into its consumers by inlining: an expression read k times by its
+# consumer is copied k times, so chained polynomial forms grew exponentially (three tanh-GELUs in a row, each reading
+# its input 9 times, took 192 s to build); past this the producer stays a stage.
+INLINE_MAX_CHARS = 12_000
+
+
 def inline_all(sch: Schedule, keep=lambda block: False) -> None:
-    """Inline every non-output spatial block (except those `keep` holds) into its consumers, where TVM allows."""
+    """Inline every non-output spatial block (except those `keep` holds, and those whose inlining would copy a
+    large expression many times) into its consumers, where TVM allows."""
     changed = True
     while changed:
         changed = False
         for block in blocks(sch):
-            if is_output(sch, block) or is_reduction(sch, block) or keep(block):
+            if is_output(sch, block) or is_reduction(sch, block) or keep(block) or _inline_too_large(sch, block):
                 continue
             try:
                 sch.compute_inline(block)
                 changed = True
             except ScheduleError:  # e.g. a producer TVM cannot substitute (opaque access) stays a stage
                 continue
+
+
+def _inline_too_large(sch: Schedule, block) -> bool:
+    """Whether inlining the block would copy more than INLINE_MAX_CHARS of expression into its consumers."""
+    stmt = sch.get(block)
+    size = len(str(stmt.body))
+    if size * 2 <= INLINE_MAX_CHARS:  # cheap enough even if read twice: skip the text scan of the consumers
+        return False
+    name = stmt.writes[0].source.name
+    uses = sum(str(sch.get(c).body).count(f"{name}[") for c in sch.get_consumers(block))
+    return size * uses > INLINE_MAX_CHARS
 
 
 def reverse_inline_all(sch: Schedule, block) -> None:

@@ -32,6 +32,7 @@ class Knob(enum.StrEnum):
     VECTOR_AXIS = "vector_axis"  # which axis a conv vectorizes: output columns or channels
     PRODUCER_AT_TILE = "producer_at_tile"  # compute a lone producer (padding) per parallel tile
     PARALLEL_ROWS = "parallel_rows"  # let row tiles join the parallel loop
+    ROW_BLOCK = "row_block"  # parallel row tiles per block that the vector tiles run inside
     COL_SPLIT = "col_split"  # outer/middle split of the column tiles
     ROW_SPLIT = "row_split"  # outer/middle split of the row tiles
     REDUCE_SPLIT = "reduce_split"  # outer/inner split of the reduction

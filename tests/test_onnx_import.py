@@ -33,7 +33,8 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=17) -> onnx.ModelP
         [numpy_helper.from_array(np.asarray(a), n) for n, a in initializers],
     )
     # ir_version 10: onnxruntime rejects the newer ones the latest onnx writes
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
 
 
 def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
@@ -307,6 +308,49 @@ def test_onnx_attention_runs_as_the_fused_op(rank, mask, causal, tmp_cache):
     ops = [n.op for n in optimize(cinn.load_onnx(model)).nodes]
     assert ops.count("attention") == 1 and "softmax" not in ops and "matmul" not in ops
     assert_matches_ort(model, feeds, tmp_cache)
+
+
+def _ms(op: str, inputs, outputs, **attrs):
+    return helper.make_node(op, inputs, outputs, domain="com.microsoft", **attrs)
+
+
+@pytest.mark.parametrize("mask", [None, "lengths", "raw", "raw3d"])
+def test_com_microsoft_attention_matches_onnxruntime(mask, tmp_cache):
+    """onnxruntime's fused Attention (packed QKV weights and bias, a mask, unidirectional): the fused attention op."""
+    b, s, hin, h, heads = 2, 7, 12, 16, 2
+    inits = [("w", rand(hin, 3 * h) * 0.5), ("bias", rand(3 * h))]
+    inputs, feeds = [("x", F32, (b, s, hin))], {"x": rand(b, s, hin)}
+    names = ["x", "w", "bias"]
+    if mask is not None:
+        data = {"lengths": np.array([s, 4], np.int32), "raw": (RNG.random((b, s)) < 0.7).astype(np.int32),
+                "raw3d": (RNG.random((b, s, s)) < 0.7).astype(np.int32)}[mask]
+        data[..., 0] = 1  # every query sees a key (onnxruntime and ONNX differ on rows that see none)
+        inputs.append(("m", TensorProto.INT32, data.shape))
+        feeds["m"] = data
+        names.append("m")
+    node = _ms("Attention", names, ["y"], num_heads=heads, unidirectional=int(mask == "raw"))
+    model = make_model([node], inputs, [("y", F32, (b, s, h))], inits)
+    assert [n.op for n in optimize(cinn.load_onnx(model)).nodes].count("attention") == 1
+    assert_matches_ort(model, feeds, tmp_cache)
+
+
+def test_com_microsoft_layer_ops_match_onnxruntime(tmp_cache):
+    """SkipLayerNormalization (all four outputs), BiasGelu and FastGelu, as onnxruntime's optimizer writes them."""
+    d = 16
+    inits = [("g", rand(d) + 1.5), ("beta", rand(d)), ("sb", rand(d)), ("gb", rand(d))]
+    nodes = [_ms("SkipLayerNormalization", ["x", "skip", "g", "beta", "sb"], ["y", "mean", "inv", "sum"], epsilon=1e-5),
+             _ms("BiasGelu", ["y", "gb"], ["g1"]), _ms("FastGelu", ["g1", "gb"], ["g2"]), _ms("FastGelu", ["g2"], ["z"])]
+    outputs = [("z", F32, (2, 3, d)), ("mean", F32, (2, 3, 1)), ("inv", F32, (2, 3, 1)), ("sum", F32, (2, 3, d))]
+    model = make_model(nodes, [("x", F32, (2, 3, d)), ("skip", F32, (2, 3, d))], outputs, inits)
+    assert_matches_ort(model, {"x": rand(2, 3, d), "skip": rand(2, 3, d)}, tmp_cache, rtol=1e-4, atol=1e-4)
+
+
+def test_com_microsoft_attention_with_a_cache_is_refused():
+    node = _ms("Attention", ["x", "w", "", "", "past"], ["y"], num_heads=2)
+    model = make_model([node], [("x", F32, (1, 3, 4)), ("past", F32, (2, 1, 2, 5, 2))], [("y", F32, (1, 3, 4))],
+                       [("w", rand(4, 12))])
+    with pytest.raises(OnnxImportError, match="past input"):
+        cinn.load_onnx(model)
 
 
 def test_cnn_block_matches_onnxruntime(tmp_cache):

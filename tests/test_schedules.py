@@ -210,6 +210,23 @@ def test_elementwise_multi_output():
     check([x, y], [a, b], K.ELEMENTWISE, lambda xa, ya: [np.maximum(xa + ya, 0), (xa + ya) * 2])
 
 
+def test_chained_polynomials_stay_stages_instead_of_growing_exponentially():
+    """Three tanh-GELUs in a row, each reading its input 9 times: inlined, one expression of 9^3 copies (192 s to
+    build); the large producers stay stages."""
+    x = te.placeholder((4, 64), "float32", name="x")
+    y = x
+    for _ in range(3):
+        y = topi.multiply(y, topi.add(1.0, topi.fast_tanh(topi.multiply(y, 0.79788456))))
+    sch = check([x], [y], K.ELEMENTWISE, lambda a: [_gelu_chain(a, 3)])
+    assert len(sch.get_child_blocks(sch.get_sblock("root"))) > 1
+
+
+def _gelu_chain(a: np.ndarray, n: int) -> np.ndarray:
+    for _ in range(n):
+        a = a * (1 + np.tanh(a * 0.79788456))
+    return a
+
+
 def test_fallbacks():
     """Funcs the specialised schedules do not fit (a column reduction, two matmuls) take the generic path."""
     x = te.placeholder((12, 8), name="x")

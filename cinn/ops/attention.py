@@ -117,9 +117,11 @@ def _compute(tensors, a: AttentionAttrs, out_types: Sequence[TensorType]):
     )
     def merge(*i):  # i: [..., queries, heads * value_dim]
         row = (*i[:n], i[n + 1] // dv, i[n])
-        value = context(*row, i[n + 1] % dv) / total(*row)
-        # every logit -inf (all keys masked): te.max's initial lowest value survives; the row is zeros, as ONNX has it
-        return tirx.Select(top(*row) <= tirx.min_value(dtype), const(0, dtype), value)
+        # every logit -inf (all keys masked): te.max's initial lowest value survives, and the row is zeros, as ONNX
+        # has it (its sum may be 0). Arithmetic, not a Select (TVM's CUDA codegen miscompiles a vector Select on a
+        # broadcast comparison): `seen` is 0 for that value, else a product that overflows to inf, clamped to 1
+        seen = tirx.min((top(*row) - tirx.min_value(dtype)) * tirx.max_value(dtype), const(1, dtype))
+        return context(*row, i[n + 1] % dv) * seen / (total(*row) + (const(1, dtype) - seen))
 
     return [te.compute(out_types[0].shape, merge, name="attention")]
 

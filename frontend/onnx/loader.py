@@ -10,16 +10,24 @@ from cinn.builder import program_names
 from cinn.frontend.folding import FoldingBuilder
 from cinn.frontend.onnx import (  # noqa: F401  (register converters)
     ops_attention,
+    ops_contrib,
     ops_elementwise,
     ops_nn,
     ops_reduce,
     ops_resize,
     ops_shape,
 )
-from cinn.frontend.onnx.registry import CONVERTERS, NodeContext, OnnxImportError, onnx_dtype, tensor_to_array
+from cinn.frontend.onnx.registry import (
+    CONVERTERS,
+    DEFAULT_DOMAINS,
+    NodeContext,
+    OnnxImportError,
+    converter_key,
+    onnx_dtype,
+    tensor_to_array,
+)
 from cinn.ir import Node, Program, Value, shape_of
 
-DEFAULT_DOMAINS = ("", "ai.onnx")
 # 7-21 is the contract; the newer opsets only added element types to the ops converted here (the
 # conformance test runs their cases)
 MIN_OPSET, MAX_OPSET = 7, 28
@@ -116,9 +124,8 @@ def _check_supported(graph: onnx.GraphProto) -> None:
     """One error listing every unsupported op type with the nodes that use it, before converting anything."""
     unsupported: dict[str, list[str]] = {}
     for i, node in enumerate(graph.node):
-        if node.domain not in DEFAULT_DOMAINS or node.op_type not in CONVERTERS:
-            key = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
-            unsupported.setdefault(key, []).append(node.name or f"#{i}")
+        if converter_key(node) not in CONVERTERS:
+            unsupported.setdefault(converter_key(node), []).append(node.name or f"#{i}")
     if unsupported:
         detail = "; ".join(f"{op} (nodes {', '.join(repr(n) for n in nodes)})" for op, nodes in sorted(unsupported.items()))
         raise NotImplementedError(f"unsupported ONNX op{'s' if len(unsupported) > 1 else ''}: {detail}")
@@ -173,7 +180,7 @@ def _convert(b: FoldingBuilder, node: onnx.NodeProto, env: dict[str, Value], ops
         raise OnnxImportError(f"{where}: reads undefined values {undefined}")
     ctx = NodeContext(b, node, tuple(env[n] if n else None for n in node.input), opset)
     try:
-        outputs = list(CONVERTERS[node.op_type](ctx))
+        outputs = list(CONVERTERS[converter_key(node)](ctx))
     except (ValueError, TypeError, NotImplementedError) as e:
         raise type(e)(f"{where}: {e}") from None
     for k, name in enumerate(node.output):

@@ -182,13 +182,19 @@ def instance_norm(ctx: NodeContext):
 
 @converter("LayerNormalization")
 def layer_norm(ctx: NodeContext):
-    x, scale, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    x = ctx.input(0)
     axis = ctx.attr("axis", -1) % len(x.shape)
-    eps = ctx.attr("epsilon", 1e-5)
+    return layer_norm_outputs(ctx, x, ctx.input(1), ctx.input(2), axis, ctx.attr("epsilon", 1e-5), ctx.node.output[1:3])
+
+
+def layer_norm_outputs(ctx: NodeContext, x: Value, scale: Value, bias: Value | None, axis: int, eps: float,
+                       stats: Sequence[str]) -> list[Value]:
+    """Layer norm over the axes from `axis`, and its mean and inverse standard deviation where `stats` (the names of
+    those outputs) asks for them."""
     norm = list(x.shape[axis:])
     scale, bias = (ctx.b.broadcast_to(v, norm) if v.shape != tuple(norm) else v
                    for v in (scale, bias if bias is not None else ctx.b.fill_constant(norm, 0, x.dtype)))
-    if not any(ctx.node.output[1:]):
+    if not any(stats):
         return [ctx.b.layer_norm(x, scale, bias, begin_norm_axis=axis, epsilon=eps)]
     # Mean and InvStdDev are wanted too: the same decomposition, spelled out to expose them
     axes = list(range(axis, len(x.shape)))

@@ -66,7 +66,14 @@ class NodeContext:
 
 
 Converter = Callable[[NodeContext], Sequence[Value]]
+# keyed by op type for ONNX's own domain, by "domain.OpType" for others ("com.microsoft.SkipLayerNormalization")
 CONVERTERS: dict[str, Converter] = {}
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def converter_key(node: onnx.NodeProto) -> str:
+    """The CONVERTERS key of a node: its op type, prefixed by its domain outside ONNX's own."""
+    return node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
 
 
 def converter(*op_types: str) -> Callable[[Converter], Converter]:
