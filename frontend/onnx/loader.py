@@ -12,6 +12,7 @@ from cinn.frontend.onnx import (  # noqa: F401  (register converters)
     ops_attention,
     ops_contrib,
     ops_elementwise,
+    ops_extra,
     ops_nn,
     ops_reduce,
     ops_resize,

@@ -10,7 +10,9 @@ from cinn.ir import Value
 _UNARY = {
     "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
     "Abs": "abs", "Neg": "negative", "Erf": "erf", "Floor": "floor", "Ceil": "ceil", "Round": "round",
-    "Sign": "sign", "Reciprocal": "reciprocal", "Softplus": "softplus", "Sin": "sin", "Cos": "cos",
+    "Sign": "sign", "Reciprocal": "reciprocal", "Softplus": "softplus", "Sin": "sin", "Cos": "cos", "Tan": "tan",
+    "Asin": "asin", "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh",
+    "Acosh": "acosh", "Atanh": "atanh",
     "Not": "logical_not", "IsNaN": "is_nan", "HardSwish": "hard_swish", "Identity": "identity",
 }
 _BINARY = {

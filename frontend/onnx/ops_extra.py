@@ -1,0 +1,131 @@
+"""Converters of ONNX ops written as compositions of cinn ops: RMSNormalization, LpNormalization, Hardmax, Swish,
+Trilu, EyeLike, OneHot, and the loss ops exporters emit (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss)."""
+from __future__ import annotations
+
+import numpy as np
+
+from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter, onnx_dtype
+from cinn.ir import Value
+
+
+def _scalar(ctx: NodeContext, value: float, like: Value) -> Value:
+    return ctx.b.fill_constant((), value, like.dtype)
+
+
+@converter("RMSNormalization")
+def rms_norm(ctx: NodeContext):
+    """x / sqrt(mean(x^2 over the axes from `axis`) + epsilon) * scale."""
+    x, scale = ctx.input(0), ctx.input(1)
+    axes = list(range(ctx.attr("axis", -1) % len(x.shape), len(x.shape)))
+    mean_square = ctx.b.reduce_mean(ctx.b.multiply(x, x), axes, keep_dim=True)
+    inv = ctx.b.rsqrt(ctx.b.add(mean_square, _scalar(ctx, ctx.attr("epsilon", 1e-5), x)))
+    return [ctx.b.multiply(ctx.b.multiply(x, inv), scale)]
+
+
+@converter("LpNormalization")
+def lp_norm(ctx: NodeContext):
+    x = ctx.input(0)
+    axis, p = ctx.attr("axis", -1) % len(x.shape), ctx.attr("p", 2)
+    if p == 1:
+        norm = ctx.b.reduce_sum(ctx.b.abs(x), [axis], keep_dim=True)
+    elif p == 2:
+        norm = ctx.b.sqrt(ctx.b.reduce_sum(ctx.b.multiply(x, x), [axis], keep_dim=True))
+    else:
+        raise OnnxImportError(f"p={p}: LpNormalization takes p 1 or 2")
+    # a zero norm gives 0, not 0 / 0, as ONNX's reference
+    zero = _scalar(ctx, 0.0, x)
+    return [ctx.b.select(ctx.b.equal(norm, zero), zero, ctx.b.divide(x, norm))]
+
+
+@converter("Hardmax")
+def hardmax(ctx: NodeContext):
+    """1 at the first maximum along `axis`, else 0 (before opset 13: over the flattened axes from `axis`)."""
+    x = ctx.input(0)
+    rank = len(x.shape)
+    axis = ctx.attr("axis", -1 if ctx.opset >= 13 else 1) % rank
+    flat = x if ctx.opset >= 13 else ctx.b.reshape(x, [int(np.prod(x.shape[:axis])), -1])
+    axis = axis if ctx.opset >= 13 else 1
+    top = ctx.b.argmax(flat, axis=axis, keep_dim=True)
+    positions = np.arange(flat.shape[axis], dtype=np.int32).reshape([-1] + [1] * (len(flat.shape) - axis - 1))
+    hot = ctx.b.cast(ctx.b.equal(top, ctx.b.create_constant(positions)), x.dtype)
+    return [hot if ctx.opset >= 13 else ctx.b.reshape(hot, list(x.shape))]
+
+
+@converter("Swish")
+def swish(ctx: NodeContext):
+    x = ctx.input(0)
+    return [ctx.b.multiply(x, ctx.b.sigmoid(ctx.b.scale(x, scale=float(ctx.attr("alpha", 1.0)))))]
+
+
+@converter("Trilu")
+def trilu(ctx: NodeContext):
+    """The upper (or lower) triangle of the last two axes from diagonal k; the rest 0."""
+    x = ctx.input(0)
+    k = 0 if ctx.input(1) is None else int(np.asarray(ctx.require_const(1, "k")).reshape(()))
+    rows, cols = x.shape[-2:]
+    offset = np.arange(cols)[None, :] - np.arange(rows)[:, None]
+    keep = offset >= k if ctx.attr("upper", 1) else offset <= k
+    zero = ctx.b.fill_constant((), False if x.dtype == "bool" else 0, x.dtype)
+    return [ctx.b.select(ctx.b.create_constant(keep), x, zero)]
+
+
+@converter("EyeLike")
+def eye_like(ctx: NodeContext):
+    x = ctx.input(0)
+    dtype = onnx_dtype(ctx.attr("dtype", 0), "EyeLike dtype") if ctx.has_attr("dtype") else x.dtype
+    rows, cols = x.shape
+    return [ctx.b.create_constant(np.eye(rows, cols, k=ctx.attr("k", 0)), dtype=dtype)]
+
+
+@converter("OneHot")
+def one_hot(ctx: NodeContext):
+    """values[1] where the position along the new axis equals the index (negative ones count from depth)."""
+    indices, values = ctx.input(0), ctx.input(2)
+    depth = int(np.asarray(ctx.require_const(1, "depth")).reshape(-1)[0])
+    rank = len(indices.shape) + 1
+    axis = ctx.attr("axis", -1) % rank
+    index = ctx.b.cast(indices, "int64")
+    index = ctx.b.select(ctx.b.less_than(index, ctx.b.fill_constant((), 0, "int64")),
+                         ctx.b.add(index, ctx.b.fill_constant((), depth, "int64")), index)
+    positions = np.arange(depth, dtype=np.int64).reshape([-1] + [1] * (rank - axis - 1))
+    hot = ctx.b.equal(ctx.b.expand_dims(index, [axis]), ctx.b.create_constant(positions))
+    off, on = (ctx.b.reshape(ctx.b.slice(values, axes=[0], starts=[i], ends=[i + 1]), []) for i in (0, 1))
+    return [ctx.b.select(hot, on, off)]
+
+
+@converter("NegativeLogLikelihoodLoss")
+def nll_loss(ctx: NodeContext):
+    return [_nll(ctx, ctx.input(0), ctx.input(1), ctx.input(2))]
+
+
+@converter("SoftmaxCrossEntropyLoss")
+def softmax_cross_entropy(ctx: NodeContext):
+    """NegativeLogLikelihoodLoss of log_softmax over the classes (axis 1); the log-probabilities are output 1."""
+    log_prob = ctx.b.log_softmax(ctx.input(0), axes=[1])
+    return [_nll(ctx, log_prob, ctx.input(1), ctx.input(2)), log_prob]
+
+
+def _nll(ctx: NodeContext, x: Value, target: Value, weight: Value | None) -> Value:
+    """-x[n, target[n, ...], ...] weighted by weight[target]; targets equal to ignore_index weigh 0; reduced by
+    `reduction` (mean: divided by the total weight)."""
+    reduction = ctx.attr("reduction", "mean")
+    if reduction not in ("none", "sum", "mean"):
+        raise OnnxImportError(f"reduction {reduction!r}: expected none, sum or mean")
+    target = ctx.b.cast(target, "int64")
+    ignore = ctx.attr("ignore_index", None)
+    valid = None if ignore is None else ctx.b.not_equal(target, ctx.b.fill_constant((), ignore, "int64"))
+    if valid is not None:  # an ignored target may lie outside the classes: read class 0 instead
+        target = ctx.b.select(valid, target, ctx.b.fill_constant((), 0, "int64"))
+    picked = ctx.b.squeeze(ctx.b.gather_elements(x, ctx.b.expand_dims(target, [1]), axis=1), [1])
+    w = None if weight is None else ctx.b.gather(weight, target, axis=0)
+    if valid is not None:
+        w = ctx.b.select(valid, w if w is not None else _scalar(ctx, 1.0, x), _scalar(ctx, 0.0, x))
+    loss = ctx.b.negative(picked if w is None else ctx.b.multiply(picked, w))
+    if reduction == "none":
+        return loss
+    total = ctx.b.reduce_sum(loss, [])
+    if reduction == "sum":
+        return total
+    if w is None:
+        return ctx.b.divide(total, _scalar(ctx, float(np.prod(loss.shape)), x))
+    return ctx.b.divide(total, ctx.b.reduce_sum(ctx.b.broadcast_to(w, list(loss.shape)), []))
