@@ -129,3 +129,40 @@ def _nll(ctx: NodeContext, x: Value, target: Value, weight: Value | None) -> Val
     if w is None:
         return ctx.b.divide(total, _scalar(ctx, float(np.prod(loss.shape)), x))
     return ctx.b.divide(total, ctx.b.reduce_sum(ctx.b.broadcast_to(w, list(loss.shape)), []))
+
+
+@converter("RotaryEmbedding")
+def rotary_embedding(ctx: NodeContext):
+    """Rotate the first rotary_embedding_dim features of each head by the cached angles of its position: halves
+    (or, interleaved, even and odd features) as the real and imaginary parts. Works in the input's layout: [batch,
+    heads, seq, dim], or [batch, seq, heads * dim] viewed as [batch, seq, heads, dim]."""
+    x, cos, sin, positions = (ctx.input(i) for i in range(4))
+    batch, seq = x.shape[0], x.shape[2 if len(x.shape) == 4 else 1]
+    if len(x.shape) == 3:
+        heads = ctx.attr("num_heads", 0)
+        if heads <= 0 or x.shape[2] % heads:
+            raise OnnxImportError(f"3-D input {x.shape} needs num_heads dividing its last axis")
+        x = ctx.b.reshape(x, [batch, seq, heads, x.shape[2] // heads])
+    dim = x.shape[3]
+    rotated = ctx.attr("rotary_embedding_dim", 0) or dim
+    half = rotated // 2
+    if positions is not None:
+        cos, sin = (ctx.b.gather(c, positions, axis=0) for c in (cos, sin))
+    view = [batch, 1, seq, half] if len(ctx.input(0).shape) == 4 else [batch, seq, 1, half]
+    cos, sin = (ctx.b.reshape(c, view) for c in (cos, sin))
+    interleaved = bool(ctx.attr("interleaved", 0))
+
+    def part(start: int, end: int, step: int = 1) -> Value:
+        return ctx.b.slice(x, axes=[3], starts=[start], ends=[end], strides=[step])
+
+    x1, x2 = (part(0, rotated, 2), part(1, rotated, 2)) if interleaved else (part(0, half), part(half, rotated))
+    real = ctx.b.subtract(ctx.b.multiply(cos, x1), ctx.b.multiply(sin, x2))
+    imag = ctx.b.add(ctx.b.multiply(sin, x1), ctx.b.multiply(cos, x2))
+    if interleaved:
+        pairs = ctx.b.concat([ctx.b.expand_dims(real, [4]), ctx.b.expand_dims(imag, [4])], axis=4)
+        out = ctx.b.reshape(pairs, [*x.shape[:3], rotated])
+    else:
+        out = ctx.b.concat([real, imag], axis=3)
+    if rotated < dim:
+        out = ctx.b.concat([out, part(rotated, dim)], axis=3)
+    return [ctx.b.reshape(out, list(ctx.input(0).shape))]

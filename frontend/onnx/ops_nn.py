@@ -4,6 +4,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
 from cinn.ir import Value
 
@@ -129,12 +131,15 @@ def conv_transpose(ctx: NodeContext):
     return [_back(ctx, y, spatial)]
 
 
-def _pool(ctx: NodeContext, pooling_type: str):
-    x = ctx.input(0)
+def _pool(ctx: NodeContext, pooling_type: str, x: Value | None = None, exclusive: bool | None = None) -> list[Value]:
+    """pool2d over the node's window attributes (1-D as 2-D); x and exclusive default to the node's input and
+    count_include_pad."""
+    x = ctx.input(0) if x is None else x
     spatial = len(x.shape) - 2
     x2 = _as_2d(ctx, x)
     win = _window(ctx, x2.shape[2:], ctx.attr("kernel_shape", None), spatial)
-    exclusive = not ctx.attr("count_include_pad", 0)
+    if exclusive is None:
+        exclusive = not ctx.attr("count_include_pad", 0)
     y = ctx.b.pool2d(x2, pooling_type, list(win.kernel), list(win.strides), list(win.pads),
                      bool(ctx.attr("ceil_mode", 0)), exclusive, dilations=list(win.dilations))
     return [_back(ctx, y, spatial)]
@@ -150,6 +155,16 @@ def max_pool(ctx: NodeContext):
 @converter("AveragePool")
 def average_pool(ctx: NodeContext):
     return _pool(ctx, "avg")
+
+
+@converter("LpPool")
+def lp_pool(ctx: NodeContext):
+    """(sum over the window of |x|^p)^(1/p): the window sums of |x|^p (zero padding), then the root."""
+    x, p = ctx.input(0), float(ctx.attr("p", 2))
+    powered = ctx.b.multiply(x, x) if p == 2 else ctx.b.pow(ctx.b.abs(x), ctx.b.fill_constant((), p, x.dtype))
+    (mean,) = _pool(ctx, "avg", powered, exclusive=False)
+    total = ctx.b.scale(mean, scale=float(np.prod(ctx.attr("kernel_shape", [1]))))  # the window's sum
+    return [ctx.b.sqrt(total) if p == 2 else ctx.b.pow(total, ctx.b.fill_constant((), 1.0 / p, x.dtype))]
 
 
 @converter("GlobalAveragePool", "GlobalMaxPool")
