@@ -26,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="llvm", help="cinn target (default: llvm, the host CPU)")
     p.add_argument("--log", default=None, metavar="tuning.jsonl", help="schedule log: adds a tuned cinn build")
     p.add_argument("--repeat", type=int, default=20, help="timed runs per engine; the median is reported (default: 20)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="interleaved rounds: every engine runs once per round, each run in its own process; the "
+                        "median over rounds is reported (default: 1)")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default: 3)")
     p.add_argument("--csv", default=None, metavar="PATH", help="also write the table as CSV")
     p.add_argument("--plot", default=None, metavar="PATH", help="also write a latency bar chart (PNG)")
@@ -53,8 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; the exit status is 1 when an engine failed or outputs disagree."""
     p = _parser()
     args = p.parse_args(argv)
-    if args.repeat < 1 or args.warmup < 0:
-        p.error("--repeat must be >= 1 and --warmup >= 0")
+    if args.repeat < 1 or args.warmup < 0 or args.rounds < 1:
+        p.error("--repeat and --rounds must be >= 1 and --warmup >= 0")
     if args.log is not None and not os.path.isfile(args.log):
         p.error(f"--log {args.log}: no such schedule log (create one with cinn-tune)")
     try:
@@ -65,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shapes = tuple(parse_input_shapes(args.input_shape).items())
     except ValueError as err:
         p.error(str(err))
-    config = BenchConfig(target=args.target, repeat=args.repeat, warmup=args.warmup, tuning_log=args.log,
+    config = BenchConfig(target=args.target, repeat=args.repeat, warmup=args.warmup, rounds=args.rounds, tuning_log=args.log,
                          small=args.small, timeout=args.timeout, input_shapes=shapes)
     results = run_benchmarks(_model_names(args, p), config)
     tuned = args.log is not None

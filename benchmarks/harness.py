@@ -51,6 +51,7 @@ class BenchConfig:
     target: str = "llvm"
     repeat: int = 20
     warmup: int = 3
+    rounds: int = 1  # every engine runs once per round, rounds interleaved; the median over rounds is reported
     tuning_log: str | None = None
     small: bool = False
     timeout: float = 1800.0
@@ -267,29 +268,42 @@ def _load_outputs(path: str) -> list[np.ndarray]:
 
 
 def bench_model(model: str, config: BenchConfig) -> ModelResult:
-    """Run every engine on one model (each in its own process) and cross-check the outputs."""
+    """Run every engine on one model (each run in its own process; `config.rounds` interleaved rounds, the median
+    over them reported) and cross-check the outputs."""
     name = model_label(model)
-    results: dict[Engine, EngineResult] = {}
+    rounds: dict[Engine, list[EngineResult]] = {}
     errors: dict[Engine, str] = {}
     outputs: dict[Engine, list[np.ndarray]] = {}
     with tempfile.TemporaryDirectory(prefix="cinn-bench-") as tmp:
-        for engine in config.engines():
-            _progress(f"{name}: {engine.value} ...")
-            path = os.path.join(tmp, f"{engine.value}.npz")
-            try:
-                results[engine] = _spawn(engine, model, config, path)
-                outputs[engine] = _load_outputs(path)
-            except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as err:
-                errors[engine] = str(err)
-                _progress(f"{name}: {engine.value} FAILED: {err}")
-                continue
-            _progress(f"{name}: {engine.value} {results[engine].median_ms:.3f} ms")
+        for k in range(config.rounds):
+            for engine in config.engines():
+                if engine in errors:
+                    continue
+                label = f"{name}: {engine.value}" + (f" (round {k + 1}/{config.rounds})" if config.rounds > 1 else "")
+                _progress(f"{label} ...")
+                path = os.path.join(tmp, f"{engine.value}.npz")
+                try:
+                    rounds.setdefault(engine, []).append(_spawn(engine, model, config, path))
+                    outputs.setdefault(engine, _load_outputs(path))
+                except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as err:
+                    errors[engine] = str(err)
+                    _progress(f"{label} FAILED: {err}")
+                    continue
+                _progress(f"{label} {rounds[engine][-1].median_ms:.3f} ms")
+    results = {e: _median_round(rs) for e, rs in rounds.items() if e not in errors}
     checked = [e for e in outputs if e in (Engine.FUSED, Engine.TUNED, Engine.OPENVINO)] if Engine.ORT in outputs else []
     checks = tuple(compare(e, outputs[e], outputs[Engine.ORT]) for e in checked)
     for c in checks:
         if not c.ok:
             _progress(f"!!! MISMATCH {name}: {c.engine.value} differs from onnxruntime (max abs err {c.max_abs_err:.3g}, rtol/atol {RTOL})")
     return ModelResult(name, results, checks, errors)
+
+
+def _median_round(results: list[EngineResult]) -> EngineResult:
+    """One engine's result over rounds: the median of the rounds' medians (the first round's compile times, the
+    cold one)."""
+    median_ms = float(np.median([r.median_ms for r in results]))
+    return dataclasses.replace(results[0], median_ms=median_ms, runs=sum(r.runs for r in results))
 
 
 def run_benchmarks(models: Sequence[str], config: BenchConfig) -> list[ModelResult]:

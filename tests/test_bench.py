@@ -226,3 +226,22 @@ def test_latency_is_timed_after_the_settling_runs():
     calls = []
     median_seconds(lambda: calls.append(time.perf_counter()), repeat=3, warmup=1, settle_s=0.05)
     assert len(calls) > 4 and calls[-4] - calls[0] >= 0.05
+
+
+def test_rounds_interleave_the_engines_and_report_the_median_round(monkeypatch):
+    from cinn.benchmarks import harness
+
+    calls: list[Engine] = []
+    times = iter([5.0, 9.0, 1.0, 7.0, 3.0, 8.0])  # fused, ORT per round
+
+    def spawn(engine, model, config, path):
+        calls.append(engine)
+        np.savez(path, np.ones(2, np.float32))
+        return EngineResult(engine, "mlp", next(times), config.repeat)
+
+    monkeypatch.setattr(harness, "_spawn", spawn)
+    monkeypatch.setattr(BenchConfig, "engines", lambda self: (Engine.FUSED, Engine.ORT))
+    result = harness.bench_model("mlp", BenchConfig(repeat=4, rounds=3))
+    assert calls == [Engine.FUSED, Engine.ORT] * 3
+    assert result.ms(Engine.FUSED) == 3.0 and result.ms(Engine.ORT) == 8.0
+    assert result.results[Engine.FUSED].runs == 12 and not result.failed
