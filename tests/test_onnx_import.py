@@ -353,6 +353,19 @@ def test_com_microsoft_attention_with_a_cache_is_refused():
         cinn.load_onnx(model)
 
 
+@pytest.mark.parametrize(("equation", "shapes"), [
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),  # attention scores: one batched matmul
+    ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 2)]),  # three operands: aligned, multiplied, summed
+    ("...ij,jk", [(2, 1, 3, 4), (4, 5)]),  # implicit output, an ellipsis
+    ("bij,bjk->bik", [(1, 2, 3), (4, 3, 5)]),  # a batch index that broadcasts
+])
+def test_einsum_matches_onnxruntime(equation, shapes, tmp_cache):
+    names = [f"x{i}" for i in range(len(shapes))]
+    model = make_model([helper.make_node("Einsum", names, ["y"], equation=equation)],
+                       [(n, F32, s) for n, s in zip(names, shapes, strict=True)], [("y", F32, None)], opset=12)
+    assert_matches_ort(model, {n: rand(*s) for n, s in zip(names, shapes, strict=True)}, tmp_cache)
+
+
 def test_cnn_block_matches_onnxruntime(tmp_cache):
     n = helper.make_node
     nodes = [

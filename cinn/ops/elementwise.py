@@ -138,7 +138,22 @@ def _np_sigmoid(x):
 
 
 def _sign_te(x):
-    return tirx.Select(x > _c(0, x), _c(1, x), tirx.Select(x < _c(0, x), _c(-1, x), _c(0, x)))
+    signed = tirx.Select(x > _c(0, x), _c(1, x), tirx.Select(x < _c(0, x), _c(-1, x), _c(0, x)))
+    return tirx.Select(tirx.isnan(x), x, signed) if _is_float(x) else signed  # NaN stays NaN, as numpy
+
+
+def _wrapping(fn):
+    """A narrow signed-integer arithmetic body computed in int64 and truncated: it wraps on overflow as numpy does
+    (TVM emits signed arithmetic as `nsw`, whose overflow LLVM may assume away: sign(7 + INT_MAX) came out 0).
+    int64 stays as it is: there is no wider type."""
+
+    def body(*xs):
+        dtype = _dtype(xs[0])
+        if not dtype.startswith("int") or dtype == "int64":
+            return fn(*xs)
+        return fn(*(x.astype("int64") for x in xs)).astype(dtype)
+
+    return body
 
 
 def _softplus_te(x):
@@ -227,7 +242,7 @@ _UNARY: dict[str, tuple[Callable[..., Any], Callable[..., Any], D]] = {
     "sqrt": (tirx.sqrt, np.sqrt, D.FLOAT),
     "rsqrt": (tirx.rsqrt, lambda x: 1.0 / np.sqrt(x.astype(np.float64)), D.FLOAT),
     "abs": (tirx.abs, np.abs, D.NUMBER),
-    "negative": (lambda x: -x, np.negative, D.NUMBER),
+    "negative": (_wrapping(lambda x: -x), np.negative, D.NUMBER),
     "erf": (tirx.erf, _np_erf, D.FLOAT),
     "silu": (lambda x: x * tirx.sigmoid(x), lambda x: x * _np_sigmoid(x), D.FLOAT),
     "hard_swish": (lambda x: x * _clip_te(x + _c(3, x), 0, 6) / _c(6, x), lambda x: x * _clip_np(x + 3, 0, 6) / 6, D.FLOAT),
@@ -250,6 +265,7 @@ _UNARY: dict[str, tuple[Callable[..., Any], Callable[..., Any], D]] = {
     "sign": (_sign_te, np.sign, D.NUMBER),
     "reciprocal": (lambda x: _c(1, x) / x, np.reciprocal, D.FLOAT),
     "logical_not": (tirx.Not, np.logical_not, D.BOOL),
+    "bitwise_not": (tirx.bitwise_not, np.invert, D.INT),
     # a copy compute: a kernel output must never alias its input buffer
     "identity": (lambda x: x, np.copy, D.ANY),
 }
@@ -290,9 +306,9 @@ for _name, (_attrs, _te, _ref, _dtypes) in _UNARY_ATTRS.items():
 # -- broadcasting binary ops ----------------------------------------------------------------
 # name -> (scalar TE body, numpy reference, accepted dtypes, output dtype or None for the input's)
 _BINARY = {
-    "add": (lambda x, y: x + y, np.add, D.NUMBER, None),
-    "subtract": (lambda x, y: x - y, np.subtract, D.NUMBER, None),
-    "multiply": (lambda x, y: x * y, np.multiply, D.NUMBER, None),
+    "add": (_wrapping(lambda x, y: x + y), np.add, D.NUMBER, None),
+    "subtract": (_wrapping(lambda x, y: x - y), np.subtract, D.NUMBER, None),
+    "multiply": (_wrapping(lambda x, y: x * y), np.multiply, D.NUMBER, None),
     # integer division is ambiguous (C truncates, numpy floors): ints use floor_divide
     "divide": (lambda x, y: x / y, np.divide, D.FLOAT, None),
     "floor_divide": (_floor_divide_te, np.floor_divide, D.NUMBER, None),
@@ -310,6 +326,9 @@ _BINARY = {
     "logical_and": (tirx.And, np.logical_and, D.BOOL, None),
     "logical_or": (tirx.Or, np.logical_or, D.BOOL, None),
     "logical_xor": (_compare("NE"), np.logical_xor, D.BOOL, None),
+    "bitwise_and": (tirx.bitwise_and, np.bitwise_and, D.INT, None),
+    "bitwise_or": (tirx.bitwise_or, np.bitwise_or, D.INT, None),
+    "bitwise_xor": (tirx.bitwise_xor, np.bitwise_xor, D.INT, None),
 }
 for _name, (_te, _ref, _dtypes, _out) in _BINARY.items():
     register_elementwise(_name, _te, _ref, arity=2, dtypes=_dtypes, out_dtype=_out)

@@ -16,6 +16,7 @@ from cinn.frontend.onnx import (  # noqa: F401  (register converters)
     ops_nn,
     ops_reduce,
     ops_resize,
+    ops_rnn,
     ops_shape,
 )
 from cinn.frontend.onnx.registry import (

@@ -13,12 +13,14 @@ _UNARY = {
     "Sign": "sign", "Reciprocal": "reciprocal", "Softplus": "softplus", "Sin": "sin", "Cos": "cos", "Tan": "tan",
     "Asin": "asin", "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh",
     "Acosh": "acosh", "Atanh": "atanh",
-    "Not": "logical_not", "IsNaN": "is_nan", "HardSwish": "hard_swish", "Identity": "identity",
+    "Not": "logical_not", "BitwiseNot": "bitwise_not", "IsNaN": "is_nan", "HardSwish": "hard_swish",
+    "Identity": "identity",
 }
 _BINARY = {
     "Add": "add", "Sub": "subtract", "Mul": "multiply", "Equal": "equal", "Less": "less_than",
     "LessOrEqual": "less_equal", "Greater": "greater_than", "GreaterOrEqual": "greater_equal",
-    "And": "logical_and", "Or": "logical_or", "Xor": "logical_xor",
+    "And": "logical_and", "Or": "logical_or", "Xor": "logical_xor", "BitwiseAnd": "bitwise_and",
+    "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor",
 }
 # variadic ONNX ops folded pairwise with a binary cinn op
 _VARIADIC = {"Sum": "add", "Max": "max", "Min": "min"}

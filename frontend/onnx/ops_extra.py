@@ -1,5 +1,6 @@
 """Converters of ONNX ops written as compositions of cinn ops: RMSNormalization, LpNormalization, Hardmax, Swish,
-Trilu, EyeLike, OneHot, and the loss ops exporters emit (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss)."""
+Trilu, EyeLike, OneHot, RotaryEmbedding, Einsum, and the loss ops exporters emit (NegativeLogLikelihoodLoss,
+SoftmaxCrossEntropyLoss)."""
 from __future__ import annotations
 
 import numpy as np
@@ -166,3 +167,99 @@ def rotary_embedding(ctx: NodeContext):
     if rotated < dim:
         out = ctx.b.concat([out, part(rotated, dim)], axis=3)
     return [ctx.b.reshape(out, list(ctx.input(0).shape))]
+
+
+@converter("Einsum")
+def einsum(ctx: NodeContext):
+    """Einstein summation: repeated indices of one operand become diagonals; two operands contract through one
+    batched matmul; otherwise the operands are aligned on every index, multiplied and summed."""
+    terms, out = _einsum_terms(str(ctx.attr("equation", "")).replace(" ", ""), [len(v.shape) for v in ctx.inputs])
+    operands = [_diagonals(ctx, x, term) for x, term in zip(ctx.inputs, terms, strict=True)]
+    if len(operands) == 2 and (y := _einsum_matmul(ctx, operands[0], operands[1], out)) is not None:
+        return [y]
+    return [_einsum_broadcast(ctx, operands, out)]
+
+
+def _einsum_terms(equation: str, ranks: list[int]) -> tuple[list[str], str]:
+    """The operands' index strings and the output's, with each '...' spelled as distinct stand-in letters
+    (right-aligned across operands); an implicit output is the ellipsis, then the indices used once, sorted."""
+    lhs, arrow, rhs = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise OnnxImportError(f"equation {equation!r} has {len(terms)} operands for {len(ranks)} inputs")
+    widths = [rank - (len(t) - 3) if "..." in t else 0 for t, rank in zip(terms, ranks, strict=True)]
+    stand_in = "".join(chr(0x3B1 + k) for k in range(max(widths, default=0)))  # greek letters: never in an equation
+    terms = [t.replace("...", stand_in[len(stand_in) - w:] if w else "") for t, w in zip(terms, widths, strict=True)]
+    for t, rank in zip(terms, ranks, strict=True):
+        if len(t) != rank:
+            raise OnnxImportError(f"equation {equation!r}: term {t!r} does not match an input of rank {rank}")
+    if arrow:
+        return terms, rhs.replace("...", stand_in)
+    counts = {c: sum(t.count(c) for t in terms) for t in terms for c in t}
+    return terms, stand_in + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in stand_in))
+
+
+def _diagonals(ctx: NodeContext, x: Value, term: str) -> tuple[Value, str]:
+    """Repeated indices of one operand ('ii') reduced to their diagonal."""
+    while len(set(term)) < len(term):
+        a = next(i for i, c in enumerate(term) if term.index(c) != i)
+        first = term.index(term[a])
+        shape = [1] * len(term)
+        shape[first] = shape[a] = x.shape[a]
+        eye = ctx.b.create_constant(np.eye(x.shape[a]).reshape(shape), dtype=x.dtype)
+        x = ctx.b.reduce_sum(ctx.b.multiply(x, eye), [a])
+        term = term[:a] + term[a + 1:]
+    return x, term
+
+
+def _sizes(pairs: list[tuple[Value, str]]) -> dict[str, list[int]]:
+    return {c: [x.shape[t.index(c)] for x, t in pairs if c in t] for _, term in pairs for c in term}
+
+
+def _einsum_matmul(ctx: NodeContext, a: tuple[Value, str], b: tuple[Value, str], out: str) -> Value | None:
+    """Two operands as one batched matmul [batch, a's kept, contracted] x [batch, contracted, b's kept]; None where
+    an index broadcasts (sizes differ)."""
+    sizes = _sizes([a, b])
+    if any(len(set(s)) > 1 for s in sizes.values()):
+        return None
+    (x, ta), (y, tb) = a, b
+    x, ta = _sum_out(ctx, x, ta, tb + out)
+    y, tb = _sum_out(ctx, y, tb, ta + out)
+    batch = [c for c in out if c in ta and c in tb]
+    contracted = [c for c in ta if c in tb and c not in out]
+    keep_a, keep_b = [c for c in out if c in ta and c not in tb], [c for c in out if c in tb and c not in ta]
+
+    def grouped(v: Value, term: str, groups: list[list[str]]) -> Value:
+        order = [c for g in groups for c in g]
+        v = ctx.b.transpose(v, [term.index(c) for c in order]) if order != list(term) else v
+        return ctx.b.reshape(v, [int(np.prod([sizes[c][0] for c in g])) for g in groups])
+
+    prod = ctx.b.matmul(grouped(x, ta, [batch, keep_a, contracted]), grouped(y, tb, [batch, contracted, keep_b]))
+    order = batch + keep_a + keep_b
+    result = ctx.b.reshape(prod, [sizes[c][0] for c in order])
+    return ctx.b.transpose(result, [order.index(c) for c in out]) if order != list(out) else result
+
+
+def _sum_out(ctx: NodeContext, x: Value, term: str, elsewhere: str) -> tuple[Value, str]:
+    """Sum an operand over the indices no other operand and not the output has."""
+    alone = [i for i, c in enumerate(term) if c not in elsewhere]
+    if not alone:
+        return x, term
+    return ctx.b.reduce_sum(x, alone), "".join(c for i, c in enumerate(term) if i not in alone)
+
+
+def _einsum_broadcast(ctx: NodeContext, operands: list[tuple[Value, str]], out: str) -> Value:
+    """Every operand transposed to the order output indices, then summed ones, with size-1 axes for the indices it
+    lacks; their product summed over the non-output indices."""
+    letters = list(out) + [c for _, t in operands for c in t if c not in out]
+    letters = list(dict.fromkeys(letters))
+    product = None
+    for x, term in operands:
+        mine = [c for c in letters if c in term]
+        aligned = ctx.b.transpose(x, [term.index(c) for c in mine]) if mine != list(term) else x
+        if mine != letters:
+            aligned = ctx.b.reshape(aligned, [aligned.shape[mine.index(c)] if c in term else 1 for c in letters])
+        product = aligned if product is None else ctx.b.multiply(product, aligned)
+    assert product is not None
+    summed = list(range(len(out), len(letters)))
+    return ctx.b.reduce_sum(product, summed) if summed else product

@@ -117,6 +117,7 @@ CASES = [
     Case("is_nan", make=_inputs(_specials((4, 6))), id="is_nan-specials"),
     Case("is_inf", make=_inputs(_specials((4, 6))), id="is_inf-specials"),
     *_unary("logical_not", [(M, B), ((), B)]),
+    *_unary("bitwise_not", [(M, I), ((3,), "int8")]),
     *_unary("identity", [(M, F), ((3,), I), ((2, 1), B), ((), F)]),
     # unary ops with attributes
     Case("gelu", ((M, F),), id="gelu-exact", **_TOL),
@@ -177,6 +178,9 @@ CASES += [
     Case("logical_or", (((2, 1, 3), B), ((4, 1), B))),
     Case("logical_xor", ((M, B), (M, B))),
     Case("logical_xor", (((), B), ((3,), B))),
+    Case("bitwise_and", ((M, I), ((5,), I))),
+    Case("bitwise_or", ((M, "int64"), (M, "int64"))),
+    Case("bitwise_xor", ((M, "int8"), (M, "int8"))),
     Case("select", (((4, 1), B), (M, F), (M, F))),
     Case("select", ((M, B), ((), I), ((5,), I))),
     Case("select", (((), B), ((2, 3), F), ((1, 3), F))),
