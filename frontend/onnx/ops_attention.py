@@ -34,13 +34,22 @@ def attention(ctx: NodeContext):
     scale = ctx.attr("scale", None)
     scale = 1.0 / math.sqrt(dim) if scale is None else float(scale)
     bias = _bias(ctx, heads, past=0 if ctx.input(4) is None else ctx.input(4).shape[2])
-    mode, softcap = ctx.attr("qk_matmul_output_mode", 0), float(ctx.attr("softcap", 0.0))
+    softcap = float(ctx.attr("softcap", 0.0))
     wants_qk = len(ctx.node.output) > 3 and bool(ctx.node.output[3])
     precision = ctx.attr("softmax_precision", None)
     precision = q.dtype if precision is None else onnx_dtype(precision, "softmax_precision")
     if not wants_qk and softcap <= 0 and precision == q.dtype and q.dtype == "float32":
         y = _fused(ctx, heads, bias, scale)
         return [_merge(ctx, y, len(q.shape), num_heads), heads.present_k, heads.present_v]
+    y, qk = _primitive(ctx, heads, bias, scale, softcap, precision)
+    return [_merge_4d(ctx, y, len(q.shape)), heads.present_k, heads.present_v, qk]
+
+
+def _primitive(ctx: NodeContext, heads: _Heads, bias: Value | None, scale: float, softcap: float,
+               precision: str) -> tuple[Value, Value]:
+    """The node in primitive ops: its output [batch, heads, seq, dim] and the qk_matmul_output its mode asks for
+    (0, 1: the scaled (and softcapped) logits; 2: with the bias; 3: the probabilities)."""
+    mode, dtype = ctx.attr("qk_matmul_output_mode", 0), heads.q.dtype
     logits = ctx.b.matmul(heads.q, heads.k, trans_y=True, alpha=scale)
     if softcap > 0:
         logits = ctx.b.scale(ctx.b.tanh(ctx.b.scale(logits, scale=1.0 / softcap)), scale=softcap)
@@ -48,16 +57,14 @@ def attention(ctx: NodeContext):
     if bias is not None:
         logits = ctx.b.add(logits, bias)
         qk = logits if mode == 2 else qk
-    probs = ctx.b.softmax(ctx.b.cast(logits, precision) if precision != q.dtype else logits, axes=[-1])
+    probs = ctx.b.softmax(ctx.b.cast(logits, precision) if precision != dtype else logits, axes=[-1])
     if bias is not None and _may_mask_whole_rows(ctx, bias):
         # a query whose every key is masked attends to nothing: zeros, decided on the bias (not on NaN logits)
         row_max = ctx.b.reduce_max(bias, dim=[-1], keep_dim=True)
         hidden = ctx.b.equal(row_max, ctx.b.fill_constant((), NEG_INF, bias.dtype))
         probs = ctx.b.select(hidden, ctx.b.fill_constant((), 0.0, probs.dtype), probs)
-    probs = ctx.b.cast(probs, q.dtype) if precision != q.dtype else probs
-    qk = probs if mode == 3 else qk
-    y = ctx.b.matmul(probs, heads.v)
-    return [_merge_4d(ctx, y, len(q.shape)), heads.present_k, heads.present_v, qk]
+    probs = ctx.b.cast(probs, dtype) if precision != dtype else probs
+    return ctx.b.matmul(probs, heads.v), probs if mode == 3 else qk
 
 
 def _heads(ctx: NodeContext, q: Value, k: Value, v: Value) -> _Heads:
