@@ -430,9 +430,7 @@ def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target)
     n = spatial_count(sch, main)
     if any(int(iv.dom.extent) > 1 for iv in block.iter_vars[n + 1 :]):
         return False
-    vector, out = _reads_using(block, col), block.writes[0].source
-    rows = [r.source for r in block.reads if r not in vector and not r.source.same_as(out)]
-    return any(prod(int(d) for d in b.shape) * DataType(b.dtype).bits // 8 > target.l2_bytes for b in rows)
+    return any(_bytes(b) > target.l2_bytes for b in _row_operands(block, col))
 
 
 def _row_block(sch: Schedule, knobs: Knobs, main, t: Tiling, row_outer, target: Target) -> int:
@@ -440,16 +438,24 @@ def _row_block(sch: Schedule, knobs: Knobs, main, t: Tiling, row_outer, target: 
     weight panel is read once per block rather than once per row tile, and the block's rows stay in L2 (ROW_BLOCK_L2
     of it). BERT batch 8 (1024 rows): 768->768 2.57 -> 2.34 ms, 768->3072 10.40 -> 10.06 ms, 3072->768 10.01 -> 9.95
     ms, against 24 KB-row tiles that each streamed every panel from L3."""
-    block = sch.get(main)
-    vector, out = _reads_using(block, t.col), block.writes[0].source
-    rows = [r.source for r in block.reads if r not in vector and not r.source.same_as(out)]
+    rows = _row_operands(sch.get(main), t.col)
     tiles = int(sch.get(row_outer).extent)
     if len(rows) != 1 or tiles == 1:
         return 0
-    per_tile = prod(int(d) for d in rows[0].shape) * DataType(rows[0].dtype).bits // 8 / tiles
+    per_tile = _bytes(rows[0]) / tiles
     fits = [d for d in divisors(tiles) if d < tiles and d * per_tile <= target.l2_bytes * ROW_BLOCK_L2]
     default = max(fits, default=0)
     return knobs.choose(sch, Knob.ROW_BLOCK, sorted({0, *fits[-4:], default}), default)
+
+
+def _row_operands(block, col: int) -> list:
+    """The buffers a reduction block reads that do not depend on its vector axis (the row operand)."""
+    vector, out = _reads_using(block, col), block.writes[0].source
+    return [r.source for r in block.reads if r not in vector and not r.source.same_as(out)]
+
+
+def _bytes(buffer) -> int:
+    return prod(int(d) for d in buffer.shape) * DataType(buffer.dtype).bits // 8
 
 
 def _vector_axis_last(sch: Schedule, main, t: Tiling) -> None:

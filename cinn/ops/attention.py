@@ -115,6 +115,7 @@ def _compute(tensors, a: AttentionAttrs, out_types: Sequence[TensorType]):
         lambda *i: te.sum(exp(*i[:n], i[n], rt, i[n + 1]) * v(*i[:n], rt, i[n] * dv + i[n + 2]), axis=rt),
         name="attention_context",
     )
+
     def merge(*i):  # i: [..., queries, heads * value_dim]
         row = (*i[:n], i[n + 1] // dv, i[n])
         # every logit -inf (all keys masked): te.max's initial lowest value survives, and the row is zeros, as ONNX

@@ -20,6 +20,7 @@ from cinn.ir import Node, Program, Value
 from cinn.ops.attention import AttentionAttrs, broadcasts_to
 from cinn.passes.dce import dce
 from cinn.passes.rewrite import Rewriter, rewrite
+from cinn.passes.simplify import transpose_perm
 
 
 def fuse_attention(program: Program) -> Program:
@@ -41,7 +42,7 @@ def _fuse(rw: Rewriter, node: Node) -> bool:
     if node.op != "reshape":
         return False
     merge = _producer(rw, rw.inputs(node)[0], "transpose")
-    if merge is None or _perm(merge) != _swap(len(merge.inputs[0].shape) - 3, 0) or not _single(rw, merge):
+    if merge is None or transpose_perm(merge) != _swap(len(merge.inputs[0].shape) - 3, 0) or not _single(rw, merge):
         return False
     pv = _producer(rw, merge.inputs[0], "matmul")
     if pv is None or not _plain(pv) or not _single(rw, pv):
@@ -122,7 +123,7 @@ def _split(rw: Rewriter, value: Value, transposed: bool) -> _Heads | None:
         return None
     reshape = _producer(rw, tr.inputs[0], "reshape")
     n = len(tr.inputs[0].shape) - 3
-    if reshape is None or n < 0 or _perm(tr) != _swap(n, int(transposed)):
+    if reshape is None or n < 0 or transpose_perm(tr) != _swap(n, int(transposed)):
         return None
     source = reshape.inputs[0]
     *lead, seq, heads, dim = tr.inputs[0].shape
@@ -139,11 +140,6 @@ def _swap(n: int, transposed: int) -> tuple[int, ...]:
 def _producer(rw: Rewriter, value: Value, op: str) -> Node | None:
     node = rw.producer(value)
     return node if node is not None and node.op == op else None
-
-
-def _perm(node: Node) -> tuple[int, ...]:
-    rank = len(node.inputs[0].shape)
-    return tuple(a % rank for a in node.attrs.axis)
 
 
 def _plain(matmul: Node) -> bool:

@@ -24,7 +24,8 @@ PAD_MIN_COLS = 256
 def pack_weights(program: Program) -> Program:
     """conv2d weights go OIHW -> IHWO (output channels contiguous: the conv kernels' vector axis); a matmul's constant
     2-D y goes to column panels [N / p, K, p] (MatmulAttrs.y_panel: the tiled kernels' vector axis, contiguous per
-    register tile), or [K, N] where no panel width divides N, or [N, K] for one output row."""
+    register tile; zero-padded and sliced back where N is wide with no 8-lane divisor), or [K, N] where no panel width
+    divides a small N, or [N, K] for one output row."""
     return rewrite(program, _pack)
 
 
@@ -43,12 +44,8 @@ def _pack(rw: Rewriter, node: Node) -> bool:
     if node.op != "matmul" or mm.y_panel:
         return False
     columns = data.T if mm.trans_y else data
-    if data.ndim == 2 and (width := _panel_width(columns.shape[1])) and not _is_gemv(node):
-        packed = rw.new_constant(panel(columns, width), f"{w.name}_panels")
-        rw.keep(node, inputs=(x, packed), attrs=dataclasses.replace(mm, trans_y=False, y_panel=width))
-        return True
-    if data.ndim == 2 and columns.shape[1] % 8 and columns.shape[1] >= PAD_MIN_COLS and not _is_gemv(node):
-        _padded_panels(rw, node, columns, mm)
+    if data.ndim == 2 and not _is_gemv(node) and (width := _panel_width(columns.shape[1])):
+        _panels(rw, node, columns, width)
         return True
     if data.ndim >= 2 and mm.trans_y != _is_gemv(node):
         packed = rw.new_constant(np.swapaxes(data, -1, -2), f"{w.name}_t")
@@ -57,23 +54,24 @@ def _pack(rw: Rewriter, node: Node) -> bool:
     return False
 
 
-def _padded_panels(rw: Rewriter, node: Node, columns: np.ndarray, mm: MatmulAttrs) -> None:
-    """matmul(x, [K, N] columns) as matmul(x, zero-padded panels) and a slice of its first N columns."""
+def _panels(rw: Rewriter, node: Node, columns: np.ndarray, width: int) -> None:
+    """matmul(x, [K, N] columns) as a matmul over column panels of `width`, zero-padded to whole panels and the
+    output sliced back to its N columns where `width` does not divide N."""
     x, w = rw.inputs(node)
-    k, n = columns.shape
-    width = PANEL_WIDTHS[0]
-    padded = np.zeros((k, -(-n // width) * width), columns.dtype)
-    padded[:, :n] = columns
+    n = columns.shape[1]
+    padded = np.pad(columns, ((0, 0), (0, -n % width))) if n % width else columns
     packed = rw.new_constant(panel(padded, width), f"{w.name}_panels")
-    (wide,) = rw.emit("matmul", [x, packed], dataclasses.replace(mm, trans_y=False, y_panel=width))
-    axis = len(wide.shape) - 1
-    (sliced,) = rw.emit("slice", [wide], SliceAttrs(axes=(axis,), starts=(0,), ends=(n,)))
-    rw.substitute(node.outputs[0], sliced)
+    (out,) = rw.emit("matmul", [x, packed], dataclasses.replace(cast(MatmulAttrs, node.attrs), trans_y=False, y_panel=width))
+    if padded.shape[1] != n:
+        (out,) = rw.emit("slice", [out], SliceAttrs(axes=(len(out.shape) - 1,), starts=(0,), ends=(n,)))
+    rw.substitute(node.outputs[0], out)
 
 
 def _panel_width(n: int) -> int:
-    """Columns per packed panel: the first of PANEL_WIDTHS that divides N, 0 for none."""
-    return next((p for p in PANEL_WIDTHS if n % p == 0), 0)
+    """Columns per packed panel: the first of PANEL_WIDTHS that divides N; for a wide N with no divisor of whole
+    8-lane registers, the first one (padded); else 0."""
+    divides = next((p for p in PANEL_WIDTHS if n % p == 0), 0)
+    return divides or (PANEL_WIDTHS[0] if n % 8 and n >= PAD_MIN_COLS else 0)
 
 
 def _is_gemv(node: Node) -> bool:

@@ -109,11 +109,11 @@ def merge_transposes(rw: Rewriter, node: Node) -> bool:
     if node.op != "transpose":
         return False
     (x,) = rw.inputs(node)
-    perm = _perm(node)
+    perm = transpose_perm(node)
     source = _through(rw, x, ("transpose",))
     inner_node = rw.producer(x)
     if source != x and inner_node is not None:
-        inner = _perm(inner_node)
+        inner = transpose_perm(inner_node)
         perm = tuple(inner[i] for i in perm)
     if perm == tuple(range(len(perm))):
         rw.substitute(node.outputs[0], source)
@@ -132,7 +132,7 @@ def fold_transpose_into_matmul(rw: Rewriter, node: Node) -> bool:
     flags = [node.attrs.trans_x, node.attrs.trans_y]
     for i, v in enumerate(inputs):
         producer = rw.producer(v)
-        if producer is not None and producer.op == "transpose" and _swaps_last_two(_perm(producer)):
+        if producer is not None and producer.op == "transpose" and _swaps_last_two(transpose_perm(producer)):
             inputs[i], flags[i] = producer.inputs[0], not flags[i]
     if inputs == list(rw.inputs(node)):
         return False
@@ -146,7 +146,8 @@ def _through(rw: Rewriter, v: Value, ops: tuple[str, ...]) -> Value:
     return producer.inputs[0] if producer is not None and producer.op in ops else v
 
 
-def _perm(node: Node) -> tuple[int, ...]:
+def transpose_perm(node: Node) -> tuple[int, ...]:
+    """A transpose node's permutation with non-negative axes."""
     ndim = len(node.inputs[0].shape)
     return tuple(a % ndim for a in node.attrs.axis) if ndim else ()
 

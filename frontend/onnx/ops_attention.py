@@ -132,43 +132,33 @@ def _fused(ctx: NodeContext, heads: _Heads, bias: Value | None, scale: float) ->
 def _bias(ctx: NodeContext, heads: _Heads, past: int) -> Value | None:
     """The additive bias of the logits: the attention mask (booleans as 0 / -inf, padded to the keys with -inf),
     the causal and sliding-window masks (aligned to the end of the past cache, or per batch to nonpad_kv_seqlen) and
-    the padding of nonpad_kv_seqlen; None when there is none."""
+    the padding of nonpad_kv_seqlen; None when there is none. Masks of constant positions fold to constants."""
     dtype = heads.q.dtype
     seq, keys = heads.q.shape[2], heads.k.shape[2]
-    parts = []
-    mask = ctx.input(3)
-    if mask is not None:
-        parts.append(_mask_bias(ctx, mask, keys, dtype))
+    parts = [] if ctx.input(3) is None else [_mask_bias(ctx, ctx.input(3), keys, dtype)]
+    zero, hidden = ctx.b.fill_constant((), 0.0, dtype), ctx.b.fill_constant((), NEG_INF, dtype)
+    offsets = np.arange(seq)[:, None] - np.arange(keys)[None, :]  # query index - key position
     nonpad = ctx.input(6)
+    if nonpad is None:  # query i sits at position past + i
+        diff = ctx.b.create_constant(offsets + past)
+    else:  # an external cache: keys from nonpad_kv_seqlen[b] on are padding; query i sits at nonpad[b] - seq + i
+        lengths = ctx.b.reshape(ctx.b.cast(nonpad, "int64"), [nonpad.shape[0], 1, 1, 1])
+        key_pos = ctx.b.create_constant(np.arange(keys, dtype=np.int64))
+        parts.append(ctx.b.select(ctx.b.less_than(key_pos, lengths), zero, hidden))
+        diff = ctx.b.add(ctx.b.create_constant(offsets - seq), lengths)
     left, right = ctx.attr("left_window_size", -1), ctx.attr("right_window_size", -1)
-    causal = bool(ctx.attr("is_causal", 0))
-    if nonpad is None:
-        allowed = _allowed(np.arange(seq)[:, None] + past - np.arange(keys)[None, :], causal, left, right)
-        if allowed is not None:
-            parts.append(ctx.b.create_constant(np.where(allowed, 0.0, NEG_INF).astype(dtype)))
-    else:
-        parts.extend(_nonpad_bias(ctx, nonpad, seq, keys, dtype, (causal, left, right)))
+    checks = [(bool(ctx.attr("is_causal", 0)), "greater_equal", 0), (left >= 0, "less_equal", left),
+              (right >= 0, "greater_equal", -right)]
+    for on, op, bound in checks:  # diff = query position - key position
+        if on:
+            allowed = getattr(ctx.b, op)(diff, ctx.b.fill_constant((), bound, diff.dtype))
+            parts.append(ctx.b.select(allowed, zero, hidden))
     if not parts:
         return None
     total = parts[0]
     for p in parts[1:]:
         total = ctx.b.add(total, p)
     return total
-
-
-def _allowed(diff, causal: bool, left: int, right: int):
-    """Which (query, key) pairs the causal and window masks allow, from the array diff = query position - key
-    position; None when neither mask is set."""
-    if not causal and left < 0 and right < 0:
-        return None
-    allowed = np.ones(np.shape(diff), bool)
-    if causal:
-        allowed &= diff >= 0
-    if left >= 0:
-        allowed &= diff <= left
-    if right >= 0:
-        allowed &= -diff <= right
-    return allowed
 
 
 def _mask_bias(ctx: NodeContext, mask: Value, keys: int, dtype: str) -> Value:
@@ -184,27 +174,6 @@ def _mask_bias(ctx: NodeContext, mask: Value, keys: int, dtype: str) -> Value:
         pads = [[0, 0]] * (len(mask.shape) - 1) + [[0, short]]
         mask = ctx.b.pad(mask, pads, pad_value=NEG_INF)
     return mask
-
-
-def _nonpad_bias(ctx: NodeContext, nonpad: Value, seq: int, keys: int, dtype: str, masks: tuple[bool, int, int]):
-    """The masks of an external cache: keys at or past nonpad_kv_seqlen[b] are padding, and the causal and window
-    masks align to its end (query i sits at position nonpad[b] - seq + i)."""
-    batch = nonpad.shape[0]
-    lengths = ctx.b.reshape(ctx.b.cast(nonpad, "int64"), [batch, 1, 1, 1])
-    key_pos = ctx.b.create_constant(np.arange(keys, dtype=np.int64))
-    zero, hidden = ctx.b.fill_constant((), 0.0, dtype), ctx.b.fill_constant((), NEG_INF, dtype)
-    parts = [ctx.b.select(ctx.b.less_than(key_pos, lengths), zero, hidden)]
-    causal, left, right = masks
-    if causal or left >= 0 or right >= 0:
-        # diff = query position - key position = (i - seq - j) + nonpad[b]
-        diff = ctx.b.add(ctx.b.create_constant(np.arange(seq)[:, None] - seq - np.arange(keys)[None, :]), lengths)
-        checks = [(causal, "greater_equal", 0, diff), (left >= 0, "less_equal", left, diff),
-                  (right >= 0, "greater_equal", -right, diff)]
-        for on, op, bound, value in checks:
-            if on:
-                ok = getattr(ctx.b, op)(value, ctx.b.fill_constant((), bound, "int64"))
-                parts.append(ctx.b.select(ok, zero, hidden))
-    return parts
 
 
 def _may_mask_whole_rows(ctx: NodeContext, bias: Value) -> bool:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from cinn.frontend.onnx.ops_elementwise import scalar
 from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter, onnx_dtype
 from cinn.ir import Value
 
 
-def _scalar(ctx: NodeContext, value: float, like: Value) -> Value:
-    return ctx.b.fill_constant((), value, like.dtype)
+def _positions(ctx: NodeContext, n: int, trailing: int, dtype) -> Value:
+    """0 .. n-1 along an axis followed by `trailing` axes of size 1 (to compare with an index along that axis)."""
+    return ctx.b.create_constant(np.arange(n, dtype=dtype).reshape([n] + [1] * trailing))
 
 
 @converter("RMSNormalization")
@@ -19,7 +21,7 @@ def rms_norm(ctx: NodeContext):
     x, scale = ctx.input(0), ctx.input(1)
     axes = list(range(ctx.attr("axis", -1) % len(x.shape), len(x.shape)))
     mean_square = ctx.b.reduce_mean(ctx.b.multiply(x, x), axes, keep_dim=True)
-    inv = ctx.b.rsqrt(ctx.b.add(mean_square, _scalar(ctx, ctx.attr("epsilon", 1e-5), x)))
+    inv = ctx.b.rsqrt(ctx.b.add(mean_square, scalar(ctx, ctx.attr("epsilon", 1e-5), x)))
     return [ctx.b.multiply(ctx.b.multiply(x, inv), scale)]
 
 
@@ -34,7 +36,7 @@ def lp_norm(ctx: NodeContext):
     else:
         raise OnnxImportError(f"p={p}: LpNormalization takes p 1 or 2")
     # a zero norm gives 0, not 0 / 0, as ONNX's reference
-    zero = _scalar(ctx, 0.0, x)
+    zero = scalar(ctx, 0.0, x)
     return [ctx.b.select(ctx.b.equal(norm, zero), zero, ctx.b.divide(x, norm))]
 
 
@@ -42,14 +44,14 @@ def lp_norm(ctx: NodeContext):
 def hardmax(ctx: NodeContext):
     """1 at the first maximum along `axis`, else 0 (before opset 13: over the flattened axes from `axis`)."""
     x = ctx.input(0)
-    rank = len(x.shape)
-    axis = ctx.attr("axis", -1 if ctx.opset >= 13 else 1) % rank
-    flat = x if ctx.opset >= 13 else ctx.b.reshape(x, [int(np.prod(x.shape[:axis])), -1])
-    axis = axis if ctx.opset >= 13 else 1
+    per_axis = ctx.opset >= 13
+    axis = ctx.attr("axis", -1 if per_axis else 1) % len(x.shape)
+    flat = x if per_axis else ctx.b.reshape(x, [int(np.prod(x.shape[:axis])), -1])
+    axis = axis if per_axis else 1
     top = ctx.b.argmax(flat, axis=axis, keep_dim=True)
-    positions = np.arange(flat.shape[axis], dtype=np.int32).reshape([-1] + [1] * (len(flat.shape) - axis - 1))
-    hot = ctx.b.cast(ctx.b.equal(top, ctx.b.create_constant(positions)), x.dtype)
-    return [hot if ctx.opset >= 13 else ctx.b.reshape(hot, list(x.shape))]
+    positions = _positions(ctx, flat.shape[axis], len(flat.shape) - axis - 1, np.int32)
+    hot = ctx.b.cast(ctx.b.equal(top, positions), x.dtype)
+    return [hot if per_axis else ctx.b.reshape(hot, list(x.shape))]
 
 
 @converter("Swish")
@@ -88,8 +90,7 @@ def one_hot(ctx: NodeContext):
     index = ctx.b.cast(indices, "int64")
     index = ctx.b.select(ctx.b.less_than(index, ctx.b.fill_constant((), 0, "int64")),
                          ctx.b.add(index, ctx.b.fill_constant((), depth, "int64")), index)
-    positions = np.arange(depth, dtype=np.int64).reshape([-1] + [1] * (rank - axis - 1))
-    hot = ctx.b.equal(ctx.b.expand_dims(index, [axis]), ctx.b.create_constant(positions))
+    hot = ctx.b.equal(ctx.b.expand_dims(index, [axis]), _positions(ctx, depth, rank - axis - 1, np.int64))
     off, on = (ctx.b.reshape(ctx.b.slice(values, axes=[0], starts=[i], ends=[i + 1]), []) for i in (0, 1))
     return [ctx.b.select(hot, on, off)]
 
@@ -120,7 +121,7 @@ def _nll(ctx: NodeContext, x: Value, target: Value, weight: Value | None) -> Val
     picked = ctx.b.squeeze(ctx.b.gather_elements(x, ctx.b.expand_dims(target, [1]), axis=1), [1])
     w = None if weight is None else ctx.b.gather(weight, target, axis=0)
     if valid is not None:
-        w = ctx.b.select(valid, w if w is not None else _scalar(ctx, 1.0, x), _scalar(ctx, 0.0, x))
+        w = ctx.b.select(valid, w if w is not None else scalar(ctx, 1.0, x), scalar(ctx, 0.0, x))
     loss = ctx.b.negative(picked if w is None else ctx.b.multiply(picked, w))
     if reduction == "none":
         return loss
@@ -128,7 +129,7 @@ def _nll(ctx: NodeContext, x: Value, target: Value, weight: Value | None) -> Val
     if reduction == "sum":
         return total
     if w is None:
-        return ctx.b.divide(total, _scalar(ctx, float(np.prod(loss.shape)), x))
+        return ctx.b.divide(total, scalar(ctx, float(np.prod(loss.shape)), x))
     return ctx.b.divide(total, ctx.b.reduce_sum(ctx.b.broadcast_to(w, list(loss.shape)), []))
 
 
