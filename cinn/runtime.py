@@ -14,13 +14,14 @@ from typing import Any
 
 import numpy as np
 import tvm
+import tvm_ffi
 
 from cinn.cuda_module import NO_DEVICE
 from cinn.ir import Program, TensorType, Value
 from cinn.machine import Peaks
 from cinn.utils import median_seconds, wall_seconds
 
-ALIGNMENT = 64  # cinn's kernels assume 64-byte-aligned buffers (LLVM emits aligned vector moves): others are copied
+ALIGNMENT = 64  # of the arrays cinn allocates (outputs, workspace): a cache line, a full AVX-512 vector
 
 SHARE_ALL_CORES = -3  # TVM's AffinityMode kSpecifyThreadShareAllCore: each worker may run on any listed CPU
 
@@ -240,15 +241,15 @@ class Executable:
 
     def run(self, feeds: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         """Execute with named input arrays; returns the outputs in program order: fresh arrays, or the caller's `out`
-        arrays written in place. Feeds that are C-contiguous, 64-byte aligned and of the input's dtype are read in
-        place, others converted once; kernels write straight into aligned result arrays."""
+        arrays written in place. Feeds that are C-contiguous and of the input's dtype are read in place, others
+        converted once; kernels write straight into the result arrays."""
         if self._device_missing:
             raise RuntimeError(NO_DEVICE)
         arrays = self._check_feeds(feeds)
         results = self._fresh_outputs() if out is None else self._check_out(out, arrays)
-        # `out` arrays TVM cannot write in place (not 64-byte aligned) get an aligned stand-in, copied afterwards
+        # `out` arrays kernels cannot write in place (not element-aligned) get an aligned stand-in, copied afterwards
         written = results if out is None else [
-            r if o.kind is not OutputKind.KERNEL or _is_aligned(r) else aligned_empty(r.shape, r.dtype)
+            r if o.kind is not OutputKind.KERNEL or _in_place(r) else aligned_empty(r.shape, r.dtype)
             for r, o in zip(results, self._outputs, strict=True)]
         with self._bound(arrays, written) as ws:
             for func, args in zip(self._funcs, ws.args, strict=True):
@@ -309,7 +310,7 @@ class Executable:
         for j, (array, at) in enumerate(zip(arrays, self._inputs_at, strict=True)):
             if at:
                 # numpy exports no read-only array through the DLPack version TVM asks for: those are copied
-                in_place = _is_aligned(array) and array.flags.writeable and array.dtype == ws.input_arrays[j].dtype
+                in_place = _in_place(array) and array.flags.writeable and array.dtype == ws.input_arrays[j].dtype
                 bound = _tensor(array) if in_place else _copied(ws.inputs[j], ws.input_arrays[j], array)
                 for k, pos in at:
                     ws.args[k][pos] = bound
@@ -386,8 +387,8 @@ def _is_host(device) -> bool:
 
 
 def aligned_empty(shape: Sequence[int], dtype) -> np.ndarray:
-    """An uninitialized C-contiguous array whose data is 64-byte aligned, as cinn's kernels need to read it in place
-    (numpy aligns to 16 bytes only)."""
+    """An uninitialized C-contiguous array whose data is 64-byte aligned (numpy aligns to 16 bytes only): vectors
+    of a kernel's rows then never straddle cache lines."""
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(nbytes + ALIGNMENT, np.uint8)
@@ -395,13 +396,15 @@ def aligned_empty(shape: Sequence[int], dtype) -> np.ndarray:
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
-def _is_aligned(array: np.ndarray) -> bool:
-    return array.flags.c_contiguous and array.ctypes.data % ALIGNMENT == 0
+def _in_place(array: np.ndarray) -> bool:
+    """Whether CPU kernels take the array as it is: C-contiguous, its data aligned to its element (build.py declares
+    kernel parameters element-aligned)."""
+    return array.flags.c_contiguous and array.ctypes.data % array.dtype.itemsize == 0
 
 
 def _tensor(array: np.ndarray) -> tvm.runtime.Tensor:
-    """A TVM tensor over the array's memory, no copy."""
-    return tvm.runtime.from_dlpack(array)
+    """A TVM tensor over the array's memory, no copy (tvm.runtime.from_dlpack would insist on 64-byte alignment)."""
+    return tvm_ffi.from_dlpack(array, require_contiguous=True)
 
 
 def _copied(view: tvm.runtime.Tensor, view_array: np.ndarray, array: np.ndarray) -> tvm.runtime.Tensor:

@@ -77,15 +77,24 @@ def copies(monkeypatch) -> list[np.ndarray]:
     return copied
 
 
-def test_aligned_feed_is_read_in_place(models, copies):
+@pytest.mark.parametrize("offset", [0, 4, 16, 36])
+def test_contiguous_feed_is_read_in_place(models, copies, offset):
+    """Kernel parameters are element-aligned: a feed at any float32 offset from a cache line is read in place."""
     exe = models["mlp"]
-    x = aligned_empty((64, 256), "float32")
-    x[...] = _feeds(exe, 1)["x"]
-    want = exe.run({"x": np.array(x)})  # np.array: 16-byte aligned here, so copied
-    assert x.ctypes.data % ALIGNMENT == 0
+    x = _at_offset(_feeds(exe, 1)["x"], offset)
+    want = exe.run({"x": x.copy()})
+    assert x.ctypes.data % ALIGNMENT == offset
     copies.clear()
     np.testing.assert_array_equal(exe.run({"x": x})[0], want[0])
     assert copies == []
+
+
+def _at_offset(x: np.ndarray, offset: int) -> np.ndarray:
+    """A C-contiguous copy of x whose data starts `offset` bytes after a 64-byte boundary."""
+    raw = aligned_empty((x.nbytes + ALIGNMENT,), "uint8")
+    y = raw[offset:offset + x.nbytes].view(x.dtype).reshape(x.shape)
+    y[...] = x
+    return y
 
 
 @pytest.mark.parametrize("how", ["float64", "non-contiguous", "unaligned", "list", "read-only"])
@@ -95,8 +104,7 @@ def test_feeds_that_need_a_copy_are_converted_once(models, how, copies):
     want = exe.run({"x": x})[0]
     feed = {"float64": x.astype(np.float64),
             "non-contiguous": np.asfortranarray(x),
-            "unaligned": np.frombuffer(np.concatenate([[0], x.ravel()]).astype("float32").data, "float32",
-                                       offset=4).reshape(x.shape),
+            "unaligned": _at_offset(x.view("uint8"), 2).view("float32"),  # 2 bytes off its element
             "list": x.tolist(),
             "read-only": _read_only(x)}[how]
     copies.clear()
@@ -133,10 +141,12 @@ def test_out_arrays_are_written_in_place(models):
     assert all(g is o for g, o in zip(got, out, strict=True))
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
-    plain = [np.zeros(w.shape, w.dtype) for w in want]  # numpy's own alignment: written through a copy
-    exe.run(feeds, out=plain)
-    for g, w in zip(plain, want, strict=True):
-        np.testing.assert_array_equal(g, w)
+    for offset in (4, 2):  # element-aligned: written in place; 2 bytes off: through an aligned stand-in
+        out = [_at_offset(np.zeros(w.shape, w.dtype).view("uint8"), offset).view(w.dtype) for w in want]
+        got = exe.run(feeds, out=out)
+        assert all(g is o for g, o in zip(got, out, strict=True))
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
 
 
 def test_out_arrays_are_checked(models):
