@@ -178,7 +178,7 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
         default_rows2 = 1
     else:
         default_cols, default_rows, default_rows2 = _default_tile(ext, n, col, row, row2, in_vector, width, target,
-                                                                  write_dtype(sch, main))
+                                                                  write_dtype(sch, main), reuse=bool(free))
     cols = knobs.choose(sch, Knob.COLS, _col_candidates(panel or ext[col], width, default_cols), default_cols)
     # a tile with more accumulators than registers spills every step, and its unrolled body took seconds to build
     registers = target.vector_registers
@@ -211,11 +211,16 @@ def _fitting_rows(extent: int, vectors: int, registers: int, default: int) -> li
 
 
 def _default_tile(ext: list[int], n: int, col: int, row: int | None, row2: int | None, in_vector: bool, width: int,
-                  target: Target, dtype: str) -> tuple[int, int, int]:
+                  target: Target, dtype: str, reuse: bool) -> tuple[int, int, int]:
     """The hand-written (cols, rows, rows2): matmul-like tiles take the widest vector tile and the rows that fill the
-    accumulator budget; conv tiles (over channels, or with a second row axis) the most FMAs per load."""
+    accumulator budget; conv tiles (over channels, or with a second row axis) the most FMAs per load. Without
+    `reuse` (no operand is shared by the rows: a depthwise conv), a tile spans whole output rows, so each task reads
+    and writes contiguous memory (mobilenet_v2's 144-channel 3x3 on 56x56: 0.285 -> 0.074 ms against 28-column
+    tiles)."""
     if row is None or (row2 is None and col == n - 1):
-        cols = _tile_cols(ext[col], width)
+        lanes_ = register_lanes(ext[col], width)
+        whole = not reuse and lanes_ >= min(4, width) and ext[col] // lanes_ <= tile_elems(target) // width
+        cols = ext[col] if whole else _tile_cols(ext[col], width)
         # accumulators count in registers: 28 columns take 7 xmm registers, not 28/16 of a zmm one
         budget = tile_elems(target) // width // (cols // register_lanes(cols, width))
         return cols, (_tile_rows(ext[row], max(1, budget)) if row is not None else 1), 1

@@ -302,3 +302,21 @@ def test_channel_tiles(c, o, hw, k, stride, want):
     target = parse_target("llvm -mcpu=skylake-avx512 -num-cores=2")
     t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), target)
     assert (t.col, t.cols, t.row, t.rows) == want
+
+
+@pytest.mark.parametrize("mcpu, hw, want", [
+    ("skylake-avx512", 112, (3, 112, 2, 2)),  # 7 zmm registers per output row, 2 rows
+    ("skylake-avx512", 56, (3, 56, 2, 2)),  # 7 ymm registers
+    ("skylake-avx512", 14, (3, 14, 2, 2)),  # 2-lane registers are too narrow: the default column tile (also 14)
+    ("znver3", 56, (3, 56, 2, 1)),  # AVX2: 7 of the 12 accumulator registers, 1 row
+    ("znver3", 112, (3, 16, 2, 4)),  # 14 registers would not fit: 2-register column tiles
+])
+def test_depthwise_tiles_span_whole_output_rows(mcpu, hw, want):
+    # no operand is reused across a depthwise conv's rows: whole rows keep every task's reads and writes contiguous
+    x = te.placeholder((1, 8, hw, hw), name="x")
+    w = te.placeholder((8, 1, 3, 3), name="w")
+    y = topi.nn.group_conv2d_nchw(x, w, 1, 1, 1, 8)
+    sch = schedule_of([x, w, y])
+    t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), parse_target(f"llvm -mcpu={mcpu} -num-cores=2"))
+    assert (t.col, t.cols, t.row, t.rows) == want
+    check([x, w], [y], K.OUT_FUSIBLE, lambda xa, wa: [conv_ref(xa, wa, 1, 1, 8)])
