@@ -233,6 +233,21 @@ def test_pack_weights_pads_odd_wide_weights_to_whole_panels(tmp_cache):
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 
+@pytest.mark.parametrize("out_channels, padded", [(1000, 1024), (300, 320), (1024, 0), (200, 0)])
+def test_pack_weights_pads_many_output_channels_to_whole_channel_tiles(out_channels, padded, tmp_cache):
+    b = cinn.NetBuilder("classes")
+    x = b.create_input("float32", (1, 16, 5, 5), "x")
+    w = b.create_constant(rand(out_channels, 16, 1, 1), "w")
+    y = b.relu(b.add(b.conv2d(x, w), b.create_constant(rand(out_channels, 1, 1), "bias")))
+    program = b.build([y])
+    feeds = {"x": rand(1, 16, 5, 5)}
+    result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
+    # 1000 classes are no whole number of 32-channel tiles: zero-padded to 1024, the output sliced back
+    assert [v.shape for v in result.const_values if v.name.startswith("w_ihwo")] == [(16, 1, 1, padded or out_channels)]
+    assert ops(result)["slice"] == int(bool(padded))
+    check_compiled(program, feeds, tmp_cache, rtol=1e-4)
+
+
 @pytest.mark.parametrize("groups, out_channels, split", [(2, 64, True), (4, 64, False), (8, 8, False)])
 def test_split_groups_makes_one_dense_conv_per_wide_group(groups, out_channels, split, tmp_cache):
     b = cinn.NetBuilder("groups")
