@@ -320,3 +320,16 @@ def test_depthwise_tiles_span_whole_output_rows(mcpu, hw, want):
     t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), parse_target(f"llvm -mcpu={mcpu} -num-cores=2"))
     assert (t.col, t.cols, t.row, t.rows) == want
     check([x, w], [y], K.OUT_FUSIBLE, lambda xa, wa: [conv_ref(xa, wa, 1, 1, 8)])
+
+
+@pytest.mark.parametrize("rows, want", [(34, 17), (38, 19), (100, 10), (128, 16)])
+def test_rows_that_share_an_operand_may_take_the_registers_the_loads_leave(rows, want):
+    # AVX-512, one vector of columns: 16 accumulators by default, but 34 rows would then be tiles of 2; 17 accumulators
+    # still fit beside the loaded vector and a broadcast. Rows that fill at least half the budget keep it.
+    a = te.placeholder((rows, 24), name="A")
+    b = te.placeholder((24, 16), name="B")
+    k = te.reduce_axis((0, 24), name="k")
+    c = te.compute((rows, 16), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    sch = schedule_of([a, b, c])
+    t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
+    assert (t.cols, t.rows) == (16, want)
