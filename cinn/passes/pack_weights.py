@@ -25,10 +25,11 @@ CHANNEL_TILE = 32
 
 
 def pack_weights(program: Program) -> Program:
-    """conv2d weights go OIHW -> IHWO (output channels contiguous: the conv kernels' vector axis); a matmul's constant
-    2-D y goes to column panels [N / p, K, p] (MatmulAttrs.y_panel: the tiled kernels' vector axis, contiguous per
-    register tile; zero-padded and sliced back where N is wide with no 8-lane divisor), or [K, N] where no panel width
-    divides a small N, or [N, K] for one output row."""
+    """conv2d weights go OIHW -> IHWO (output channels contiguous: the conv kernels' vector axis; many channels padded
+    to whole channel tiles and sliced back); a matmul's constant 2-D y goes to column panels [N / p, K, p]
+    (MatmulAttrs.y_panel: the tiled kernels' vector axis, contiguous per register tile; zero-padded and sliced back
+    where N is wide with no 8-lane divisor), or [K, N] where no panel width divides a small N, or [N, K] for one
+    output row."""
     return rewrite(program, _pack)
 
 
