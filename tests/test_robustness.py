@@ -5,6 +5,7 @@ ending the test run.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -73,6 +74,59 @@ def test_nan_propagates_through_max_min_relu_and_clip(fuse, tmp_cache):
     want = [np.maximum(xs, ys), np.minimum(xs, ys), np.maximum(xs, 0), np.clip(xs, -1, 1), np.maximum(np.exp(xs), 0)]
     for g, w in zip(got, want, strict=True):  # NaN in the same places; exp's fast form is within an ulp
         np.testing.assert_allclose(g, w, rtol=1e-6, equal_nan=True)
+
+
+def _nan_rows() -> np.ndarray:
+    """Rows for max/min reductions: NaN beside -inf, first, last, in a long row (the vectorized rfactor path), none."""
+    rows = np.tile(np.linspace(-3, 3, 300, dtype="float32"), (6, 1))
+    rows[0, :4] = [0, 1, np.nan, -np.inf]
+    rows[1, :4] = [-np.inf, np.nan, 0, 1]
+    rows[2, 0] = rows[3, -1] = rows[4, 157] = np.nan
+    return rows
+
+
+def _nan_reductions(target: str, fuse: bool, cache) -> None:
+    b = cinn.NetBuilder("nan_reduce")
+    x = b.create_input("float32", (6, 300), "x")
+    outs = [b.reduce_max(x, dim=[1]), b.reduce_min(x, dim=[1]), b.softmax(x, axes=[-1])]
+    xs = _nan_rows()
+    got = cinn.compile(b.build(outs), target=target, fuse=fuse, cache_dir=cache).run({"x": xs})
+    e = np.exp(xs - xs.max(-1, keepdims=True))
+    want = [xs.max(1), xs.min(1), e / e.sum(-1, keepdims=True)]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7, equal_nan=True)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_nan_propagates_through_max_and_min_reductions(fuse, tmp_cache):
+    _nan_reductions("llvm", fuse, tmp_cache)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fuse", [True, False])
+def test_nan_propagates_on_the_gpu(fuse, tmp_cache):
+    _nan_reductions("cuda", fuse, tmp_cache)
+    b = cinn.NetBuilder("nan")
+    x, y = b.create_input("float32", (6,), "x"), b.create_input("float32", (6,), "y")
+    xs = np.array([np.nan, 1, -np.inf, np.nan, 0, -2], "float32")
+    ys = np.array([0, np.nan, np.nan, np.nan, -0.5, np.inf], "float32")
+    got = cinn.compile(b.build([b.max(x, y), b.min(x, y), b.relu(x), b.clip(x, min=-1.0, max=1.0)]), target="cuda",
+                       fuse=fuse, cache_dir=tmp_cache).run({"x": xs, "y": ys})
+    for g, w in zip(got, [np.maximum(xs, ys), np.minimum(xs, ys), np.maximum(xs, 0), np.clip(xs, -1, 1)], strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_cuda_kernels_keep_the_nan_tests(tmp_cache):
+    """Without a GPU: the CUDA code of max, relu, clip and the max/min reductions tests its input for NaN (x != x;
+    CUDA's fmaxf and fminf, like a plain comparison, would return the number)."""
+    b = cinn.NetBuilder("nan_cuda")
+    x, y = b.create_input("float32", (6, 300), "x"), b.create_input("float32", (6, 300), "y")
+    outs = [b.max(x, y), b.relu(x), b.clip(x, min=-1.0, max=1.0), b.reduce_max(x, dim=[1]), b.reduce_min(x, dim=[1])]
+    exe = cinn.compile(b.build(outs), target="cuda", fuse=False, cache_dir=tmp_cache)
+    sources = exe.kernel_sources()
+    assert len(sources) == 5
+    for src in sources:
+        assert re.search(r"(x_ptr\[[^\]]*\]) != \1", src), src
 
 
 # -- 4. values that wrapped ---------------------------------------------------------------------------------
