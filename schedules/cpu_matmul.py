@@ -176,7 +176,7 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     row = free[-1] if free else (col - 1 if col > 0 else None)
     row2, in_vector = _second_row_axis(block, n, ext, col, free[-1]) if free else (None, False)
     panel = _panel_width(block, col, vec_reads)
-    if panel:  # a register tile reads whole columns of one panel
+    if panel and col == n - 1:  # a matmul's register tile reads whole columns of one panel
         default_cols, default_rows = _panel_tile(panel, ext[row] if row is not None else 1, width, target)
         default_rows2 = 1
     else:
@@ -289,8 +289,8 @@ def _vector_axis(sch: Schedule, knobs: Knobs, block, n: int, ext: list[int], wid
                                    or _panel_width(block, last, last_reads)):
         return last
     reads = {c: _reads_using(block, c) for c in range(last) if register_lanes(ext[c], width) >= width // 2}
-    channel = [c for c, rs in reads.items()
-               if _packable(block, n, c, rs)[0] is not None and not any(r in last_reads for r in rs)]
+    channel = [c for c, rs in reads.items() if not any(r in last_reads for r in rs)
+               and (_packable(block, n, c, rs)[0] is not None or _panel_width(block, c, rs))]
     if not channel:
         return last
     contiguous = ext[last] % width == 0 and _unit_stride(block.iter_vars[last].var, last_reads)

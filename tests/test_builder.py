@@ -113,3 +113,16 @@ def test_importing_cinn_is_cheap():
             "assert 'cinn.api' not in sys.modules")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("layout, shape, message", [
+    ("IHWO32", (3, 3, 3, 32), r"w of shape \(3, 3, 3, 32\) is not 5-D IHWO32 with panels of 32"),
+    ("IHWO32", (1, 3, 3, 3, 16), r"w of shape \(1, 3, 3, 3, 16\) is not 5-D IHWO32 with panels of 32"),
+    ("IHWO", (1, 3, 3, 3, 32), r"w of shape \(1, 3, 3, 3, 32\) is not 4-D IHWO"),
+])
+def test_conv_weights_of_the_wrong_layout_are_named(layout, shape, message):
+    b = cinn.NetBuilder("layouts")
+    x = b.create_input("float32", (1, 3, 8, 8), "x")
+    w = b.create_input("float32", shape, "w")
+    with pytest.raises(ValueError, match=message):
+        b.conv2d(x, w, weight_layout=layout)

@@ -233,8 +233,9 @@ def test_pack_weights_pads_odd_wide_weights_to_whole_panels(tmp_cache):
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 
-@pytest.mark.parametrize("out_channels, padded", [(1000, 1024), (300, 320), (1024, 0), (200, 0)])
-def test_pack_weights_pads_many_output_channels_to_whole_channel_tiles(out_channels, padded, tmp_cache):
+@pytest.mark.parametrize("out_channels, shape, sliced", [(1000, (32, 16, 1, 1, 32), True), (300, (10, 16, 1, 1, 32), True),
+                                                    (1024, (32, 16, 1, 1, 32), False), (200, (16, 1, 1, 200), False)])
+def test_pack_weights_stores_dense_conv_weights_in_whole_panels(out_channels, shape, sliced, tmp_cache):
     b = cinn.NetBuilder("classes")
     x = b.create_input("float32", (1, 16, 5, 5), "x")
     w = b.create_constant(rand(out_channels, 16, 1, 1), "w")
@@ -242,9 +243,11 @@ def test_pack_weights_pads_many_output_channels_to_whole_channel_tiles(out_chann
     program = b.build([y])
     feeds = {"x": rand(1, 16, 5, 5)}
     result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
-    # 1000 classes are no whole number of 32-channel tiles: zero-padded to 1024, the output sliced back
-    assert [v.shape for v in result.const_values if v.name.startswith("w_ihwo")] == [(16, 1, 1, padded or out_channels)]
-    assert ops(result)["slice"] == int(bool(padded))
+    # IHWO32 panels of 32 output channels; 1000 classes are zero-padded to 1024 and the output sliced back; 200 (too
+    # few to pad) stay IHWO
+    assert [v.shape for v in result.const_values if v.name.startswith("w_ihwo")] == [shape]
+    assert [str(n.attrs.weight_layout) for n in result.nodes if n.op == "conv2d"] == ["IHWO32" if len(shape) == 5 else "IHWO"]
+    assert ops(result)["slice"] == int(sliced)
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 

@@ -39,23 +39,45 @@ class DataFormat(enum.StrEnum):
 
 
 class WeightLayout(enum.StrEnum):
-    """conv2d weight layout: OIHW as the frontends give it, or IHWO (output channels contiguous) as the pack_weights
-    pass stores constant weights, so a kernel reads its output-channel vectors in place (I = C / groups)."""
+    """conv2d weight layout: OIHW as the frontends give it; IHWO (output channels contiguous) or IHWO32 (IHWO in
+    panels of PANEL output channels, [O / PANEL, I, H, W, PANEL]: each channel tile's weights one contiguous block)
+    as the pack_weights pass stores constant weights, so a kernel reads its output-channel vectors in place
+    (I = C / groups)."""
 
     OIHW = "OIHW"
     IHWO = "IHWO"
+    IHWO32 = "IHWO32"
+
+    @property
+    def ndim(self) -> int:
+        return 5 if self is WeightLayout.IHWO32 else 4
 
     def oihw(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        """A weight shape of this layout in OIHW order (a shape that is not 4-D as it is, for the error message)."""
-        return (shape[3], *shape[:3]) if self is WeightLayout.IHWO and len(shape) == 4 else shape
+        """A weight shape of this layout in OIHW order (a shape of another rank as it is, for the error message)."""
+        if len(shape) != self.ndim or self is WeightLayout.OIHW:
+            return shape
+        return (shape[3], *shape[:3]) if self is WeightLayout.IHWO else (shape[0] * shape[4], *shape[1:4])
 
     def to_oihw(self, w: np.ndarray) -> np.ndarray:
         """Weights of this layout as OIHW."""
+        if self is WeightLayout.IHWO32:
+            return np.moveaxis(w, 4, 1).reshape(-1, *w.shape[1:4])
         return np.moveaxis(w, 3, 0) if self is WeightLayout.IHWO else w
 
     def from_oihw(self, w: np.ndarray) -> np.ndarray:
         """OIHW weights in this layout."""
+        if self is WeightLayout.IHWO32:
+            return np.moveaxis(w.reshape(-1, PANEL, *w.shape[1:]), 1, 4)
         return np.moveaxis(w, 0, 3) if self is WeightLayout.IHWO else w
+
+    def reader(self, w):
+        """The weights as a function of OIHW indices (o, c, y, z), for a TE compute."""
+        if self is WeightLayout.IHWO32:
+            return lambda o, c, y, z: w[o // PANEL, c, y, z, o % PANEL]
+        return (lambda o, c, y, z: w[c, y, z, o]) if self is WeightLayout.IHWO else w
+
+
+PANEL = 32  # output channels per IHWO32 panel: two AVX-512 (four AVX2) weight vectors, a conv kernel's channel tile
 
 
 class PaddingAlgorithm(enum.StrEnum):
@@ -341,7 +363,8 @@ def _check_nchw(op: str, data_format: DataFormat, shape: tuple[int, ...]) -> Non
 
 @dataclass(frozen=True)
 class Conv2dAttrs(Attrs):
-    """2-D convolution of NCHW input with OIHW (I = C / groups) or IHWO weights; see the module doc for paddings."""
+    """2-D convolution of NCHW input with OIHW (I = C / groups), IHWO or IHWO32 weights; see the module doc for
+    paddings."""
 
     strides: tuple[int, ...] = (1, 1)
     paddings: tuple[int, ...] = (0, 0)
@@ -363,7 +386,7 @@ def _conv_windows(xs: tuple[int, ...], ws: tuple[int, ...], a: Conv2dAttrs) -> t
     _check_nchw("conv2d", a.data_format, xs)
     shapes = f"x {xs} and w {ws}"
     if len(ws) != 4:
-        raise ValueError(f"conv2d: w must be 4-D {a.weight_layout}, got {shapes}")
+        raise ValueError(f"conv2d: w must be {a.weight_layout.ndim}-D {a.weight_layout}, got {shapes}")
     g = a.groups
     if g < 1 or xs[1] % g or ws[0] % g:
         raise ValueError(f"conv2d: groups {g} must divide input channels and output channels ({shapes})")
@@ -375,7 +398,11 @@ def _conv_windows(xs: tuple[int, ...], ws: tuple[int, ...], a: Conv2dAttrs) -> t
 def _conv_infer(types: Sequence[TensorType], a: Conv2dAttrs) -> list[TensorType]:
     x, w = types
     dtype = same_dtype("conv2d", types)
-    ws = a.weight_layout.oihw(w.shape)
+    layout = a.weight_layout
+    if len(w.shape) != layout.ndim or (layout is WeightLayout.IHWO32 and w.shape[-1] != PANEL):
+        raise ValueError(f"conv2d: w of shape {w.shape} is not {layout.ndim}-D {layout}"
+                         + (f" with panels of {PANEL}" if layout is WeightLayout.IHWO32 else ""))
+    ws = layout.oihw(w.shape)
     h, wd = _conv_windows(x.shape, ws, a)
     return [TensorType((x.shape[0], ws[0], h.out, wd.out), dtype)]
 
@@ -384,7 +411,7 @@ def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
     x, w = tensors
     ws = a.weight_layout.oihw(_fshape(w))
     h, wd = _conv_windows(_fshape(x), ws, a)
-    weight = (lambda o, c, y, z: w[c, y, z, o]) if a.weight_layout is WeightLayout.IHWO else w
+    weight = a.weight_layout.reader(w)
     if _is_flat_pointwise(ws, (h, wd), a):
         return [_pointwise_compute(x, weight, out_types[0])]
     xp = _zero_pad(x, (h, wd), const(0, out_types[0].dtype))
@@ -454,7 +481,7 @@ register(
         attrs=Conv2dAttrs,
         num_inputs=2,
         dtypes=D.FLOAT,
-        doc="2-D convolution (NCHW; OIHW or IHWO weights), grouped and depthwise (groups == C).",
+        doc="2-D convolution (NCHW; OIHW, IHWO or IHWO32 weights), grouped and depthwise (groups == C).",
     )
 )
 

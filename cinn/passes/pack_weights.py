@@ -9,7 +9,7 @@ from typing import cast
 import numpy as np
 
 from cinn.ir import Node, Program
-from cinn.ops.nn import Conv2dAttrs, DataFormat, MatmulAttrs, WeightLayout, panel
+from cinn.ops.nn import PANEL, Conv2dAttrs, DataFormat, MatmulAttrs, WeightLayout, panel
 from cinn.ops.shape import SliceAttrs
 from cinn.passes.rewrite import Rewriter, rewrite
 
@@ -19,9 +19,8 @@ PANEL_WIDTHS = (48, 32, 64, 16)
 # N with no divisor of whole 8-lane registers (GPT-2's 50257-token vocabulary): padded to whole panels and sliced
 # back, since the [K, N] kernel's 29-column tiles ran at 46 GFLOP/s (a 25 MB slice copy costs ~1 ms of its 215 ms)
 PAD_MIN_COLS = 256
-# conv output channels per tile of AVX-512's two 16-lane weight vectors: 1000 channels took 8-lane registers (a 512 ->
+# conv output channels, when many, are padded to whole IHWO32 panels: 1000 channels took 8-lane registers (a 512 ->
 # 1000 1x1 conv on 13x13: 0.76 ms, padded to 1024: 0.40 ms)
-CHANNEL_TILE = 32
 
 
 def pack_weights(program: Program) -> Program:
@@ -71,17 +70,22 @@ def _panels(rw: Rewriter, node: Node, columns: np.ndarray, width: int) -> None:
 
 
 def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray) -> None:
-    """conv2d with IHWO weights; many output channels that are no whole number of channel tiles (squeezenet's 1000
-    classes) are zero-padded to whole tiles and the output sliced back."""
+    """conv2d with IHWO weights, in IHWO32 panels where the output channels are whole panels of a dense conv (a
+    channel tile's weights are then one contiguous block, read in place: no per-run copy into a packed panel); many
+    output channels that are no whole number of panels (squeezenet's 1000 classes) are zero-padded to whole panels
+    and the output sliced back."""
     x, w = rw.inputs(node)
     conv = cast(Conv2dAttrs, node.attrs)
-    attrs = dataclasses.replace(conv, weight_layout=WeightLayout.IHWO)
     o = oihw.shape[0]
-    if conv.groups != 1 or conv.data_format is not DataFormat.NCHW or o < PAD_MIN_COLS or not o % CHANNEL_TILE:
-        rw.keep(node, inputs=(x, rw.new_constant(WeightLayout.IHWO.from_oihw(oihw), f"{w.name}_ihwo")), attrs=attrs)
+    dense = conv.groups == 1 and conv.data_format is DataFormat.NCHW
+    padding = -o % PANEL if dense and o >= PAD_MIN_COLS else 0
+    layout = WeightLayout.IHWO32 if dense and (o + padding) % PANEL == 0 else WeightLayout.IHWO
+    packed = rw.new_constant(layout.from_oihw(np.pad(oihw, ((0, padding), (0, 0), (0, 0), (0, 0)))), f"{w.name}_ihwo")
+    attrs = dataclasses.replace(conv, weight_layout=layout)
+    if not padding:
+        rw.keep(node, inputs=(x, packed), attrs=attrs)
         return
-    padded = np.pad(oihw, ((0, -o % CHANNEL_TILE), (0, 0), (0, 0), (0, 0)))
-    (out,) = rw.emit("conv2d", [x, rw.new_constant(WeightLayout.IHWO.from_oihw(padded), f"{w.name}_ihwo")], attrs)
+    (out,) = rw.emit("conv2d", [x, packed], attrs)
     (out,) = rw.emit("slice", [out], SliceAttrs(axes=(1,), starts=(0,), ends=(o,)))
     rw.substitute(node.outputs[0], out)
 

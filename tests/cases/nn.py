@@ -45,6 +45,7 @@ CASES = [
     _conv((1, 2, 5, 5), (2, 2, 3, 3), "conv2d-same", strides=[2, 2], padding_algorithm="SAME"),
     _conv((1, 3, 6, 6), (3, 3, 3, 4), "conv2d-ihwo", paddings=[1, 1], weight_layout="IHWO"),
     _conv((1, 4, 5, 7), (2, 3, 3, 6), "conv2d-ihwo-groups", strides=[2, 1], groups=2, weight_layout="IHWO"),
+    _conv((1, 3, 6, 5), (2, 3, 3, 3, 32), "conv2d-ihwo32", strides=[2, 1], paddings=[1, 0], weight_layout="IHWO32"),
     _pool((1, 2, 6, 6), "max", [2, 2], "pool2d-max", strides=[2, 2]),
     _pool((1, 2, 5, 5), "max", [3, 3], "pool2d-max-pad", strides=[2, 2], paddings=[1, 1]),
     _pool((1, 2, 6, 6), "avg", [3, 3], "pool2d-avg-exclusive", strides=[2, 2], paddings=[1, 1]),
