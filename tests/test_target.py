@@ -49,12 +49,12 @@ def test_weight_panel_follows_the_l2():
     t = parse_target("llvm -mcpu=znver3")
     small = dataclasses.replace(t, caches=CacheSizes(32 * KIB, 128 * KIB))
     big = dataclasses.replace(t, caches=CacheSizes(48 * KIB, 4096 * KIB))
-    assert cpu_matmul.panel_bytes(t) == 256 * KIB  # half of znver3's 512 KiB L2
-    assert cpu_matmul.panel_bytes(small) == 64 * KIB
+    assert cpu_matmul.panel_bytes(t) == 384 * KIB  # three quarters of znver3's 512 KiB L2
+    assert cpu_matmul.panel_bytes(small) == 96 * KIB
     assert cpu_matmul.panel_bytes(big) == cpu_matmul.PANEL_CAP
     # a 128-channel 3x3 conv: 8-wide vectors of 1152 reduction elements, 36 KB each
-    assert cpu_matmul._channel_vectors(128, 1152, 8, 8, "float32", t) == [1, 2, 4]
-    assert cpu_matmul._channel_vectors(128, 1152, 8, 8, "float32", small) == [1]
+    assert cpu_matmul._channel_vectors(128, 1152, 8, 8, "float32", t) == [1, 2, 4, 8]
+    assert cpu_matmul._channel_vectors(128, 1152, 8, 8, "float32", small) == [1, 2]
 
 
 def test_targets_that_schedule_differently_do_not_share_cache_entries():
