@@ -16,7 +16,7 @@ import tvm
 import tvm_ffi
 
 from cinn.cuda_module import NO_DEVICE
-from cinn.ir import Program, TensorType, Value
+from cinn.ir import Program, Value
 from cinn.machine import Peaks
 from cinn.utils import median_seconds, wall_seconds
 
@@ -50,11 +50,13 @@ class Kernel:
         return sum(v.type.nbytes for v in self.params)
 
 
-def plan_buffers(program: Program, kernels_params: Sequence[Sequence[Value]]) -> tuple[dict[str, int], list[TensorType]]:
-    """Assign every value a storage slot; intermediates whose lifetimes do not overlap share one.
+def plan_buffers(program: Program, kernels_params: Sequence[Sequence[Value]]) -> tuple[dict[str, int], list[int]]:
+    """Assign every value a storage slot, a byte buffer viewed with the value's shape and dtype; intermediates whose
+    lifetimes do not overlap share one. Returns the value -> slot map and each slot's size in bytes.
 
-    Returns the value -> slot map and each slot's type. Slots are shared only between values of
-    the same byte size, so a slot is a byte buffer viewed with each value's shape and dtype.
+    A value takes the most recently freed slot that is large enough, else the most recently freed one (grown to fit):
+    a kernel then writes into memory a kernel just read, still in cache, instead of a buffer of its own size that
+    was last touched many kernels ago (mobilenet_v2's activations come in a dozen sizes).
     """
     last_use: dict[str, int] = {}
     for i, params in enumerate(kernels_params):
@@ -62,25 +64,27 @@ def plan_buffers(program: Program, kernels_params: Sequence[Sequence[Value]]) ->
             last_use[v.name] = i
     pinned = {v.name for v in program.inputs} | set(program.constants) | {v.name for v in program.outputs}
     slot_of: dict[str, int] = {}
-    slot_types: list[TensorType] = []
-    free: dict[int, list[int]] = {}  # nbytes -> free slots
+    slot_bytes: list[int] = []
+    free: list[int] = []  # freed slots, the most recent last
     for v in list(program.inputs) + list(program.const_values):
-        slot_of[v.name] = len(slot_types)
-        slot_types.append(v.type)
+        slot_of[v.name] = len(slot_bytes)
+        slot_bytes.append(v.type.nbytes)
     for i, params in enumerate(kernels_params):
         for v in params:
             if v.name in slot_of:
                 continue
-            pool = free.get(v.type.nbytes) if v.name not in pinned else None
-            if pool:
-                slot_of[v.name] = pool.pop()
+            if free and v.name not in pinned:
+                slot = next((s for s in reversed(free) if slot_bytes[s] >= v.type.nbytes), free[-1])
+                free.remove(slot)
+                slot_bytes[slot] = max(slot_bytes[slot], v.type.nbytes)
+                slot_of[v.name] = slot
             else:
-                slot_of[v.name] = len(slot_types)
-                slot_types.append(v.type)
+                slot_of[v.name] = len(slot_bytes)
+                slot_bytes.append(v.type.nbytes)
         for v in dict.fromkeys(params):
             if last_use[v.name] == i and v.name not in pinned:
-                free.setdefault(v.type.nbytes, []).append(slot_of[v.name])
-    return slot_of, slot_types
+                free.append(slot_of[v.name])
+    return slot_of, slot_bytes
 
 
 class OutputKind(enum.Enum):
@@ -182,7 +186,7 @@ class Executable:
         self._kernels = list(kernels)
         self._funcs = [k.func for k in kernels]
         self._threads = threads
-        self._slot_of, self._slot_types = plan_buffers(program, [k.params for k in kernels])
+        self._slot_of, self._slot_bytes = plan_buffers(program, [k.params for k in kernels])
         self._outputs = _output_sources(program, kernels)
         produced = {v.name for v, o in zip(program.outputs, self._outputs, strict=True) if o.kind is OutputKind.KERNEL}
         # on the CPU, outputs are written into the arrays run() returns and feeds read in place: neither is workspace;
@@ -192,8 +196,8 @@ class Executable:
         self._const_slots = {self._slot_of[name] for name in program.constants}
         # outputs are pinned: these slots hold nothing else
         self._output_slots = {self._slot_of[n] for n in produced} if self._host else set()
-        self.constant_bytes = sum(self._slot_types[i].nbytes for i in self._const_slots)
-        self.workspace_bytes = sum(t.nbytes for i, t in enumerate(self._slot_types)
+        self.constant_bytes = sum(self._slot_bytes[i] for i in self._const_slots)
+        self.workspace_bytes = sum(n for i, n in enumerate(self._slot_bytes)
                                    if i not in self._const_slots and i not in self._output_slots)
         self.peak_bytes = self.workspace_bytes + self.constant_bytes  # one run's buffers and the shared constants
         self._inputs_at = _positions(kernels, [v.name for v in program.inputs])
@@ -207,7 +211,7 @@ class Executable:
         if self._device_missing:  # CUDA kernels built without a GPU: sources and counts only, run() raises
             return
         self._device = device
-        self._constants = {i: tvm.runtime.empty((self._slot_types[i].nbytes,), "uint8", device) for i in self._const_slots}
+        self._constants = {i: tvm.runtime.empty((self._slot_bytes[i],), "uint8", device) for i in self._const_slots}
         for v in program.const_values:
             self._view(self._constants, v).copyfrom(np.asarray(program.constants[v.name], order="C"))
         # workspaces are pooled, not locked: each concurrent run takes its own; the constants are shared by all
@@ -219,9 +223,9 @@ class Executable:
 
     def _new_workspace(self) -> Workspace:
         storage = dict(self._constants)
-        for i, t in enumerate(self._slot_types):
+        for i, nbytes in enumerate(self._slot_bytes):
             if i not in storage and i not in self._output_slots:
-                storage[i] = tvm.runtime.empty((t.nbytes,), "uint8", self._device)
+                storage[i] = tvm.runtime.empty((nbytes,), "uint8", self._device)
         inputs = tuple(self._view(storage, v) for v in self.program.inputs)
         # the feeds' and outputs' positions start empty (None): each run binds its own arrays there
         args = tuple([self._view(storage, v) if v.name not in self._per_run else None for v in k.params]

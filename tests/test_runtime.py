@@ -144,6 +144,21 @@ def test_intermediate_buffers_are_reused(tmp_cache):
     np.testing.assert_allclose(exe.run({"x": xv})[0], ref, rtol=1e-6)
 
 
+def test_freed_buffers_of_other_sizes_are_reused_most_recent_first(tmp_cache):
+    b = cinn.NetBuilder("shrinking")
+    x = b.create_input("float32", (1024,), "x")
+    a = b.relu(x)
+    c = b.relu(b.slice(a, axes=[0], starts=[0], ends=[512]))
+    e = b.relu(b.slice(c, axes=[0], starts=[0], ends=[256]))
+    exe = cinn.compile(b.build([e]), fuse=False, passes=False, cache_dir=tmp_cache)
+    assert exe.num_kernels == 5
+    # the feed's copy buffer (4 KB), a (4 KB), its slice (2 KB); relu's 2 KB take a's freed slot, the next slice the
+    # first slice's: 10 KB, where buffers shared only by values of one size took 4 + 4 + 2 + 2 + 1 KB
+    assert exe.workspace_bytes == (1024 + 1024 + 512) * 4
+    xv = np.linspace(-2, 2, 1024).astype("float32")
+    np.testing.assert_array_equal(exe.run({"x": xv})[0], np.maximum(xv[:256], 0))
+
+
 def test_program_output_that_is_an_input(tmp_cache):
     b = cinn.NetBuilder("passthrough")
     x = b.create_input("float32", (3,), "x")
