@@ -20,6 +20,7 @@ from cinn.ir import Program, Value
 from cinn.machine import Peaks
 from cinn.utils import median_seconds, wall_seconds
 
+RUN_SETTLE_S = 0.5  # untimed runs before a profile times whole runs: right after the kernels' timing loops a run took 1.3x
 ALIGNMENT = 64  # of the arrays cinn allocates (outputs, workspace): a cache line, a full AVX-512 vector
 
 SHARE_ALL_CORES = -3  # TVM's AffinityMode kSpecifyThreadShareAllCore: each worker may run on any listed CPU
@@ -289,7 +290,7 @@ class Executable:
             alone = [median_seconds(call, repeat, 1) for call in calls]
         finally:
             self._pool.put(ws)
-        run = median_seconds(lambda: self.run(feeds), repeat, 1)
+        run = median_seconds(lambda: self.run(feeds), repeat, 1, settle_s=RUN_SETTLE_S)
         kernels = tuple(KernelTime(k.name, t * 1e3, a * 1e3, k.flops, k.nbytes)
                         for k, t, a in zip(self._kernels, in_run, alone, strict=True))
         return Profile(kernels, run * 1e3, peaks)
