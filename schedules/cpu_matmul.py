@@ -183,6 +183,7 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     else:
         default_cols, default_rows, default_rows2 = _default_tile(ext, n, col, row, row2, in_vector, width, target,
                                                                   write_dtype(sch, main), reuse=bool(free))
+        default_cols = _enough_tasks(ext[:n], col, default_cols, row, default_rows, width, target)
     cols = knobs.choose(sch, Knob.COLS, _col_candidates(panel or ext[col], width, default_cols), default_cols)
     # a tile with more accumulators than registers spills every step, and its unrolled body took seconds to build
     registers = target.vector_registers
@@ -194,9 +195,22 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
         rows2 = knobs.choose(sch, Knob.ROWS2, _fitting_rows(ext[row2], vectors * rows, registers, default_rows2),
                              default_rows2)
     pack, perm = _packable(block, n, col, vec_reads) if free else (None, ())
-    if pack is not None and not knobs.choose(sch, Knob.PACK, [0, 1], 1):
+    # a panel packed for a single tile (one row tile, no other spatial axis to reuse it over) is read once: the
+    # copy is all cost (the 1024 -> 10 classifier of a batch-32 MLP: 7.9 -> 6.0 us)
+    single = row is not None and ext[row] <= rows and prod(e for i, e in enumerate(ext[:n]) if i not in (col, row)) == 1
+    if pack is not None and not knobs.choose(sch, Knob.PACK, [0, 1], int(not single)):
         pack, perm = None, ()
     return Tiling(col, cols, row, rows, row2, rows2, pack, perm)
+
+
+def _enough_tasks(spatial: list[int], col: int, cols: int, row: int | None, rows: int, width: int,
+                  target: Target) -> int:
+    """Vector tiles halved (down to one register) while the tiles make fewer parallel tasks than cores (a batch-32
+    MLP's 1024 -> 10 classifier was one 32 x 10 tile on one core: 13 -> 8 us)."""
+    tiles = prod(-(-e // rows) if i == row else e for i, e in enumerate(spatial) if i != col)
+    while cols > width and cols % 2 == 0 and tiles * -(-spatial[col] // cols) < target.num_cores:
+        cols //= 2
+    return cols
 
 
 def _panel_tile(panel: int, rows: int, width: int, target: Target) -> tuple[int, int]:

@@ -333,3 +333,16 @@ def test_rows_that_share_an_operand_may_take_the_registers_the_loads_leave(rows,
     sch = schedule_of([a, b, c])
     t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
     assert (t.cols, t.rows) == (16, want)
+
+
+def test_a_tile_that_would_leave_a_core_idle_is_split_and_not_packed():
+    # a batch-32 MLP's 1024 -> 10 classifier: one 32-row x 10-column tile would run on one core, after copying x^T
+    # into a panel that it reads once; two 16-row tiles read x in place
+    a = te.placeholder((32, 1024), name="A")
+    b = te.placeholder((1024, 10), name="B")
+    k = te.reduce_axis((0, 1024), name="k")
+    c = te.compute((32, 10), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    sch = schedule_of([a, b, c])
+    t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
+    assert (t.col, t.cols, t.row, t.rows, t.pack) == (0, 16, 1, 10, None)
+    check([a, b], [c], K.OUT_FUSIBLE, lambda x, y: [x @ y], rtol=1e-4, atol=1e-3)
