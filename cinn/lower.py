@@ -31,7 +31,7 @@ def lower_group(group: Group, constants: Mapping[str, np.ndarray]) -> LoweredGro
     tensors: dict[str, te.Tensor] = {}
     args: list[Value] = []
     for v in group.inputs:
-        if v.name in constants and constants[v.name].size == 1:
+        if v.name in constants and _inlined(constants[v.name]):
             # scalar constants are folded into the kernel instead of being passed as buffers
             tensors[v.name] = te.compute(v.shape, _filled(constants[v.name].reshape(()).item(), v.dtype), name=_ident(v.name))
         else:
@@ -47,6 +47,12 @@ def lower_group(group: Group, constants: Mapping[str, np.ndarray]) -> LoweredGro
     params = tuple(args) + group.outputs
     func = te.create_prim_func([tensors[v.name] for v in params])
     return LoweredGroup(func.with_attr("global_symbol", "main"), params, group)
+
+
+def _inlined(array: np.ndarray) -> bool:
+    """A scalar constant is folded into the kernel, except a float zero: TVM's simplifier would fold x * 0 to 0 and
+    x + 0 to x, as if x could not be NaN, inf or -0.0."""
+    return array.size == 1 and not (array.dtype.kind == "f" and array.reshape(()) == 0)
 
 
 def _filled(scalar, dtype: str):

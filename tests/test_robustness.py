@@ -76,6 +76,36 @@ def test_nan_propagates_through_max_min_relu_and_clip(fuse, tmp_cache):
         np.testing.assert_allclose(g, w, rtol=1e-6, equal_nan=True)
 
 
+@pytest.mark.parametrize("fuse", [True, False])
+def test_comparing_a_value_with_itself_keeps_nan(fuse, tmp_cache):
+    # found by the fuzz test: TVM's simplifier folded x == x to true (and x <= x, x >= x; x != x to false)
+    b = cinn.NetBuilder("self_compare")
+    x = b.create_input("float32", (2, 3), "x")
+    outs = [b.equal(x, x), b.not_equal(x, x), b.less_equal(x, x), b.greater_equal(x, x), b.less_than(x, x)]
+    xs = np.array([[0, 1, np.nan], [np.inf, -np.inf, np.nan]], "float32")
+    got = cinn.compile(b.build(outs), fuse=fuse, cache_dir=tmp_cache).run({"x": xs})
+    for g, w in zip(got, [xs == xs, xs != xs, xs <= xs, xs >= xs, xs < xs], strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_folded_float_identities_keep_nan_inf_and_signed_zero(fuse, tmp_cache):
+    # found by the fuzz test: TVM's simplifier folded x - x to 0 and x * 0 to 0 (inf and NaN give NaN), x + 0 to x
+    # (-0.0 + 0.0 is +0.0); floor_divide lost numpy's fmod-based answers for infinities
+    b = cinn.NetBuilder("identities")
+    x, y = b.create_input("float32", (7,), "x"), b.create_input("float32", (7,), "y")
+    zero = b.create_constant(np.float32(0))
+    outs = [b.subtract(x, x), b.multiply(x, zero), b.add(x, zero), b.floor_divide(x, y)]
+    xs = np.array([0, 1, np.nan, np.inf, -np.inf, -0.0, -3.5], "float32")
+    ys = np.array([2, np.inf, 1, 2.5, 0, 1, np.inf], "float32")
+    got = cinn.compile(b.build(outs), fuse=fuse, cache_dir=tmp_cache).run({"x": xs, "y": ys})
+    with np.errstate(all="ignore"):
+        want = [xs - xs, xs * np.float32(0), xs + np.float32(0), np.floor_divide(xs, ys)]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(np.signbit(g[~np.isnan(g)]), np.signbit(w[~np.isnan(w)]))
+
+
 def _nan_rows() -> np.ndarray:
     """Rows for max/min reductions: NaN beside -inf, first, last, in a long row (the vectorized rfactor path), none."""
     rows = np.tile(np.linspace(-3, 3, 300, dtype="float32"), (6, 1))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import tvm_ffi
 from tvm import tirx, topi
 
 from cinn.ir import Attrs, TensorType
@@ -156,6 +157,22 @@ def _wrapping(fn):
     return body
 
 
+def _subtract_te(x, y):
+    # TVM's simplifier folds x - x to 0, as if x could not be inf or NaN (inf - inf is NaN): decide those first
+    if _is_float(x) and _same_load(x, y):
+        return tirx.Select(tirx.isfinite(x), _c(0, x), _c(float("nan"), x))
+    return x - y
+
+
+def _same_load(x, y) -> bool:
+    """Whether two operands read the same tensor at the same indices (te.tensor_load calls: the tensor, then the
+    indices)."""
+    return (isinstance(x, tvm_ffi.Object) and isinstance(y, tvm_ffi.Object) and getattr(x, "args", None) is not None
+            and getattr(y, "args", None) is not None and x.op.same_as(y.op) and len(x.args) == len(y.args)
+            and x.args[0].same_as(y.args[0])
+            and all(tvm_ffi.structural_equal(a, b) for a, b in zip(x.args[1:], y.args[1:], strict=True)))
+
+
 def _softplus_te(x):
     # max(x, 0) + log1p(exp(-|x|)) does not overflow for large x
     return tirx.max(x, _c(0, x)) + tirx.log1p(tirx.exp(-tirx.abs(x)))
@@ -172,8 +189,12 @@ def _safe_divisor(y):
 
 
 def _floor_divide_te(x, y):
-    if _is_float(x):
-        return tirx.floor(x / y)  # tirx.floordiv is integer-only
+    if _is_float(x):  # tirx.floordiv is integer-only
+        # as numpy (whose floor division goes through fmod): a finite x over an infinite divisor of the other sign
+        # is -1, not -0; an infinite x over a nonzero divisor gives NaN, not inf
+        by_inf = tirx.And(tirx.And(tirx.isinf(y), tirx.Not(tirx.isinf(x))), x * y < _c(0, x))
+        quotient = tirx.Select(by_inf, _c(-1, x), tirx.floor(x / y))
+        return tirx.Select(tirx.And(tirx.isinf(x), y != _c(0, y)), _c(float("nan"), x), quotient)
     # as numpy: x // 0 is 0, x // -1 is -x (INT_MIN // -1 wraps to INT_MIN)
     return tirx.Select(y == _c(0, y), _c(0, x), tirx.Select(y == _c(-1, y), _c(0, x) - x, tirx.floordiv(x, _safe_divisor(y))))
 
@@ -189,12 +210,17 @@ def _mod_te(x, y):
 
 
 def _compare(name: str):
-    """A comparison tvm.tirx.<name>; bools are compared as int8 since LLVM codegen emits fcmp for i1."""
+    """A comparison tvm.tirx.<name>; bools are compared as int8 since LLVM codegen emits fcmp for i1. Floats decide a
+    NaN operand first (only != holds then): TVM's simplifier folds x == x to true as if NaN did not exist (the fuzz
+    test's equal(x, x) gave True for NaN)."""
 
     def body(x, y):
         if _dtype(x) == "bool":
             x, y = x.astype("int8"), y.astype("int8")
-        return getattr(tirx, name)(x, y)
+        compared = getattr(tirx, name)(x, y)
+        if not _is_float(x):
+            return compared
+        return tirx.Select(tirx.Or(tirx.isnan(x), tirx.isnan(y)), tirx.const(name == "NE", "bool"), compared)
 
     return body
 
@@ -307,7 +333,7 @@ for _name, (_attrs, _te, _ref, _dtypes) in _UNARY_ATTRS.items():
 # name -> (scalar TE body, numpy reference, accepted dtypes, output dtype or None for the input's)
 _BINARY = {
     "add": (_wrapping(lambda x, y: x + y), np.add, D.NUMBER, None),
-    "subtract": (_wrapping(lambda x, y: x - y), np.subtract, D.NUMBER, None),
+    "subtract": (_wrapping(_subtract_te), np.subtract, D.NUMBER, None),
     "multiply": (_wrapping(lambda x, y: x * y), np.multiply, D.NUMBER, None),
     # integer division is ambiguous (C truncates, numpy floors): ints use floor_divide
     "divide": (lambda x, y: x / y, np.divide, D.FLOAT, None),
