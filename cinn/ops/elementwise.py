@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import tvm_ffi
 from tvm import tirx, topi
+from tvm.ir.expr import Call
 
 from cinn.ir import Attrs, TensorType
 from cinn.ops.common import broadcast_shapes, register_elementwise, same_dtype
@@ -167,10 +168,9 @@ def _subtract_te(x, y):
 def _same_load(x, y) -> bool:
     """Whether two operands read the same tensor at the same indices (te.tensor_load calls: the tensor, then the
     indices)."""
-    return (isinstance(x, tvm_ffi.Object) and isinstance(y, tvm_ffi.Object) and getattr(x, "args", None) is not None
-            and getattr(y, "args", None) is not None and x.op.same_as(y.op) and len(x.args) == len(y.args)
-            and x.args[0].same_as(y.args[0])
-            and all(tvm_ffi.structural_equal(a, b) for a, b in zip(x.args[1:], y.args[1:], strict=True)))
+    if not (isinstance(x, Call) and isinstance(y, Call)) or not x.op.same_as(y.op) or len(x.args) != len(y.args):
+        return False
+    return x.args[0].same_as(y.args[0]) and all(tvm_ffi.structural_equal(a, b) for a, b in zip(x.args[1:], y.args[1:], strict=True))
 
 
 def _softplus_te(x):
