@@ -320,7 +320,6 @@ class Executable:
             return
         for j, (array, at) in enumerate(zip(arrays, self._inputs_at, strict=True)):
             if at:
-                # numpy exports no read-only array through the DLPack version TVM asks for: those are copied
                 in_place = _in_place(array) and array.dtype == ws.input_arrays[j].dtype
                 bound = _tensor(array) if in_place else _copied(ws.inputs[j], ws.input_arrays[j], array)
                 for k, pos in at:

@@ -19,13 +19,12 @@ PANEL_WIDTHS = (48, 32, 64, 16)
 # N with no divisor of whole 8-lane registers (GPT-2's 50257-token vocabulary): padded to whole panels and sliced
 # back, since the [K, N] kernel's 29-column tiles ran at 46 GFLOP/s (a 25 MB slice copy costs ~1 ms of its 215 ms)
 PAD_MIN_COLS = 256
-# conv output channels, when many, are padded to whole IHWO32 panels: 1000 channels took 8-lane registers (a 512 ->
-# 1000 1x1 conv on 13x13: 0.76 ms, padded to 1024: 0.40 ms)
 
 
 def pack_weights(program: Program) -> Program:
-    """conv2d weights go OIHW -> IHWO (output channels contiguous: the conv kernels' vector axis; many channels padded
-    to whole channel tiles and sliced back); a matmul's constant 2-D y goes to column panels [N / p, K, p]
+    """conv2d weights go OIHW -> IHWO32 panels for dense convs, IHWO for grouped ones (output channels contiguous: the
+    conv kernels' vector axis; many channels padded to whole panels and sliced back); a matmul's constant 2-D y goes
+    to column panels [N / p, K, p]
     (MatmulAttrs.y_panel: the tiled kernels' vector axis, contiguous per register tile; zero-padded and sliced back
     where N is wide with no 8-lane divisor), or [K, N] where no panel width divides a small N, or [N, K] for one
     output row."""
@@ -63,17 +62,16 @@ def _panels(rw: Rewriter, node: Node, columns: np.ndarray, width: int) -> None:
     n = columns.shape[1]
     padded = np.pad(columns, ((0, 0), (0, -n % width))) if n % width else columns
     packed = rw.new_constant(panel(padded, width), f"{w.name}_panels")
-    (out,) = rw.emit("matmul", [x, packed], dataclasses.replace(cast(MatmulAttrs, node.attrs), trans_y=False, y_panel=width))
-    if padded.shape[1] != n:
-        (out,) = rw.emit("slice", [out], SliceAttrs(axes=(len(out.shape) - 1,), starts=(0,), ends=(n,)))
-    rw.substitute(node.outputs[0], out)
+    attrs = dataclasses.replace(cast(MatmulAttrs, node.attrs), trans_y=False, y_panel=width)
+    _replace(rw, node, (x, packed), attrs, len(node.outputs[0].shape) - 1, (n, padded.shape[1]))
 
 
 def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray) -> None:
     """conv2d with IHWO weights, in IHWO32 panels where the output channels are whole panels of a dense conv (a
     channel tile's weights are then one contiguous block, read in place: no per-run copy into a packed panel); many
     output channels that are no whole number of panels (squeezenet's 1000 classes) are zero-padded to whole panels
-    and the output sliced back."""
+    and the output sliced back: 1000 channels took 8-lane registers (a 512 -> 1000 1x1 conv on 13x13: 0.76 ms,
+    padded to 1024: 0.40 ms)."""
     x, w = rw.inputs(node)
     conv = cast(Conv2dAttrs, node.attrs)
     o = oihw.shape[0]
@@ -81,12 +79,18 @@ def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray) -> None:
     padding = -o % PANEL if dense and o >= PAD_MIN_COLS else 0
     layout = WeightLayout.IHWO32 if dense and (o + padding) % PANEL == 0 else WeightLayout.IHWO
     packed = rw.new_constant(layout.from_oihw(np.pad(oihw, ((0, padding), (0, 0), (0, 0), (0, 0)))), f"{w.name}_ihwo")
-    attrs = dataclasses.replace(conv, weight_layout=layout)
-    if not padding:
-        rw.keep(node, inputs=(x, packed), attrs=attrs)
+    _replace(rw, node, (x, packed), dataclasses.replace(conv, weight_layout=layout), 1, (o, o + padding))
+
+
+def _replace(rw: Rewriter, node: Node, inputs: tuple, attrs, axis: int, extents: tuple[int, int]) -> None:
+    """The node over its packed weights; where they were zero-padded (`extents`: the output's extent along `axis`,
+    then the padded one), it is emitted anew and its output sliced back."""
+    n, wide = extents
+    if wide == n:
+        rw.keep(node, inputs=inputs, attrs=attrs)
         return
-    (out,) = rw.emit("conv2d", [x, packed], attrs)
-    (out,) = rw.emit("slice", [out], SliceAttrs(axes=(1,), starts=(0,), ends=(o,)))
+    (out,) = rw.emit(node.op, list(inputs), attrs)
+    (out,) = rw.emit("slice", [out], SliceAttrs(axes=(axis,), starts=(0,), ends=(n,)))
     rw.substitute(node.outputs[0], out)
 
 
