@@ -100,11 +100,14 @@ def injective(sch: Schedule, block, target: Target, knobs: Knobs = DEFAULT) -> N
     outer, inner = loops[:cut], loops[cut:]
     inner_loop = sch.fuse(*inner) if len(inner) > 1 else inner[0]
     width = vector_width(sch, knobs, width, int(sch.get(inner_loop).extent), 4 if not outer else 1)
+    # the axes outside the vector suffix (a concat's channels) stay the parallel loop, the suffix's vectors a serial
+    # loop inside it, when they make enough tasks: its selects and index arithmetic are then loop-invariant
+    serial = bool(outer) and prod(extents(sch, outer)) >= PARALLEL_TASKS
     if width:
         rest, lane = sch.split(inner_loop, [None, width])
         sch.vectorize(lane)
-        outer = [*outer, rest]
-    elif inner:
+        outer = outer if serial else [*outer, rest]
+    elif inner and not serial:
         outer = [*outer, inner_loop]
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     if extent > 1 and knobs.choose(sch, Knob.PARALLEL, [0, 1], int(extent >= PARALLEL_MIN)):
