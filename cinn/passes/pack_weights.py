@@ -19,9 +19,9 @@ PANEL_WIDTHS = (48, 32, 64, 16)
 # N with no divisor of whole 8-lane registers (GPT-2's 50257-token vocabulary): padded to whole panels and sliced
 # back, since the [K, N] kernel's 29-column tiles ran at 46 GFLOP/s (a 25 MB slice copy costs ~1 ms of its 215 ms)
 PAD_MIN_COLS = 256
-# output channels of a dense conv that fill no 8-lane register padded to whole 16-lane vectors when its output rows are
-# no whole vectors either and the padding adds at most this fraction of work (shufflenet's per-group 1x1 convs: 68 ->
-# 80 channels on 14x14, 0.063 -> 0.016 ms; 34 -> 48 on 28x28 lost, 0.015 -> 0.019 ms)
+# output channels of a dense conv padded to whole 16-lane vectors when its output rows are no whole vectors either and
+# the padding adds at most this fraction of work (shufflenet's per-group 1x1 convs: 68 -> 80 channels on 14x14,
+# 0.063 -> 0.016 ms; 136 -> 144 on 7x7, 0.023 -> 0.015 ms; 34 -> 48 on 28x28 lost, 0.015 -> 0.019 ms)
 LANES = 16
 LANE_PAD_MAX = 0.25
 
@@ -89,11 +89,11 @@ def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray) -> None:
 
 def _channel_padding(o: int, width: int) -> int:
     """Zero output channels a dense conv's weights get: to whole panels for many channels, to whole vectors where
-    neither the channels nor the output rows fill registers and that costs little."""
+    neither the channels nor the output rows are whole vectors and that costs little."""
     if o >= PAD_MIN_COLS:
         return -o % PANEL
     pad = -o % LANES
-    return pad if width % LANES and o % (LANES // 2) and pad <= o * LANE_PAD_MAX else 0
+    return pad if width % LANES and pad <= o * LANE_PAD_MAX else 0
 
 
 def _replace(rw: Rewriter, node: Node, inputs: tuple, attrs, axis: int, extents: tuple[int, int]) -> None:
