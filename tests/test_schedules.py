@@ -315,6 +315,18 @@ def test_channel_tiles(c, o, hw, k, stride, want):
     assert (t.col, t.cols, t.row, t.rows) == want
 
 
+def test_stem_conv_output_rows_run_in_parallel_when_a_channel_tile_outgrows_l2():
+    # 3->64 3x3/2 on 224x224: each 32-channel tile's 111x111 outputs (1.6 MB) would leave L2 before the write-back
+    # transposes them, so output rows are the parallel loop and each row is written back while hot
+    x = te.placeholder((1, 3, 224, 224), name="x")
+    w = te.placeholder((3, 3, 3, 64), name="w")
+    y = topi.nn.conv2d_nchw(x, topi.transpose(w, (3, 0, 1, 2)), 2, 0, 1)
+    sch = schedule_of([x, w, y])
+    apply_default(sch, K.OUT_FUSIBLE, parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
+    loops = [sch.get(lp) for lp in sch.get_loops(sch.get_sblock("conv2d_nchw_update"))]
+    assert (loops[0].kind, int(loops[0].extent)) == (tvm.tirx.ForKind.PARALLEL, 111)
+
+
 @pytest.mark.parametrize("mcpu, hw, want", [
     ("skylake-avx512", 112, (3, 112, 2, 2)),  # 7 zmm registers per output row, 2 rows
     ("skylake-avx512", 56, (3, 56, 2, 2)),  # 7 ymm registers
