@@ -345,6 +345,20 @@ def test_depthwise_tiles_span_whole_output_rows(mcpu, hw, want):
     check([x, w], [y], K.OUT_FUSIBLE, lambda xa, wa: [conv_ref(xa, wa, 1, 1, 8)])
 
 
+@pytest.mark.parametrize("hw, stride, channel_vectors", [(7, 1, True), (14, 2, True), (28, 1, True), (56, 1, False)])
+def test_depthwise_convs_on_narrow_rows_vectorize_over_channels(hw, stride, channel_vectors):
+    # rows of 7 or 14 fill no vector register: the input is copied per 32-channel tile channels last and the tile is
+    # 2 vectors of channels x output columns; rows of 56 keep whole-row tiles
+    x = te.placeholder((1, 32, hw, hw), name="x")
+    w = te.placeholder((1, 3, 3, 32), name="w")  # IHWO, as pack_weights stores constant weights
+    y = topi.nn.group_conv2d_nchw(x, topi.transpose(w, (3, 0, 1, 2)), stride, 1, 1, 32)
+    sch = schedule_of([x, w, y])
+    t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
+    assert (t.col, t.per_tile) == ((1, True) if channel_vectors else (3, False))
+    ref = lambda xa, wa: [conv_ref(xa, wa.transpose(3, 0, 1, 2), stride, 1, 32)]
+    check([x, w], [y], K.OUT_FUSIBLE, ref)
+
+
 @pytest.mark.parametrize("rows, want", [(34, 17), (38, 19), (100, 10), (128, 16)])
 def test_rows_that_share_an_operand_may_take_the_registers_the_loads_leave(rows, want):
     # AVX-512, one vector of columns: 16 accumulators by default, but 34 rows would then be tiles of 2; 17 accumulators
