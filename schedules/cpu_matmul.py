@@ -212,7 +212,9 @@ def _depthwise_channels(block, n: int, ext: list[int], width: int) -> int | None
     columns) whose output rows fill less than half a vector register but whose channels fill whole ones: such convs
     vectorize over channels."""
     last = n - 1
-    if n < 3 or register_lanes(ext[last], width) >= width // 2 or len(block.reads) != 2 or prod(ext[n:]) == 1:
+    # one input channel per output channel (the first reduced axis), over a window
+    if n < 3 or register_lanes(ext[last], width) >= width // 2 or len(block.reads) != 2 or ext[n] != 1 \
+            or prod(ext[n:]) == 1:
         return None
     used = [c for c in range(last) if ext[c] % width == 0 and len(_reads_using(block, c)) == 2]
     return used[-1] if used and all(_reads_using(block, a) for a in (last - 1, last)) else None

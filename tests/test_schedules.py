@@ -359,6 +359,17 @@ def test_depthwise_convs_on_narrow_rows_vectorize_over_channels(hw, stride, chan
     check([x, w], [y], K.OUT_FUSIBLE, ref)
 
 
+def test_grouped_pointwise_conv_is_not_taken_for_depthwise():
+    # shufflenet's 112 -> 112 1x1 in 4 groups reads every operand per output channel too, but reduces 28 channels
+    x = te.placeholder((1, 112, 28, 28), name="x")
+    w = te.placeholder((112, 28, 1, 1), name="w")
+    y = topi.nn.group_conv2d_nchw(x, w, 1, 0, 1, 4)
+    sch = schedule_of([x, w, y])
+    t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
+    assert not t.per_tile
+    check([x, w], [y], K.OUT_FUSIBLE, lambda xa, wa: [conv_ref(xa, wa, 1, 0, 4)])
+
+
 @pytest.mark.parametrize("rows, want", [(34, 17), (38, 19), (100, 10), (128, 16)])
 def test_rows_that_share_an_operand_may_take_the_registers_the_loads_leave(rows, want):
     # AVX-512, one vector of columns: 16 accumulators by default, but 34 rows would then be tiles of 2; 17 accumulators
