@@ -15,6 +15,7 @@ from cinn.passes.fusion import Group, unfused
 from cinn.passes.fusion import fuse as fuse_groups
 from cinn.passes.pipeline import optimize
 from cinn.passes.verify import verify
+from cinn.passes.views import concat_views
 
 FOLDED_WITH_ZERO = frozenset({"multiply", "add"})  # ops whose float zero operand TVM's simplifier folds away
 
@@ -70,9 +71,12 @@ def _ident(name: str) -> str:
     return re.sub(r"\W", "_", name)
 
 
-def lower_program(program: Program, fuse: bool = True, passes: bool = True) -> tuple[Program, list[LoweredGroup]]:
-    """Verify, optimize and fuse a Program; returns the optimized Program and one PrimFunc per kernel, in order."""
+def lower_program(program: Program, fuse: bool = True, passes: bool = True,
+                  in_place: bool = True) -> tuple[Program, list[LoweredGroup]]:
+    """Verify, optimize and fuse a Program; returns the optimized Program and one PrimFunc per kernel, in order. With
+    fusion and `in_place`, the concats of concat_views(program) take no kernel: their parts are written in place."""
     verify(program)
     program = optimize(program, passes)
-    groups = fuse_groups(program) if fuse else unfused(program)
+    views = frozenset(v.base for v in concat_views(program).values()) if in_place else frozenset()
+    groups = fuse_groups(program, views) if fuse else unfused(program)
     return program, [lower_group(g, program.constants) for g in groups]

@@ -9,6 +9,7 @@ import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ import tvm_ffi
 from cinn.cuda_module import NO_DEVICE
 from cinn.ir import Program, Value
 from cinn.machine import Peaks
+from cinn.passes.views import View, resolve
 from cinn.utils import median_seconds, wall_seconds
 
 RUN_SETTLE_S = 0.5  # untimed runs before a profile times whole runs: right after the kernels' timing loops a run took 1.3x
@@ -51,18 +53,23 @@ class Kernel:
         return sum(v.type.nbytes for v in self.params)
 
 
-def plan_buffers(program: Program, kernels_params: Sequence[Sequence[Value]]) -> tuple[dict[str, int], list[int]]:
+def plan_buffers(program: Program, kernels_params: Sequence[Sequence[Value]],
+                 views: Mapping[str, View] = MappingProxyType({})) -> tuple[dict[str, int], list[int]]:
     """Assign every value a storage slot, a byte buffer viewed with the value's shape and dtype; intermediates whose
     lifetimes do not overlap share one. Returns the value -> slot map and each slot's size in bytes.
 
     A value takes the most recently freed slot that is large enough, else the most recently freed one (grown to fit):
     a kernel then writes into memory a kernel just read, still in cache, instead of a buffer of its own size that
-    was last touched many kernels ago (mobilenet_v2's activations come in a dozen sizes).
+    was last touched many kernels ago (mobilenet_v2's activations come in a dozen sizes). A value stored in another's
+    buffer (`views`: an in-place concat's parts) takes that buffer's slot, which lives from the first kernel that
+    touches any value stored in it to the last.
     """
+    root = {v.name: resolve(views, v.name).base for params in kernels_params for v in params}
+    nbytes = {v.name: v.type.nbytes for n in program.nodes for v in n.outputs}
     last_use: dict[str, int] = {}
     for i, params in enumerate(kernels_params):
         for v in params:
-            last_use[v.name] = i
+            last_use[root[v.name]] = i
     pinned = {v.name for v in program.inputs} | set(program.constants) | {v.name for v in program.outputs}
     slot_of: dict[str, int] = {}
     slot_bytes: list[int] = []
@@ -72,19 +79,21 @@ def plan_buffers(program: Program, kernels_params: Sequence[Sequence[Value]]) ->
         slot_bytes.append(v.type.nbytes)
     for i, params in enumerate(kernels_params):
         for v in params:
-            if v.name in slot_of:
-                continue
-            if free and v.name not in pinned:
-                slot = next((s for s in reversed(free) if slot_bytes[s] >= v.type.nbytes), free[-1])
-                free.remove(slot)
-                slot_bytes[slot] = max(slot_bytes[slot], v.type.nbytes)
-                slot_of[v.name] = slot
-            else:
-                slot_of[v.name] = len(slot_bytes)
-                slot_bytes.append(v.type.nbytes)
-        for v in dict.fromkeys(params):
-            if last_use[v.name] == i and v.name not in pinned:
-                free.append(slot_of[v.name])
+            base = root[v.name]
+            if base not in slot_of:
+                size = nbytes.get(base, v.type.nbytes)
+                if free and base not in pinned:
+                    slot = next((s for s in reversed(free) if slot_bytes[s] >= size), free[-1])
+                    free.remove(slot)
+                    slot_bytes[slot] = max(slot_bytes[slot], size)
+                    slot_of[base] = slot
+                else:
+                    slot_of[base] = len(slot_bytes)
+                    slot_bytes.append(size)
+            slot_of[v.name] = slot_of[base]
+        for base in dict.fromkeys(root[v.name] for v in params):
+            if last_use[base] == i and base not in pinned:
+                free.append(slot_of[base])
     return slot_of, slot_bytes
 
 
@@ -182,12 +191,14 @@ class Profile:
 class Executable:
     """A compiled program: call run(feeds) to execute its kernels in order, from any number of threads at once."""
 
-    def __init__(self, program: Program, kernels: Sequence[Kernel], device, threads: int | None = None):
+    def __init__(self, program: Program, kernels: Sequence[Kernel], device, threads: int | None = None,
+                 views: Mapping[str, View] = MappingProxyType({})):
         self.program = program
         self._kernels = list(kernels)
         self._funcs = [k.func for k in kernels]
         self._threads = threads
-        self._slot_of, self._slot_bytes = plan_buffers(program, [k.params for k in kernels])
+        self._slot_of, self._slot_bytes = plan_buffers(program, [k.params for k in kernels], views)
+        self._offset = {name: resolve(views, name).offset for name in views}  # bytes into the slot
         self._outputs = _output_sources(program, kernels)
         produced = {v.name for v, o in zip(program.outputs, self._outputs, strict=True) if o.kind is OutputKind.KERNEL}
         # on the CPU, outputs are written into the arrays run() returns and feeds read in place: neither is workspace;
@@ -220,7 +231,11 @@ class Executable:
         self._pool.put(self._new_workspace())
 
     def _view(self, storage: Mapping[int, tvm.runtime.Tensor], v: Value) -> tvm.runtime.Tensor:
-        return storage[self._slot_of[v.name]]._create_view(v.shape, v.dtype)
+        slot, at = storage[self._slot_of[v.name]], self._offset.get(v.name, 0)
+        if not at:
+            return slot._create_view(v.shape, v.dtype)
+        # a part of an in-place concat (host memory): its own data pointer, since kernels take no byte offset
+        return _tensor(np.from_dlpack(slot)[at : at + v.type.nbytes].view(v.dtype).reshape(v.shape))
 
     def _new_workspace(self) -> Workspace:
         storage = dict(self._constants)

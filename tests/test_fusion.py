@@ -8,6 +8,7 @@ import cinn
 from cinn.ops import PatternKind
 from cinn.passes.fusion import fuse
 from cinn.passes.pipeline import optimize
+from cinn.passes.views import View, concat_views, resolve
 
 RNG = np.random.default_rng(0)
 
@@ -143,3 +144,59 @@ def test_reduction_then_broadcast_elementwise(shape, tmp_cache):
     fused, _, (out,) = _run_both(b.build([y]), {"x": xv}, tmp_cache)
     assert fused.num_kernels == 1
     np.testing.assert_allclose(out, xv - xv.mean(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+# -- concats written in place (passes.views) ------------------------------------------------------
+def _conv(b, x, cin, cout, name):
+    return b.relu(b.conv2d(x, b.create_constant(_rand(cout, cin, 3, 3), name), paddings=[1, 1]))
+
+
+def test_concat_parts_are_written_in_place(tmp_cache):
+    # a dense block: every layer's new channels go onto all earlier ones, and each concat feeds the next layer; the
+    # concats take no kernel and share one buffer
+    b = cinn.NetBuilder("dense")
+    x = b.create_input("float32", (1, 4, 6, 6), "x")
+    feats = b.relu(x)
+    for i in range(3):
+        feats = b.concat([feats, _conv(b, feats, 4 + 2 * i, 2, f"w{i}")], axis=1)
+    program, feeds = b.build([b.scale(feats, 2.0)]), {"x": _rand(1, 4, 6, 6)}
+    views = concat_views(optimize(program, True))
+    assert len({v.base for v in views.values()}) == 3
+    fused, unfused, _ = _run_both(program, feeds, tmp_cache)
+    assert fused.num_kernels == 5  # relu, three convs, scale
+    assert unfused.num_kernels == 11
+    # relu(x) sits at offset 0 of the last concat's buffer, the layers' new channels after it in order
+    program = optimize(program, True)
+    last = program.nodes[-2].outputs[0].name
+    parts = [v.name for n in program.nodes if n.op == "concat" for v in n.inputs[1:]]
+    assert [resolve(views, n) for n in [program.nodes[0].outputs[0].name, *parts]] == [
+        View(last, offset) for offset in (0, 4 * 36 * 4, 6 * 36 * 4, 8 * 36 * 4)]
+
+
+@pytest.mark.parametrize("shape, axis, output_part, in_place", [
+    ((1, 3, 4, 5), 1, False, True),
+    ((1, 3, 4, 5), -1, False, False),  # the parts interleave along rows
+    ((2, 3, 4, 5), 1, False, False),   # batch 2: each part is two ranges
+    ((1, 3, 4, 5), 1, True, False),    # a part is a program output: written into the caller's array
+])
+def test_which_concats_are_in_place(shape, axis, output_part, in_place, tmp_cache):
+    b = cinn.NetBuilder("which")
+    x = b.create_input("float32", shape, "x")
+    p, q = b.relu(x), b.exp(x)
+    y = b.scale(b.concat([p, q], axis=axis), 3.0)
+    program, feeds = b.build([y, p] if output_part else [y]), {"x": _rand(*shape)}
+    assert bool(concat_views(optimize(program, True))) == in_place
+    _run_both(program, feeds, tmp_cache)
+
+
+def test_a_kernel_reading_an_in_place_concat_never_writes_one_of_its_parts(tmp_cache):
+    # relu(x) and exp(x) read x (siblings), and the slice of the concat + exp(x) would fuse with them: that kernel
+    # would read the concat's relu part before writing it
+    b = cinn.NetBuilder("own_part")
+    x = b.create_input("float32", (1, 4, 5, 5), "x")
+    p, q = b.relu(x), b.exp(x)
+    y = b.concat([p, b.sigmoid(x)], axis=1)
+    z = b.add(b.slice(y, axes=[1], starts=[0], ends=[4]), q)
+    xv = _rand(1, 4, 5, 5)
+    _, _, (out,) = _run_both(b.build([z]), {"x": xv}, tmp_cache)
+    np.testing.assert_allclose(out, np.maximum(xv, 0) + np.exp(xv), rtol=1e-5)

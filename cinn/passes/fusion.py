@@ -42,10 +42,15 @@ class _Draft:
     domain: tuple | None = None
 
 
-def fuse(program: Program) -> list[Group]:
-    """Partition the program's nodes into fused groups, in a valid execution order."""
-    drafts = _op_fusion(program)
-    drafts = _fusion_merge(program, drafts)
+def fuse(program: Program, in_place: frozenset[str] = frozenset()) -> list[Group]:
+    """Partition the program's nodes into fused groups, in a valid execution order; the concats whose outputs are
+    named in `in_place` (their parts are written into their buffer: passes.views) take no kernel."""
+    nodes = {id(n) for n in program.nodes if n.outputs[0].name not in in_place}
+    writers = _writers(program, nodes)
+    # a kernel that reads an in-place concat must not also write one of its parts: it would read the part unwritten
+    part_writers = {name: {id(w) for w in writers[name]} for name in in_place}
+    drafts = _op_fusion(program, in_place, part_writers)
+    drafts = _fusion_merge(program, drafts, part_writers)
     return _finalize(program, drafts)
 
 
@@ -65,21 +70,23 @@ def _domain(node: Node) -> tuple | None:
     return (shape, normalize_axes(node.op, dims or range(len(shape)), len(shape)))
 
 
-def _op_fusion(program: Program) -> list[_Draft]:
+def _op_fusion(program: Program, in_place: frozenset[str], part_writers: dict[str, set[int]]) -> list[_Draft]:
     """Step 1: grow groups along producer -> consumer edges by the kind rules."""
     producers = program.producers()
     owner: dict[int, _Draft] = {}  # id(node) -> draft
     drafts: list[_Draft] = []
     for node in program.nodes:
+        if node.outputs[0].name in in_place:
+            continue
         draft = _Draft([node], get_op(node.op).kind, _domain(node))
         drafts.append(draft)
         owner[id(node)] = draft
         for value in node.inputs:
             prod = producers.get(value.name)
-            if prod is None:
+            if prod is None or id(prod) not in owner:
                 continue
             pd = owner[id(prod)]
-            if pd is draft or not _can_fuse(pd, node, draft):
+            if pd is draft or not _can_fuse(pd, node, draft) or _reads_own_part(pd, draft, part_writers):
                 continue
             if _creates_cycle(program, owner, pd, draft):
                 continue
@@ -137,16 +144,32 @@ def _creates_cycle(program: Program, owner: dict[int, _Draft], a: _Draft, b: _Dr
 
 
 def _draft_successors(program: Program, owner: dict[int, _Draft]) -> dict[int, set[int]]:
-    producers = program.producers()
+    writers = _writers(program, set(owner))
     succ: dict[int, set[int]] = {}
     for n in program.nodes:
         if id(n) not in owner:
             continue
         for v in n.inputs:
-            p = producers.get(v.name)
-            if p is not None and id(p) in owner and owner[id(p)] is not owner[id(n)]:
-                succ.setdefault(id(owner[id(p)]), set()).add(id(owner[id(n)]))
+            for p in writers.get(v.name, ()):
+                if owner[id(p)] is not owner[id(n)]:
+                    succ.setdefault(id(owner[id(p)]), set()).add(id(owner[id(n)]))
     return succ
+
+
+def _writers(program: Program, kernel_nodes: set[int]) -> dict[str, list[Node]]:
+    """The kernel nodes that write each value: its producer, or for an in-place concat's output (a concat that is no
+    kernel node) the writers of its parts."""
+    writers: dict[str, list[Node]] = {}
+    for n in program.nodes:
+        if id(n) in kernel_nodes:
+            written = [n]
+        elif n.op == "concat":
+            written = list(dict.fromkeys(w for p in n.inputs for w in writers.get(p.name, ())))
+        else:
+            written = []
+        for v in n.outputs:
+            writers[v.name] = written
+    return writers
 
 
 def _reaches_via_other(succ: dict[int, set[int]], a: _Draft, b: _Draft) -> bool:
@@ -163,14 +186,23 @@ def _reaches_via_other(succ: dict[int, set[int]], a: _Draft, b: _Draft) -> bool:
     return False
 
 
-def _fusion_merge(program: Program, drafts: list[_Draft]) -> list[_Draft]:
+def _reads_own_part(a: _Draft, b: _Draft, part_writers: dict[str, set[int]]) -> bool:
+    """Whether either draft reads an in-place concat that the other writes a part of."""
+    def reads(x: _Draft, y: _Draft) -> bool:
+        written = {id(n) for n in y.nodes}
+        return any(part_writers.get(v.name, set()) & written for n in x.nodes for v in n.inputs)
+
+    return reads(a, b) or reads(b, a)
+
+
+def _fusion_merge(program: Program, drafts: list[_Draft], part_writers: dict[str, set[int]]) -> list[_Draft]:
     """Step 2: merge sibling light groups of the same shape that read a common input."""
     owner = {id(n): d for d in drafts for n in d.nodes}
     changed = True
     while changed:
         changed = False
         for a, b in _sibling_pairs(drafts):
-            if not _creates_cycle(program, owner, a, b):
+            if not _creates_cycle(program, owner, a, b) and not _reads_own_part(a, b, part_writers):
                 _merge_into(a, b, owner, drafts)
                 changed = True
                 break
@@ -212,12 +244,13 @@ def _finalize(program: Program, drafts: list[_Draft]) -> list[Group]:
             if v.name in program_outputs or any(id(c) not in members for c in consumers.get(v.name, ()))
         ]
         groups.append(Group(tuple(nodes), tuple(inputs), tuple(outputs), d.kind))
-    return _topo_sort(groups)
+    writers = _writers(program, {id(n) for d in drafts for n in d.nodes})
+    return _topo_sort(groups, writers)
 
 
-def _topo_sort(groups: list[Group]) -> list[Group]:
-    made_by = {v.name: i for i, g in enumerate(groups) for n in g.nodes for v in n.outputs}
-    deps = [{made_by[v.name] for v in g.inputs if v.name in made_by} for g in groups]
+def _topo_sort(groups: list[Group], writers: dict[str, list[Node]]) -> list[Group]:
+    made_by = {id(n): i for i, g in enumerate(groups) for n in g.nodes}
+    deps = [{made_by[id(w)] for v in g.inputs for w in writers.get(v.name, ())} for g in groups]
     order: list[int] = []
     done: set[int] = set()
     while len(order) < len(groups):
