@@ -14,7 +14,7 @@ from cinn.autotune.database import best_traces
 from cinn.build import KernelSpec, build_all, default_cache_dir, workload_key
 from cinn.ir import Program
 from cinn.lower import LoweredGroup, lower_program
-from cinn.passes.views import concat_views
+from cinn.passes.views import find_views
 from cinn.runtime import Executable, Kernel
 from cinn.target import Target, parse_target
 
@@ -37,7 +37,7 @@ def compile(
     graph simplifications (composite ops are still decomposed), so every op reaches a kernel as written.
     """
     tgt = parse_target(target)
-    # CUDA kernels may load vectors that an offset into a concat's buffer would misalign: their concats copy
+    # CUDA kernels may load vectors that an offset into another value's buffer would misalign: their concats copy
     in_place = fuse and not tgt.is_cuda
     program, lowered = lower_program(program, fuse, passes, in_place)
     records = _tuning_records(tuning_log, tgt)
@@ -50,7 +50,7 @@ def compile(
     kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source, lg.group.flops)
                for lg, b in zip(lowered, modules, strict=True)]
     device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
-    views = concat_views(program) if in_place else {}
+    views = find_views(program) if in_place else {}
     return Executable(program, kernels, device, threads=None if tgt.is_cuda else tgt.num_cores, views=views)
 
 

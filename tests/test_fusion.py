@@ -8,7 +8,7 @@ import cinn
 from cinn.ops import PatternKind
 from cinn.passes.fusion import fuse
 from cinn.passes.pipeline import optimize
-from cinn.passes.views import View, concat_views, resolve
+from cinn.passes.views import View, concat_views, find_views, resolve
 
 RNG = np.random.default_rng(0)
 
@@ -200,3 +200,19 @@ def test_a_kernel_reading_an_in_place_concat_never_writes_one_of_its_parts(tmp_c
     xv = _rand(1, 4, 5, 5)
     _, _, (out,) = _run_both(b.build([z]), {"x": xv}, tmp_cache)
     np.testing.assert_allclose(out, np.maximum(xv, 0) + np.exp(xv), rtol=1e-5)
+
+
+@pytest.mark.parametrize("axis, in_place", [(1, True), (2, False)])
+def test_channel_slices_are_views(axis, in_place, tmp_cache):
+    # shufflenet's channel groups: each slice of a batch-1 tensor's channels is a range of its buffer, no kernel; a
+    # slice of rows is two ranges per channel and stays a copy (fused into its consumer)
+    b = cinn.NetBuilder("groups")
+    x = b.create_input("float32", (1, 4, 6, 6), "x")
+    y = b.relu(x)
+    halves = [b.slice(y, axes=[axis], starts=[i * 2], ends=[i * 2 + 2]) for i in range(2)]
+    outs = [_conv(b, h, 2 if axis == 1 else 4, 3, f"w{i}") for i, h in enumerate(halves)]
+    program, xv = b.build(outs), _rand(1, 4, 6, 6)
+    names = {n.outputs[0].name for n in optimize(program, True).nodes if n.op == "slice"}
+    assert (set(find_views(optimize(program, True))) == names) == in_place
+    fused, _, _ = _run_both(program, {"x": xv}, tmp_cache)
+    assert fused.num_kernels == 3  # relu and the two convs

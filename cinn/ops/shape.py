@@ -174,7 +174,7 @@ class SliceAttrs(Attrs):
     strides: tuple[int, ...] | None = None
 
 
-def _ranges(shape: Shape, a: SliceAttrs) -> list[range]:
+def slice_ranges(shape: Shape, a: SliceAttrs) -> list[range]:
     """The input indices read along each dim of x."""
     strides = a.strides if a.strides is not None else (1,) * len(a.axes)
     if not len(a.axes) == len(a.starts) == len(a.ends) == len(strides):
@@ -192,7 +192,7 @@ def _ranges(shape: Shape, a: SliceAttrs) -> list[range]:
 
 
 def _slice_shape(shape: Shape, a: SliceAttrs) -> Shape:
-    out = tuple(len(r) for r in _ranges(shape, a))
+    out = tuple(len(r) for r in slice_ranges(shape, a))
     if 0 in out:
         raise ValueError(f"slice: empty result {out} slicing {tuple(shape)} with {a}")
     return out
@@ -200,12 +200,12 @@ def _slice_shape(shape: Shape, a: SliceAttrs) -> Shape:
 
 def _slice_compute(tensors, a, out_types):
     (x,) = tensors
-    ranges = _ranges(_dims(x), a)
+    ranges = slice_ranges(_dims(x), a)
     return [_map_compute("slice", x, out_types[0].shape,
                          lambda idx: [r.start + i * r.step for r, i in zip(ranges, idx, strict=True)])]
 
 
-_register("slice", SliceAttrs, _slice_shape, lambda xs, a: [xs[0][np.ix_(*_ranges(xs[0].shape, a))]], _slice_compute,
+_register("slice", SliceAttrs, _slice_shape, lambda xs, a: [xs[0][np.ix_(*slice_ranges(xs[0].shape, a))]], _slice_compute,
           "Strided slice of some axes (numpy semantics).")
 
 

@@ -44,10 +44,11 @@ class _Draft:
 
 def fuse(program: Program, in_place: frozenset[str] = frozenset()) -> list[Group]:
     """Partition the program's nodes into fused groups, in a valid execution order; the concats whose outputs are
-    named in `in_place` (their parts are written into their buffer: passes.views) take no kernel."""
+    named in `in_place` take no kernel (concats whose parts are written into their buffer, slices of a range of their
+    input's: passes.views)."""
     nodes = {id(n) for n in program.nodes if n.outputs[0].name not in in_place}
     writers = _writers(program, nodes)
-    # a kernel that reads an in-place concat must not also write one of its parts: it would read the part unwritten
+    # a kernel that reads a view must not also write what it views: it would read it unwritten
     part_writers = {name: {id(w) for w in writers[name]} for name in in_place}
     drafts = _op_fusion(program, in_place, part_writers)
     drafts = _fusion_merge(program, drafts, part_writers)
@@ -157,13 +158,13 @@ def _draft_successors(program: Program, owner: dict[int, _Draft]) -> dict[int, s
 
 
 def _writers(program: Program, kernel_nodes: set[int]) -> dict[str, list[Node]]:
-    """The kernel nodes that write each value: its producer, or for an in-place concat's output (a concat that is no
-    kernel node) the writers of its parts."""
+    """The kernel nodes that write each value: its producer, or for a view (an in-place concat or slice: no kernel
+    node) the writers of what it views."""
     writers: dict[str, list[Node]] = {}
     for n in program.nodes:
         if id(n) in kernel_nodes:
             written = [n]
-        elif n.op == "concat":
+        elif n.op in ("concat", "slice"):  # a view (lowering skips it): its inputs' writers
             written = list(dict.fromkeys(w for p in n.inputs for w in writers.get(p.name, ())))
         else:
             written = []
@@ -187,7 +188,7 @@ def _reaches_via_other(succ: dict[int, set[int]], a: _Draft, b: _Draft) -> bool:
 
 
 def _reads_own_part(a: _Draft, b: _Draft, part_writers: dict[str, set[int]]) -> bool:
-    """Whether either draft reads an in-place concat that the other writes a part of."""
+    """Whether either draft reads a view (an in-place concat or slice) of what the other writes."""
     def reads(x: _Draft, y: _Draft) -> bool:
         written = {id(n) for n in y.nodes}
         return any(part_writers.get(v.name, set()) & written for n in x.nodes for v in n.inputs)

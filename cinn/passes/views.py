@@ -1,7 +1,12 @@
-"""Concats written in place: each part of a concat whose parts are contiguous ranges of its output (a batch-1 NCHW
-concat over channels) is stored inside the concat's buffer, so the kernels producing the parts write there and no
-kernel copies them (densenet's dense blocks concat every layer's 32 new channels onto all earlier ones; squeezenet's
-fire modules and inception's branches end in concats)."""
+"""Values stored inside other values' buffers, so that no kernel copies them:
+
+- Concats written in place: each part of a concat whose parts are contiguous ranges of its output (a batch-1 NCHW
+  concat over channels) is stored inside the concat's buffer, so the kernels producing the parts write there
+  (densenet's dense blocks concat every layer's 32 new channels onto all earlier ones; squeezenet's fire modules and
+  inception's branches end in concats).
+- Slices read in place: a slice that is one contiguous range of its input (a batch-1 channel range: shufflenet's
+  channel groups) is that range of the input's buffer.
+"""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -11,7 +16,7 @@ from typing import cast
 
 from cinn.ir import Node, Program
 from cinn.ops.common import normalize_axis
-from cinn.ops.shape import AxisAttrs
+from cinn.ops.shape import AxisAttrs, SliceAttrs, slice_ranges
 
 
 @dataclass(frozen=True)
@@ -22,13 +27,44 @@ class View:
     offset: int
 
 
+def find_views(program: Program) -> dict[str, View]:
+    """The in-place concats' parts, then the in-place slices (a slice that is a concat's part stays a kernel, one
+    that writes the concat's buffer)."""
+    found = concat_views(program)
+    fixed = _fixed(program)
+    for node in program.nodes:
+        out = node.outputs[0].name
+        if node.op == "slice" and out not in found and out not in fixed and node.inputs[0].name not in fixed:
+            offset = _contiguous_slice(node)
+            if offset is not None:
+                found[out] = View(node.inputs[0].name, offset)
+    return found
+
+
+def _fixed(program: Program) -> set[str]:
+    """Values whose memory is not the workspace's: inputs and outputs are the caller's arrays, constants shared."""
+    return {v.name for v in program.inputs} | {v.name for v in program.outputs} | set(program.constants)
+
+
+def _contiguous_slice(node: Node) -> int | None:
+    """The byte offset of a slice's output in its input when it is one contiguous range of it, else None."""
+    shape = node.inputs[0].shape
+    ranges = slice_ranges(shape, cast(SliceAttrs, node.attrs))
+    cut = next((d for d, r in enumerate(ranges) if len(r) != shape[d]), None)
+    if cut is None or prod(shape[:cut]) != 1 or ranges[cut].step != 1:
+        return None
+    if any(len(r) != d for r, d in zip(ranges[cut + 1 :], shape[cut + 1 :], strict=True)):
+        return None
+    return ranges[cut].start * prod(shape[cut + 1 :]) * node.inputs[0].type.nbytes // prod(shape)
+
+
 def concat_views(program: Program) -> dict[str, View]:
     """The parts of in-place concats, each mapped to the concat output it lives in. A concat is in place when its parts
     are contiguous ranges of its output and each is written by a kernel for this concat alone: no program input,
     output or constant, no part of another in-place concat, no part listed twice. A part may itself be an in-place
     concat (densenet's chains of concats then share one buffer)."""
     producers = program.producers()
-    fixed = {v.name for v in program.inputs} | {v.name for v in program.outputs} | set(program.constants)
+    fixed = _fixed(program)
     views: dict[str, View] = {}
     for node in reversed(program.nodes):  # outer concats first: their parts may be concats too
         if not _contiguous_concat(node, fixed):
@@ -49,6 +85,13 @@ def _contiguous_concat(node: Node, fixed: set[str]) -> bool:
         return False
     shape = node.outputs[0].shape
     return prod(shape[: normalize_axis("concat", cast(AxisAttrs, node.attrs).axis, len(shape))]) == 1
+
+
+def kernelless(program: Program, views: Mapping[str, View]) -> frozenset[str]:
+    """The outputs of the nodes that take no kernel: in-place concats (their parts wrote them) and in-place slices."""
+    bases = {v.base for v in views.values()}
+    return frozenset(n.outputs[0].name for n in program.nodes
+                     if (n.op == "concat" and n.outputs[0].name in bases) or (n.op == "slice" and n.outputs[0].name in views))
 
 
 def resolve(views: Mapping[str, View], name: str) -> View:
