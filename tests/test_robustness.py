@@ -53,6 +53,20 @@ def test_integer_division_by_zero_and_int_min_by_minus_one_do_not_kill_the_proce
     assert proc.returncode == 0 and "ok" in proc.stdout, f"status {proc.returncode}: {proc.stderr[-2000:]}"
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int32"])
+@pytest.mark.parametrize("fuse", [True, False])
+def test_abs_of_int_min_wraps_as_numpy_even_under_relu(dtype, fuse, tmp_cache):
+    # found by the fuzz test: TVM's simplifier took abs(x) to be non-negative and folded relu(abs(x)) to abs(x),
+    # so relu(abs(INT_MIN)) gave INT_MIN where numpy gives 0
+    low = np.iinfo(dtype).min
+    b = cinn.NetBuilder("abs_min")
+    x = b.create_input(dtype, (4,), "x")
+    xs = np.array([low, -5, 0, 7], dtype)
+    got = cinn.compile(b.build([b.relu(b.abs(x)), b.abs(x)]), fuse=fuse, cache_dir=tmp_cache).run({"x": xs})
+    np.testing.assert_array_equal(got[0], np.maximum(np.abs(xs), 0))
+    np.testing.assert_array_equal(got[1], np.abs(xs))
+
+
 def test_onnx_integer_div_and_mod_by_zero_give_zero(tmp_cache):
     model = make_model([helper.make_node("Div", ["x", "y"], ["q"]), helper.make_node("Mod", ["x", "y"], ["r"])],
                        [("x", T.INT32, [3]), ("y", T.INT32, [3])], [("q", T.INT32, [3]), ("r", T.INT32, [3])])

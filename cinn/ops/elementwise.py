@@ -267,7 +267,9 @@ _UNARY: dict[str, tuple[Callable[..., Any], Callable[..., Any], D]] = {
     "log": (tirx.log, np.log, D.FLOAT),
     "sqrt": (tirx.sqrt, np.sqrt, D.FLOAT),
     "rsqrt": (tirx.rsqrt, lambda x: 1.0 / np.sqrt(x.astype(np.float64)), D.FLOAT),
-    "abs": (tirx.abs, np.abs, D.NUMBER),
+    # wrapping: abs(INT_MIN) is INT_MIN, as numpy, and TVM's simplifier, taking tirx.abs to be non-negative, no longer
+    # folds relu(abs(x)) to abs(x) for narrow ints (int64 still does: its abs has no wider type to wrap through)
+    "abs": (_wrapping(tirx.abs), np.abs, D.NUMBER),
     "negative": (_wrapping(lambda x: -x), np.negative, D.NUMBER),
     "erf": (tirx.erf, _np_erf, D.FLOAT),
     "silu": (lambda x: x * tirx.sigmoid(x), lambda x: x * _np_sigmoid(x), D.FLOAT),
