@@ -216,3 +216,16 @@ def test_channel_slices_are_views(axis, in_place, tmp_cache):
     assert (set(find_views(optimize(program, True))) == names) == in_place
     fused, _, _ = _run_both(program, {"x": xv}, tmp_cache)
     assert fused.num_kernels == 3  # relu and the two convs
+
+
+def test_a_concat_that_only_a_slice_views_still_runs(tmp_cache):
+    # a batch-2 concat is no in-place concat, but its first row is a contiguous slice of it: the slice is a view of
+    # the concat's output, which its own kernel must still write
+    b = cinn.NetBuilder("row_of_concat")
+    x = b.create_input("float32", (2, 3), "x")
+    y = b.concat([b.relu(x), b.exp(x)], axis=1)
+    z = b.scale(b.slice(y, axes=[0], starts=[0], ends=[1]), 2.0)
+    program, xv = b.build([z]), _rand(2, 3)
+    assert {v.base for v in find_views(optimize(program, True)).values()} == {y.name}
+    _, _, (out,) = _run_both(program, {"x": xv}, tmp_cache)
+    np.testing.assert_allclose(out, 2 * np.concatenate([np.maximum(xv, 0), np.exp(xv)], axis=1)[:1], rtol=1e-5)

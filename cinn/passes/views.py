@@ -88,10 +88,15 @@ def _contiguous_concat(node: Node, fixed: set[str]) -> bool:
 
 
 def kernelless(program: Program, views: Mapping[str, View]) -> frozenset[str]:
-    """The outputs of the nodes that take no kernel: in-place concats (their parts wrote them) and in-place slices."""
-    bases = {v.base for v in views.values()}
-    return frozenset(n.outputs[0].name for n in program.nodes
-                     if (n.op == "concat" and n.outputs[0].name in bases) or (n.op == "slice" and n.outputs[0].name in views))
+    """The outputs of the nodes that take no kernel: in-place concats (their parts wrote them) and in-place slices. A
+    concat that is merely the base of a slice view (a batch-2 concat sliced along the batch) still writes itself."""
+    def in_place(n: Node) -> bool:
+        out = n.outputs[0].name
+        if n.op == "concat":
+            return all(v.name in views and views[v.name].base == out for v in n.inputs)
+        return n.op == "slice" and out in views
+
+    return frozenset(n.outputs[0].name for n in program.nodes if in_place(n))
 
 
 def resolve(views: Mapping[str, View], name: str) -> View:
