@@ -61,7 +61,7 @@ def plan_buffers(program: Program, kernels_params: Sequence[Sequence[Value]],
     A value takes the most recently freed slot that is large enough, else the most recently freed one (grown to fit):
     a kernel then writes into memory a kernel just read, still in cache, instead of a buffer of its own size that
     was last touched many kernels ago (mobilenet_v2's activations come in a dozen sizes). A value stored in another's
-    buffer (`views`: an in-place concat's parts) takes that buffer's slot, which lives from the first kernel that
+    buffer (`views`: an in-place concat's parts, an in-place slice) takes that buffer's slot, which lives from the first kernel that
     touches any value stored in it to the last.
     """
     root = {v.name: resolve(views, v.name).base for params in kernels_params for v in params}
@@ -234,7 +234,7 @@ class Executable:
         slot, at = storage[self._slot_of[v.name]], self._offset.get(v.name, 0)
         if not at:
             return slot._create_view(v.shape, v.dtype)
-        # a part of an in-place concat (host memory): its own data pointer, since kernels take no byte offset
+        # a view at an offset (host memory): its own data pointer, since kernels take no byte offset
         return _tensor(np.from_dlpack(slot)[at : at + v.type.nbytes].view(v.dtype).reshape(v.shape))
 
     def _new_workspace(self) -> Workspace:

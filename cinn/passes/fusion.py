@@ -43,8 +43,8 @@ class _Draft:
 
 
 def fuse(program: Program, in_place: frozenset[str] = frozenset()) -> list[Group]:
-    """Partition the program's nodes into fused groups, in a valid execution order; the concats whose outputs are
-    named in `in_place` take no kernel (concats whose parts are written into their buffer, slices of a range of their
+    """Partition the program's nodes into fused groups, in a valid execution order; the nodes whose outputs are named
+    in `in_place` take no kernel (concats whose parts are written into their buffer, slices that are a range of their
     input's: passes.views)."""
     nodes = {id(n) for n in program.nodes if n.outputs[0].name not in in_place}
     writers = _writers(program, nodes)
