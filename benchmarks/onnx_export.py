@@ -145,9 +145,13 @@ def _layer_norm(e: _Emitter, n: Node) -> None:
     norm_shape = x.shape[a.begin_norm_axis :]
     inputs = [x.name]
     for v in n.inputs[1:]:
-        # Paddle keeps scale/bias flattened over the normalized dims; ONNX wants them broadcastable.
-        shape = e.const(np.array(norm_shape, np.int64), "shape")
-        inputs.append(v.name if v.shape == norm_shape else e.emit("Reshape", [v.name, shape], prefix=v.name))
+        # Paddle keeps scale/bias flattened over the normalized dims; ONNX wants them broadcastable (a shape operand
+        # only where one is reshaped: onnxruntime warns about every initializer no node reads)
+        if v.shape == norm_shape:
+            inputs.append(v.name)
+        else:
+            shape = e.const(np.array(norm_shape, np.int64), "shape")
+            inputs.append(e.emit("Reshape", [v.name, shape], prefix=v.name))
     e.emit("LayerNormalization", inputs, n.outputs[0].name, axis=int(a.begin_norm_axis), epsilon=float(a.epsilon))
 
 
