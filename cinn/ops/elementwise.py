@@ -105,12 +105,21 @@ def _scale_np(x, a: ScaleAttrs):
 
 def _max_te(x, y):
     """max that keeps NaN, as numpy.maximum: TVM's max is select(x > y, x, y), which drops a NaN x."""
-    return tirx.Select(tirx.Or(x > y, tirx.isnan(x)), x, y) if _is_float(x) else tirx.max(x, y)
+    return _either(x < y, x, y) if _is_float(x) else tirx.max(x, y)
 
 
 def _min_te(x, y):
     """min that keeps NaN, as numpy.minimum."""
-    return tirx.Select(tirx.Or(x < y, tirx.isnan(x)), x, y) if _is_float(x) else tirx.min(x, y)
+    return _either(y < x, x, y) if _is_float(x) else tirx.min(x, y)
+
+
+def _either(y_wins, x, y):
+    """y where `y_wins`, else x: a NaN x stays (the comparison is false); a NaN y needs its own test, which a
+    constant y that is a number (relu's, clip's bounds) does not, leaving one compare that LLVM makes one
+    vmaxps/vminps (the test took a 32->192 1x1 conv with relu6 on 28x28 from 25 to 65 us)."""
+    if isinstance(y, tirx.FloatImm | tirx.IntImm) and not math.isnan(y.value):
+        return tirx.Select(y_wins, y, x)
+    return tirx.Select(tirx.Or(y_wins, tirx.isnan(y)), y, x)
 
 
 def _clip_te(x, lo, hi):
