@@ -299,6 +299,17 @@ def test_concat_channels_are_the_parallel_loop_when_they_make_enough_tasks():
         (tvm.tirx.ForKind.PARALLEL, 80), (tvm.tirx.ForKind.SERIAL, 49), (tvm.tirx.ForKind.VECTORIZED, 4)]
 
 
+def test_per_channel_scale_lanes_stay_within_one_channel():
+    # a batch norm + relu: the scale and shift are one value per channel, so the vectors run over a channel's pixels
+    # and load them once, not gather them per lane (densenet's 256x56x56 BN + ReLU: 0.37 -> 0.07 ms)
+    x, s, t = (te.placeholder(shape, name=n) for shape, n in (((1, 96, 8, 8), "x"), ((96, 1, 1), "s"), ((96, 1, 1), "t")))
+    y = te.compute(x.shape, lambda n, c, h, w: te.max(x[n, c, h, w] * s[c, 0, 0] + t[c, 0, 0], 0.0), name="y")
+    sch = check([x, s, t], [y], K.ELEMENTWISE, lambda xa, sa, ta: [np.maximum(xa * sa + ta, 0)])
+    loops = [sch.get(lp) for lp in sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[0])]
+    assert [(lp.kind, int(lp.extent)) for lp in loops[:1]] == [(tvm.tirx.ForKind.PARALLEL, 96)]
+    assert loops[-1].kind == tvm.tirx.ForKind.VECTORIZED and math.prod(int(lp.extent) for lp in loops[1:]) == 64
+
+
 @pytest.mark.parametrize("c, o, hw, k, stride, want", [
     (3, 64, 28, 7, 2, (1, 32, 3, 7)),   # a strided stem: output channels, not gathered input columns
     (64, 1000, 13, 1, 1, (1, 8, 3, 13)),  # 1000 classes: 8-lane registers x 13 columns
