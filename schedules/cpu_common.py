@@ -128,6 +128,10 @@ def _vector_suffix(sch: Schedule, block, width: int) -> tuple[int, int]:
     cut = len(iters)
     while cut > 0 and all(_bare_lanes(index, iters[cut - 1], iters[cut:]) for index in reads):
         cut -= 1
+    # lanes over three or more fused axes index them by nested divisions that TVM's vectorizer may turn into a
+    # gather per lane (a relu over 1x136x28x28: 0.09 ms instead of 0.011); two axes that make whole vectors suffice
+    if len(iters) - cut > 2 and prod(extents(sch, loops[-2:])) % width == 0:
+        cut = len(iters) - 2
     reg = register_lanes(prod(extents(sch, loops[cut:])), width)
     return (cut, reg) if 0 < cut < len(iters) and reg >= MIN_LANES else (0, width)
 
