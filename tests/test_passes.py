@@ -252,6 +252,20 @@ def test_pack_weights_stores_dense_conv_weights_in_whole_panels(out_channels, sh
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 
+@pytest.mark.parametrize("strides, shape", [((2, 2), (1, 3, 3, 3, 32)), ((1, 1), (3, 3, 3, 24))])
+def test_pack_weights_pads_a_strided_convs_channels_to_whole_vectors(strides, shape, tmp_cache):
+    # a strided conv is vectorized over its output channels even on rows of whole vectors (16 here): 24 channels
+    # become 32 (two 16-lane registers, not three 8-lane ones); at stride 1 the 16 columns are the vector axis
+    b = cinn.NetBuilder("stem")
+    x = b.create_input("float32", (1, 3, 32, 32), "x")
+    y = b.relu(b.conv2d(x, b.create_constant(rand(24, 3, 3, 3), "w"), strides=list(strides), paddings=[1, 1]))
+    program = b.build([y])
+    feeds = {"x": rand(1, 3, 32, 32)}
+    result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
+    assert [v.shape for v in result.const_values if v.name.startswith("w_ihwo")] == [shape]
+    check_compiled(program, feeds, tmp_cache, rtol=1e-4)
+
+
 @pytest.mark.parametrize("groups, out_channels, split", [(2, 64, True), (4, 64, False), (8, 8, False)])
 def test_split_groups_makes_one_dense_conv_per_wide_group(groups, out_channels, split, tmp_cache):
     b = cinn.NetBuilder("groups")
