@@ -227,9 +227,10 @@ def test_pack_weights_pads_odd_wide_weights_to_whole_panels(tmp_cache):
     program = b.build([y])
     feeds = {"x": rand(2, 9, 28)}
     result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
-    # N = 257 has no 8-lane divisor: 6 zero-padded 48-column panels, then the first 257 columns
-    assert [v.shape for v in result.const_values if v.name != "c"] == [(6, 28, 48)]
-    assert [n.op for n in result.nodes] == ["matmul", "slice", "add"]
+    # N = 257 has no 8-lane divisor: 6 zero-padded 48-column panels, the bias added to them (padded too, so it fuses
+    # into the matmul's kernel), then the first 257 columns
+    assert [v.shape for v in result.const_values if v.name != "c"] == [(6, 28, 48), (288,)]
+    assert [n.op for n in result.nodes] == ["matmul", "add", "slice"]
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 
@@ -255,7 +256,8 @@ def test_pack_weights_stores_dense_conv_weights_in_whole_panels(out_channels, sh
 @pytest.mark.parametrize("strides, shape", [((2, 2), (1, 3, 3, 3, 32)), ((1, 1), (3, 3, 3, 24))])
 def test_pack_weights_pads_a_strided_convs_channels_to_whole_vectors(strides, shape, tmp_cache):
     # a strided conv is vectorized over its output channels even on rows of whole vectors (16 here): 24 channels
-    # become 32 (two 16-lane registers, not three 8-lane ones); at stride 1 the 16 columns are the vector axis
+    # become 32 (two 16-lane registers, not three 8-lane ones), the relu runs on them, then the slice back (so the
+    # relu fuses into the conv's kernel); at stride 1 the 16 columns are the vector axis
     b = cinn.NetBuilder("stem")
     x = b.create_input("float32", (1, 3, 32, 32), "x")
     y = b.relu(b.conv2d(x, b.create_constant(rand(24, 3, 3, 3), "w"), strides=list(strides), paddings=[1, 1]))
@@ -263,6 +265,7 @@ def test_pack_weights_pads_a_strided_convs_channels_to_whole_vectors(strides, sh
     feeds = {"x": rand(1, 3, 32, 32)}
     result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
     assert [v.shape for v in result.const_values if v.name.startswith("w_ihwo")] == [shape]
+    assert [n.op for n in result.nodes] == ["conv2d", "relu"] + ["slice"] * (shape[-1] == 32)
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 
