@@ -42,14 +42,58 @@ def register_lanes(cols: int, width: int) -> int:
 
 def generic(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Inline producers, then parallelize every remaining block and vectorize the injective ones and the windows."""
-    inline_all(sch)
+    inline_all(sch, keep=lambda b: _pads_a_window(sch, b))
+    done: set[str] = set()  # stages computed inside a window's loops
     for block in blocks(sch):
-        if is_reduction(sch, block) and _is_window(sch, block, target):
+        if sch.get(block).name_hint in done or _pads_a_window(sch, block):
+            continue
+        if is_reduction(sch, block) and any(_pads_a_window(sch, p) for p in sch.get_producers(block)):
+            done |= padded_window(sch, block)
+        elif is_reduction(sch, block) and _is_window(sch, block, target):
             window(sch, block, target)
         elif is_reduction(sch, block):
             parallel_spatial(sch, block)
         else:
             injective(sch, block, target, knobs)
+
+
+def _pads_a_window(sch: Schedule, block) -> bool:
+    """Whether a block is a padding stage read by a stride-1 window reduction over the last two axes (a 3x3/1 pool)."""
+    if sch.get(block).name_hint != "pad" or is_reduction(sch, block):
+        return False
+    readers = sch.get_consumers(block)
+    if len(readers) != 1 or not is_reduction(sch, readers[0]) or not is_fresh(sch, readers[0]):
+        return False
+    reader = sch.get(readers[0])
+    n = spatial_count(sch, readers[0])
+    (read,) = [r for r in reader.reads if r.source.same_as(sch.get(block).writes[0].source)] or [None]
+    loops = extents(sch, sch.get_loops(readers[0]))
+    return (read is not None and n >= 2 and prod(loops[n:]) <= WINDOW_MAX and loops[n - 1] >= MIN_LANES
+            and all(index_step(read.region[d - 2].min, reader.iter_vars[n + d - 2].var) == 1 for d in range(2)))
+
+
+def padded_window(sch: Schedule, block) -> set[str]:
+    """A window over its padded input: parallel over channels, the input padded per channel (small, hot), each
+    output row one vector (any width: LLVM splits it) with no bounds test (inception_v2's 576x14x14 avgpool 3x3/1:
+    0.073 -> 0.02 ms, 256x28x28: 0.108 -> 0.04 ms)."""
+    loops = sch.get_loops(block)
+    n = spatial_count(sch, block)
+    (pad,) = sch.get_producers(block)
+    par = sch.fuse(*loops[: n - 2]) if n > 2 else loops[0]
+    sch.reorder(par, loops[n - 2], *loops[n:], loops[n - 1])
+    sch.parallel(par)
+    sch.compute_at(pad, par)
+    sch.vectorize(sch.get_loops(pad)[-1])
+    sch.vectorize(loops[n - 1])
+    init = sch.decompose_reduction(block, loops[n])
+    sch.vectorize(sch.get_loops(init)[-1])
+    consumers = sch.get_consumers(block)
+    for consumer in consumers:  # an average's division, while the sums are hot
+        sch.reverse_compute_at(consumer, par)
+        *_, inner = sch.get_loops(consumer)
+        if not sch.get(inner).same_as(sch.get(par)):
+            sch.vectorize(inner)
+    return {sch.get(c).name_hint for c in consumers}
 
 
 def _is_window(sch: Schedule, block, target: Target) -> bool:

@@ -251,14 +251,17 @@ def _pool(shape, **attrs):
     return x, op.compute([x], a, [out_type])[0], lambda xa: op.reference([xa], a)
 
 
-@pytest.mark.parametrize("strides, paddings, vectorized", [([2, 2], [0, 0, 1, 1], True), ([1, 1], [1, 1], False)])
-def test_strided_pooling_window_is_vectorized_over_output_columns(strides, paddings, vectorized):
-    # a strided window reads scalars either way: vector max over 8 output columns wins; a stride-1 window with
-    # padding on both sides lost to per-lane bounds checks and stays scalar
-    x, y, ref = _pool((1, 8, 17 if vectorized else 16, 16 if not vectorized else 17), strides=strides,
-                      paddings=paddings)
+@pytest.mark.parametrize("strides, paddings, shape", [([2, 2], [0, 0, 1, 1], (1, 8, 17, 16)),
+                                                   ([1, 1], [1, 1], (1, 8, 14, 14)), ([1, 1], [0, 0, 1, 1], (1, 8, 9, 7))])
+def test_pooling_windows_are_vectorized_over_output_columns(strides, paddings, shape):
+    # a strided window reads scalars either way: vector max over 8 output columns wins; a padded stride-1 window
+    # reads its input padded per channel, so each output row is one vector (14 or 7 lanes) with no bounds test
+    x, y, ref = _pool(shape, strides=strides, paddings=paddings)
     sch = check([x], [y], K.NON_FUSIBLE, ref)
-    assert ("T.vectorized" in sch.mod.script()) == vectorized
+    script = sch.mod.script()
+    assert "T.vectorized" in script
+    window = script[script.index('T.sblock("pool2d_update")'):]
+    assert ("if_then_else" in window) == (strides != [1, 1])
 
 
 def test_channel_shuffle_lanes_stay_within_one_channel():

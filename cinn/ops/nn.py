@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -331,6 +331,15 @@ def _windows(
     return dims[0], dims[1]
 
 
+def _stride_one_pad(x, hw: tuple[_Window, _Window], value):
+    """A stride-1 padded window's input padded by a stage of its own (the CPU schedule copies it per channel, then
+    reads whole rows of vectors with no bounds test: inception's 3x3/1 pools), else None."""
+    if any(win.stride != 1 for win in hw) or all(win.pad_begin == win.pad_end == 0 for win in hw):
+        return None
+    h, w = (replace(win, pad_end=max(win.pad_end, win.end(win.out - 1) - win.size)) for win in hw)
+    return _zero_pad(x, (h, w), value)
+
+
 def _zero_pad(x, hw: tuple[_Window, _Window], value):
     """x padded on its last two axes by a separate injective stage (inlined by the schedule)."""
     if all(w.pad_begin == w.pad_end == 0 for w in hw):
@@ -581,8 +590,12 @@ def _pool_compute(tensors, a: Pool2dAttrs, out_types: Sequence[TensorType]):
     identity = lowest(out.dtype) if is_max else tirx.const(0, out.dtype)
     rh, rw = (te.reduce_axis((0, win.kernel), name=n) for win, n in zip(hw, ("rh", "rw"), strict=True))
 
+    padded = _stride_one_pad(x, hw, identity) if not a.adaptive else None
+
     def body(n, c, i, j):
         h, w = hw[0].start(i) + rh * hw[0].dilation, hw[1].start(j) + rw * hw[1].dilation
+        if padded is not None:
+            return (te.max if is_max else te.sum)(padded[n, c, h + hw[0].pad_begin, w + hw[1].pad_begin], axis=[rh, rw])
         # padding and the ragged tail of adaptive windows contribute the reduction's identity
         inside = hw[0].guards(h, i) + hw[1].guards(w, j)
         value = tirx.if_then_else(tirx.all(*inside), x[n, c, h, w], identity) if inside else x[n, c, h, w]
