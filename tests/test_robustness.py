@@ -53,7 +53,7 @@ def test_integer_division_by_zero_and_int_min_by_minus_one_do_not_kill_the_proce
     assert proc.returncode == 0 and "ok" in proc.stdout, f"status {proc.returncode}: {proc.stderr[-2000:]}"
 
 
-@pytest.mark.parametrize("dtype", ["int8", "int32"])
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
 @pytest.mark.parametrize("fuse", [True, False])
 def test_abs_of_int_min_wraps_as_numpy_even_under_relu(dtype, fuse, tmp_cache):
     # found by the fuzz test: TVM's simplifier took abs(x) to be non-negative and folded relu(abs(x)) to abs(x),

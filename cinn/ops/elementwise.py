@@ -151,6 +151,14 @@ def _sign_te(x):
     return tirx.Select(tirx.isnan(x), x, signed) if _is_float(x) else signed  # NaN stays NaN, as numpy
 
 
+def _abs_int64(x):
+    """abs of an int64 with no wider type to wrap through: a negative x negated as uint64 (~x + 1, which wraps;
+    TVM folds a uint64 0 - x to 0), so abs(INT64_MIN) is INT64_MIN, and the simplifier cannot take it to be
+    non-negative."""
+    negated = tirx.reinterpret("int64", tirx.bitwise_not(tirx.reinterpret("uint64", x)) + tirx.const(1, "uint64"))
+    return tirx.Select(x < tirx.const(0, "int64"), negated, x)
+
+
 def _wrapping(fn):
     """A narrow signed-integer arithmetic body computed in int64 and truncated: it wraps on overflow as numpy does
     (TVM emits signed arithmetic as `nsw`, whose overflow LLVM may assume away: sign(7 + INT_MAX) came out 0).
@@ -275,8 +283,8 @@ _UNARY: dict[str, tuple[Callable[..., Any], Callable[..., Any], D]] = {
     "sqrt": (tirx.sqrt, np.sqrt, D.FLOAT),
     "rsqrt": (tirx.rsqrt, lambda x: 1.0 / np.sqrt(x.astype(np.float64)), D.FLOAT),
     # wrapping: abs(INT_MIN) is INT_MIN, as numpy, and TVM's simplifier, taking tirx.abs to be non-negative, no longer
-    # folds relu(abs(x)) to abs(x) for narrow ints (int64 still does: its abs has no wider type to wrap through)
-    "abs": (_wrapping(tirx.abs), np.abs, D.NUMBER),
+    # folds relu(abs(x)) to abs(x)
+    "abs": (_wrapping(lambda x: _abs_int64(x) if _dtype(x) == "int64" else tirx.abs(x)), np.abs, D.NUMBER),
     "negative": (_wrapping(lambda x: -x), np.negative, D.NUMBER),
     "erf": (tirx.erf, _np_erf, D.FLOAT),
     "silu": (lambda x: x * tirx.sigmoid(x), lambda x: x * _np_sigmoid(x), D.FLOAT),
