@@ -359,10 +359,12 @@ def test_depthwise_tiles_span_whole_output_rows(mcpu, hw, want):
     check([x, w], [y], K.OUT_FUSIBLE, lambda xa, wa: [conv_ref(xa, wa, 1, 1, 8)])
 
 
-@pytest.mark.parametrize("hw, stride, channel_vectors", [(7, 1, True), (14, 2, True), (28, 1, True), (56, 1, False)])
+@pytest.mark.parametrize("hw, stride, channel_vectors", [(7, 1, True), (14, 2, True), (28, 1, True), (56, 1, False),
+                                                       (56, 2, False)])
 def test_depthwise_convs_on_narrow_rows_vectorize_over_channels(hw, stride, channel_vectors):
     # rows of 7 or 14 fill no vector register: the input is copied per 32-channel tile channels last and the tile is
-    # 2 vectors of channels x output columns; rows of 56 keep whole-row tiles
+    # 2 vectors of channels x output columns; rows of 56 keep whole-row tiles, and so do strided rows of 28 (7 xmm
+    # registers), whose input is deinterleaved
     x = te.placeholder((1, 32, hw, hw), name="x")
     w = te.placeholder((1, 3, 3, 32), name="w")  # IHWO, as pack_weights stores constant weights
     y = topi.nn.group_conv2d_nchw(x, topi.transpose(w, (3, 0, 1, 2)), stride, 1, 1, 32)
@@ -371,6 +373,22 @@ def test_depthwise_convs_on_narrow_rows_vectorize_over_channels(hw, stride, chan
     assert (t.col, t.per_tile) == ((1, True) if channel_vectors else (3, False))
     ref = lambda xa, wa: [conv_ref(xa, wa.transpose(3, 0, 1, 2), stride, 1, 32)]
     check([x, w], [y], K.OUT_FUSIBLE, ref)
+
+
+@pytest.mark.parametrize("hw, pad", [(32, 1), (31, 1), (32, 3)])
+def test_strided_depthwise_input_is_deinterleaved(hw, pad):
+    # a 3x3/2 depthwise conv vectorized over output columns reads its padded input phase by phase ([..., w % 2,
+    # w // 2]): contiguous vector loads; the copy's columns between the padded ones are a loop of their own, where
+    # the lowering drops the bounds test
+    x = te.placeholder((1, 8, hw, hw), name="x")
+    w = te.placeholder((8, 1, 3, 3), name="w")
+    y = topi.nn.group_conv2d_nchw(x, w, 2, pad, 1, 8)
+    sch = check([x, w], [y], K.OUT_FUSIBLE, lambda xa, wa: [conv_ref(xa, wa, 2, pad, 8)])
+    script = sch.mod.script()
+    padded = hw + 2 * pad
+    phased = padded % 2 == 0  # an odd padded width is not split in phases
+    assert (f"T.sblock_alloc_buffer((1, 8, {padded}, 2, {padded // 2}))" in script) == phased
+    assert ('_ax21_partition")' in script) == phased  # first, middle and last columns
 
 
 def test_grouped_pointwise_conv_is_not_taken_for_depthwise():
