@@ -6,6 +6,7 @@ from math import prod
 from tvm import tirx
 from tvm.s_tir import Schedule
 from tvm.sym.pattern import detect_linear_equation
+from tvm.tirx import IndexMap
 
 from cinn.schedules.analysis import (
     blocks,
@@ -58,7 +59,7 @@ def generic(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
 
 
 def _pads_a_window(sch: Schedule, block) -> bool:
-    """Whether a block is a padding stage read by a stride-1 window reduction over the last two axes (a 3x3/1 pool)."""
+    """Whether a block is a padding stage read by a window reduction over the last two axes (a padded pool)."""
     if sch.get(block).name_hint != "pad" or is_reduction(sch, block):
         return False
     readers = sch.get_consumers(block)
@@ -69,7 +70,7 @@ def _pads_a_window(sch: Schedule, block) -> bool:
     (read,) = [r for r in reader.reads if r.source.same_as(sch.get(block).writes[0].source)] or [None]
     loops = extents(sch, sch.get_loops(readers[0]))
     return (read is not None and n >= 2 and prod(loops[n:]) <= WINDOW_MAX and loops[n - 1] >= MIN_LANES
-            and all(index_step(read.region[d - 2].min, reader.iter_vars[n + d - 2].var) == 1 for d in range(2)))
+            and all((index_step(read.region[d - 2].min, reader.iter_vars[n + d - 2].var) or 0) >= 1 for d in range(2)))
 
 
 def padded_window(sch: Schedule, block) -> set[str]:
@@ -82,8 +83,12 @@ def padded_window(sch: Schedule, block) -> set[str]:
     par = sch.fuse(*loops[: n - 2]) if n > 2 else loops[0]
     sch.reorder(par, loops[n - 2], *loops[n:], loops[n - 1])
     sch.parallel(par)
+    phased = deinterleave(sch, block, pad)
     sch.compute_at(pad, par)
-    sch.vectorize(sch.get_loops(pad)[-1])
+    if phased:
+        copy_in_read_order(sch, pad)
+    else:
+        sch.vectorize(sch.get_loops(pad)[-1])
     sch.vectorize(loops[n - 1])
     init = sch.decompose_reduction(block, loops[n])
     sch.vectorize(sch.get_loops(init)[-1])
@@ -189,6 +194,36 @@ def _bare_lanes(index: list, var, suffix: list) -> bool:
         return True
     used = set().union(*(vars_in(e) for e in index))
     return all(e.same_as(var) or var not in vars_in(e) for e in index) and (not suffix or bool(used & set(suffix)))
+
+
+def deinterleave(sch: Schedule, main, stage) -> bool:
+    """Store a producer that the vector loop reads at a stride s (a strided depthwise conv's padded input, vectorized
+    over output columns) phase by phase, [..., w % s, w // s], so that its vector loads are contiguous rather than
+    one scalar insert per lane (mobilenet_v2's 96-channel 3x3/2 on 112x112: 0.22 -> 0.09 ms); returns whether it
+    did."""
+    block = sch.get(main)
+    var = block.iter_vars[spatial_count(sch, main) - 1].var
+    buffer = sch.get(stage).writes[0].source
+    reads = [r for r in block.reads if r.source.same_as(buffer)]
+    step = index_step(reads[0].region[-1].min, var) if len(reads) == 1 else None
+    if step is None or step < 2 or int(buffer.shape[-1]) % step:
+        return False
+    phases = IndexMap.from_func(lambda *ix: [*ix[:-1], ix[-1] % step, ix[-1] // step], ndim=len(buffer.shape),
+                                index_dtype=str(buffer.shape[-1].ty))
+    sch.transform_layout(stage, ("write", 0), phases)
+    sch.transform_block_layout(stage, phases)  # the copy loops over what it writes, in order
+    return True
+
+
+def copy_in_read_order(sch: Schedule, stage) -> None:
+    """Order a deinterleaved copy (computed at its tile) as it reads, phases innermost: LLVM vectorizes that with
+    permutes, where TVM would gather lane by lane; the columns between the first and the last (which hold the
+    padding where it is narrower than the stride) are a loop of their own, so the lowering drops its bounds test."""
+    *_, phase, column = sch.get_loops(stage)
+    sch.reorder(column, phase)
+    extent = int(sch.get(column).extent)
+    if extent > 2:
+        sch.loop_partition(column, [1, extent - 2, None])
 
 
 def vector_width(sch: Schedule, knobs: Knobs, width: int, extent: int, min_vectors: int = 1) -> int:

@@ -17,7 +17,6 @@ from math import prod
 
 from tvm import DataType, tirx
 from tvm.s_tir import Schedule, ScheduleError
-from tvm.tirx import IndexMap
 
 from cinn.schedules.analysis import (
     blocks,
@@ -30,7 +29,15 @@ from cinn.schedules.analysis import (
     vars_in,
     write_dtype,
 )
-from cinn.schedules.cpu_common import MIN_LANES, index_step, injective, lanes, register_lanes
+from cinn.schedules.cpu_common import (
+    MIN_LANES,
+    copy_in_read_order,
+    deinterleave,
+    index_step,
+    injective,
+    lanes,
+    register_lanes,
+)
 from cinn.schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knob, Knobs, divisors, unroll
 from cinn.target import Target
 
@@ -443,36 +450,13 @@ def _producer_at_tile(sch: Schedule, knobs: Knobs, columns, par, stages: list, p
     mine = [b for b in stages if sch.get(b).name_hint in producers]
     if len(mine) != 1 or not knobs.choose(sch, Knob.PRODUCER_AT_TILE, [0, 1], 1):
         return stages
-    phased = columns is not None and _deinterleave(sch, columns, mine[0])
+    phased = columns is not None and deinterleave(sch, columns, mine[0])
     sch.compute_at(mine[0], par)
-    if phased:  # read in order, phases innermost: LLVM vectorizes that with permutes, TVM would gather lane by lane
-        *_, phase, column = sch.get_loops(mine[0])
-        sch.reorder(column, phase)
-        extent = int(sch.get(column).extent)
-        if extent > 2:  # the padding is in the first and last columns (pad < stride): the rest has no bounds test
-            sch.loop_partition(column, [1, extent - 2, None])
+    if phased:
+        copy_in_read_order(sch, mine[0])
     else:
         vectorize_innermost(sch, mine[0])
     return [b for b in stages if b not in mine]
-
-
-def _deinterleave(sch: Schedule, main, stage) -> bool:
-    """Store a producer that the vector loop reads at a stride s (a strided depthwise conv's padded input, vectorized
-    over output columns) phase by phase, [..., w % s, w // s], so that its vector loads are contiguous rather than
-    one scalar insert per lane (mobilenet_v2's 96-channel 3x3/2 on 112x112: 0.22 -> 0.09 ms); returns whether it
-    did."""
-    block = sch.get(main)
-    var = block.iter_vars[spatial_count(sch, main) - 1].var
-    buffer = sch.get(stage).writes[0].source
-    reads = [r for r in block.reads if r.source.same_as(buffer)]
-    step = index_step(reads[0].region[-1].min, var) if len(reads) == 1 else None
-    if step is None or step < 2 or int(buffer.shape[-1]) % step:
-        return False
-    phases = IndexMap.from_func(lambda *ix: [*ix[:-1], ix[-1] % step, ix[-1] // step], ndim=len(buffer.shape),
-                                index_dtype=str(buffer.shape[-1].ty))
-    sch.transform_layout(stage, ("write", 0), phases)
-    sch.transform_block_layout(stage, phases)  # the copy loops over what it writes, in order
-    return True
 
 
 def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):

@@ -254,14 +254,14 @@ def _pool(shape, **attrs):
 @pytest.mark.parametrize("strides, paddings, shape", [([2, 2], [0, 0, 1, 1], (1, 8, 17, 16)),
                                                    ([1, 1], [1, 1], (1, 8, 14, 14)), ([1, 1], [0, 0, 1, 1], (1, 8, 9, 7))])
 def test_pooling_windows_are_vectorized_over_output_columns(strides, paddings, shape):
-    # a strided window reads scalars either way: vector max over 8 output columns wins; a padded stride-1 window
-    # reads its input padded per channel, so each output row is one vector (14 or 7 lanes) with no bounds test
+    # a padded window reads its input padded per channel (deinterleaved when strided, the odd 17 columns padded to
+    # 18), so each output row is one vector (8, 14 or 7 lanes) of contiguous loads with no bounds test
     x, y, ref = _pool(shape, strides=strides, paddings=paddings)
     sch = check([x], [y], K.NON_FUSIBLE, ref)
     script = sch.mod.script()
     assert "T.vectorized" in script
     window = script[script.index('T.sblock("pool2d_update")'):]
-    assert ("if_then_else" in window) == (strides != [1, 1])
+    assert "if_then_else" not in window and ("v_rw % 2" in window) == (strides == [2, 2])
 
 
 def test_channel_shuffle_lanes_stay_within_one_channel():

@@ -331,12 +331,15 @@ def _windows(
     return dims[0], dims[1]
 
 
-def _stride_one_pad(x, hw: tuple[_Window, _Window], value):
-    """A stride-1 padded window's input padded by a stage of its own (the CPU schedule copies it per channel, then
-    reads whole rows of vectors with no bounds test: inception's 3x3/1 pools), else None."""
-    if any(win.stride != 1 for win in hw) or all(win.pad_begin == win.pad_end == 0 for win in hw):
+def _window_pad(x, hw: tuple[_Window, _Window], value):
+    """A padded window's input padded by a stage of its own (the CPU schedule copies it per channel, deinterleaved
+    where strided, then reads whole rows of vectors with no bounds test: inception's 3x3/1 pools, the 3x3/2 ones
+    after stems), else None."""
+    if all(win.pad_begin == win.pad_end == 0 for win in hw):
         return None
     h, w = (replace(win, pad_end=max(win.pad_end, win.end(win.out - 1) - win.size)) for win in hw)
+    # a whole number of strides per row, so the schedule can split it in phases (the extra column is never read)
+    w = replace(w, pad_end=w.pad_end + -(w.size + w.pad_begin + w.pad_end) % w.stride)
     return _zero_pad(x, (h, w), value)
 
 
@@ -590,7 +593,7 @@ def _pool_compute(tensors, a: Pool2dAttrs, out_types: Sequence[TensorType]):
     identity = lowest(out.dtype) if is_max else tirx.const(0, out.dtype)
     rh, rw = (te.reduce_axis((0, win.kernel), name=n) for win, n in zip(hw, ("rh", "rw"), strict=True))
 
-    padded = _stride_one_pad(x, hw, identity) if not a.adaptive else None
+    padded = _window_pad(x, hw, identity) if not a.adaptive else None
 
     def body(n, c, i, j):
         h, w = hw[0].start(i) + rh * hw[0].dilation, hw[1].start(j) + rw * hw[1].dilation
