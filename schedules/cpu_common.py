@@ -79,7 +79,7 @@ def padded_window(sch: Schedule, block) -> set[str]:
     0.073 -> 0.02 ms, 256x28x28: 0.108 -> 0.04 ms)."""
     loops = sch.get_loops(block)
     n = spatial_count(sch, block)
-    (pad,) = sch.get_producers(block)
+    pad = next(b for b in sch.get_producers(block) if _pads_a_window(sch, b))
     par = sch.fuse(*loops[: n - 2]) if n > 2 else loops[0]
     sch.reorder(par, loops[n - 2], *loops[n:], loops[n - 1])
     sch.parallel(par)
