@@ -124,13 +124,35 @@ def pad(ctx: NodeContext):
     mode = ctx.attr("mode", "constant")
     if mode not in ("constant", "reflect", "edge", "wrap"):
         raise OnnxImportError(f"pad mode {mode!r} is not supported (constant, reflect, edge, wrap)")
+    return [_pad_or_crop(ctx, x, begin, end, _pad_value(ctx), mode)]
+
+
+def _pad_or_crop(ctx: NodeContext, x, begin: list[int], end: list[int], value: float, mode: str):
+    """x padded by the positive counts before/after each axis and cropped by the negative ones."""
     grow = [(max(p, 0), max(q, 0)) for p, q in zip(begin, end, strict=False)]
     if any(p or q for p, q in grow):
-        x = ctx.b.pad(x, grow, pad_value=_pad_value(ctx), mode=mode)
-    crop = [k for k in range(rank) if begin[k] < 0 or end[k] < 0]  # negative pads remove elements
+        x = ctx.b.pad(x, grow, pad_value=value, mode=mode)
+    crop = [k for k in range(len(begin)) if begin[k] < 0 or end[k] < 0]  # negative pads remove elements
     if crop:
         x = ctx.b.slice(x, crop, [-min(begin[k], 0) for k in crop], [x.shape[k] + min(end[k], 0) for k in crop])
-    return [x if any(p or q for p, q in grow) or crop else ctx.b.identity(x)]
+    return x if any(p or q for p, q in grow) or crop else ctx.b.identity(x)
+
+
+@converter("CenterCropPad")
+def center_crop_pad(ctx: NodeContext):
+    """Each listed axis cropped or zero-padded to its size in `shape`, centred (the odd element at the end)."""
+    x = ctx.input(0)
+    rank = len(x.shape)
+    sizes = [int(v) for v in ctx.require_const(1, "shape")]
+    axes = [_axis(a, rank) for a in ctx.attr("axes", list(range(rank)))]
+    if len(sizes) != len(axes):
+        raise OnnxImportError(f"shape {sizes} needs one size per axis of {axes} (input shape {x.shape})")
+    begin, end = [0] * rank, [0] * rank
+    for a, size in zip(axes, sizes, strict=True):
+        grow = size - x.shape[a]
+        begin[a] = grow // 2 if grow >= 0 else -(-grow // 2)
+        end[a] = grow - begin[a]
+    return [_pad_or_crop(ctx, x, begin, end, 0.0, "constant")]
 
 
 @converter("Gather")
