@@ -155,6 +155,22 @@ def center_crop_pad(ctx: NodeContext):
     return [_pad_or_crop(ctx, x, begin, end, 0.0, "constant")]
 
 
+@converter("ReverseSequence")
+def reverse_sequence(ctx: NodeContext):
+    """The first sequence_lens[b] steps of each batch entry reversed: a gather along the time axis by constant
+    indices (the lengths must be constants)."""
+    x = ctx.input(0)
+    time, batch = ctx.attr("time_axis", 0), ctx.attr("batch_axis", 1)
+    if {time, batch} != {0, 1} or len(x.shape) < 2:
+        raise OnnxImportError(f"time_axis {time} and batch_axis {batch} must be 0 and 1 (input shape {x.shape})")
+    lengths = ctx.require_const(1, "sequence_lens").astype(np.int64).reshape(-1)
+    steps = np.arange(x.shape[time])
+    by_batch = np.stack([np.where(steps < n, n - 1 - steps, steps) for n in lengths])  # [batch, time]
+    index = by_batch if batch == 0 else by_batch.T
+    index = np.broadcast_to(index.reshape(index.shape + (1,) * (len(x.shape) - 2)), x.shape)
+    return [ctx.b.gather_elements(x, ctx.b.create_constant(np.ascontiguousarray(index), dtype="int64"), axis=time)]
+
+
 @converter("Gather")
 def gather(ctx: NodeContext):
     return [ctx.b.gather(ctx.input(0), ctx.input(1), axis=ctx.attr("axis", 0))]
