@@ -171,6 +171,23 @@ def reverse_sequence(ctx: NodeContext):
     return [ctx.b.gather_elements(x, ctx.b.create_constant(np.ascontiguousarray(index), dtype="int64"), axis=time)]
 
 
+@converter("GatherND")
+def gather_nd(ctx: NodeContext):
+    """data[batch..., index...] per index tuple in the last axis of constant indices: a gather of the data's leading
+    batch_dims + k axes flattened, by the tuples' flat positions."""
+    x = ctx.input(0)
+    index = ctx.require_const(1, "indices").astype(np.int64)
+    b, k = ctx.attr("batch_dims", 0), index.shape[-1]
+    lead = x.shape[: b + k]
+    if b + k > len(x.shape) or index.shape[:b] != x.shape[:b]:
+        raise OnnxImportError(f"indices of shape {index.shape} (batch_dims {b}) do not fit data of shape {x.shape}")
+    tuples = index.reshape(-1, k) % np.array(lead[b:], np.int64)  # negative indices count from the end
+    batch = np.indices(index.shape[:-1]).reshape(len(index.shape) - 1, -1)[:b]
+    flat = np.ravel_multi_index((*batch, *tuples.T), lead).reshape(index.shape[:-1])
+    rows = ctx.b.reshape(x, [math.prod(lead), *x.shape[b + k:]])
+    return [ctx.b.gather(rows, ctx.b.create_constant(flat.astype(np.int64), dtype="int64"), axis=0)]
+
+
 @converter("Gather")
 def gather(ctx: NodeContext):
     return [ctx.b.gather(ctx.input(0), ctx.input(1), axis=ctx.attr("axis", 0))]
