@@ -188,6 +188,60 @@ def gather_nd(ctx: NodeContext):
     return [ctx.b.gather(rows, ctx.b.create_constant(flat.astype(np.int64), dtype="int64"), axis=0)]
 
 
+# ScatterND/ScatterElements reductions: how an update combines with what is there (none: it replaces it)
+_SCATTER_COMBINE = {"none": None, "add": "add", "mul": "multiply", "max": "max", "min": "min"}
+
+
+def _scatter(ctx: NodeContext, targets: np.ndarray):
+    """data with updates written at constant flat `targets` (one per update element, in order), combined by the
+    reduction attribute: one gather, combine and select per round of repeated targets (a later duplicate sees the
+    earlier ones' result, as ONNX's reference applies them in order)."""
+    data, updates = ctx.input(0), ctx.input(2)
+    reduction = ctx.attr("reduction", "none")
+    if reduction not in _SCATTER_COMBINE:
+        raise OnnxImportError(f"reduction {reduction!r} is not supported ({', '.join(_SCATTER_COMBINE)})")
+    size = math.prod(data.shape)
+    out = ctx.b.reshape(data, [size])
+    flat_updates = ctx.b.reshape(updates, [math.prod(updates.shape)])
+    seen: dict[int, int] = {}  # writes so far per target
+    rounds: list[int] = []  # per update: how many earlier updates hit its target
+    for t in targets.tolist():
+        rounds.append(seen.get(t, 0))
+        seen[t] = seen.get(t, 0) + 1
+    for r in range(max(seen.values(), default=0)):
+        source, mask = np.zeros(size, np.int64), np.zeros(size, bool)
+        chosen = [u for u, k in enumerate(rounds) if k == r]
+        source[targets[chosen]], mask[targets[chosen]] = chosen, True
+        picked = ctx.b.gather(flat_updates, ctx.b.create_constant(source, dtype="int64"), axis=0)
+        op = _SCATTER_COMBINE[reduction]
+        combined = picked if op is None else getattr(ctx.b, op)(out, picked)
+        out = ctx.b.select(ctx.b.create_constant(mask, dtype="bool"), combined, out)
+    return ctx.b.reshape(out, list(data.shape))
+
+
+@converter("ScatterElements", "Scatter")
+def scatter_elements(ctx: NodeContext):
+    """updates written into data at constant indices along an axis (each update element's other coordinates kept)."""
+    data = ctx.input(0)
+    axis = _axis(ctx.attr("axis", 0), len(data.shape))
+    index = ctx.require_const(1, "indices").astype(np.int64) % data.shape[axis]
+    coords = list(np.indices(index.shape).reshape(len(index.shape), -1))
+    coords[axis] = index.reshape(-1)
+    return [_scatter(ctx, np.ravel_multi_index(tuple(coords), data.shape))]
+
+
+@converter("ScatterND")
+def scatter_nd(ctx: NodeContext):
+    """updates written into data at constant index tuples (each tuple selects a slice of data's trailing axes)."""
+    data = ctx.input(0)
+    index = ctx.require_const(1, "indices").astype(np.int64)
+    k = index.shape[-1]
+    tuples = index.reshape(-1, k) % np.array(data.shape[:k], np.int64)
+    inner = math.prod(data.shape[k:])
+    starts = np.ravel_multi_index(tuple(tuples.T), data.shape[:k]) * inner
+    return [_scatter(ctx, (starts[:, None] + np.arange(inner)[None, :]).reshape(-1))]
+
+
 @converter("Gather")
 def gather(ctx: NodeContext):
     return [ctx.b.gather(ctx.input(0), ctx.input(1), axis=ctx.attr("axis", 0))]
