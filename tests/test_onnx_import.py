@@ -179,6 +179,10 @@ CASES = [
     OpCase("pad_attrs", "Pad", ((3, 4),), {"pads": [0, 1, 2, 0], "mode": "edge"}, opset=10),
     OpCase("gather", "Gather", ((5, 3),), {"axis": 0}, consts=(("i", i64([[0, -1], [2, 4]])),)),
     OpCase("pad_wrap", "Pad", ((3, 4),), {"mode": "wrap"}, consts=(("p", i64(1, 2, 2, 3)),), opset=19),
+    OpCase("center_crop_pad", "CenterCropPad", ((3, 6),), consts=(("s", i64(6, 3)),), opset=18),
+    OpCase("reverse_sequence", "ReverseSequence", ((4, 3, 2),), {"time_axis": 0, "batch_axis": 1},
+           consts=(("n", i64(4, 1, 3)),)),
+    OpCase("gather_nd", "GatherND", ((2, 3, 4),), consts=(("i", i64([[0, 1], [1, -1]])),)),
     # resize / upsample
     OpCase("resize_nearest_scales", "Resize", ((1, 2, 3, 4),), consts=(("", None), ("sc", np.array([1, 1, 2, 1.5], np.float32)))),
     OpCase("resize_nearest_sizes_floor_asymmetric", "Resize", ((1, 2, 5, 4),),
