@@ -183,6 +183,7 @@ CASES = [
     OpCase("reverse_sequence", "ReverseSequence", ((4, 3, 2),), {"time_axis": 0, "batch_axis": 1},
            consts=(("n", i64(4, 1, 3)),)),
     OpCase("gather_nd", "GatherND", ((2, 3, 4),), consts=(("i", i64([[0, 1], [1, -1]])),)),
+    OpCase("affine_grid", "AffineGrid", ((2, 2, 3),), {"align_corners": 0}, consts=(("s", i64(2, 3, 4, 5)),), opset=20),
     # resize / upsample
     OpCase("resize_nearest_scales", "Resize", ((1, 2, 3, 4),), consts=(("", None), ("sc", np.array([1, 1, 2, 1.5], np.float32)))),
     OpCase("resize_nearest_sizes_floor_asymmetric", "Resize", ((1, 2, 5, 4),),

@@ -264,3 +264,23 @@ def _einsum_broadcast(ctx: NodeContext, operands: list[tuple[Value, str]], out: 
     assert product is not None
     summed = list(range(len(out), len(letters)))
     return ctx.b.reduce_sum(product, summed) if summed else product
+
+
+@converter("AffineGrid")
+def affine_grid(ctx: NodeContext):
+    """Sampling grids of theta ([N, d, d + 1]) over a constant size (N, C, *spatial): the base grid of normalized
+    coordinates (x fastest, then y, then z, and 1) times theta transposed, one batched matmul."""
+    theta = ctx.input(0)
+    size = [int(v) for v in ctx.require_const(1, "size")]
+    batch, spatial = size[0], size[2:]
+    if len(spatial) not in (2, 3) or theta.shape != (batch, len(spatial), len(spatial) + 1):
+        raise OnnxImportError(f"theta of shape {theta.shape} does not fit size {size} (2-D or 3-D grids)")
+
+    def axis(n: int) -> np.ndarray:
+        return np.linspace(-1, 1, n) if ctx.attr("align_corners", 0) else (np.arange(n) * 2 + 1) / n - 1
+
+    coords = np.meshgrid(*[axis(n) for n in spatial], indexing="ij")  # (z,) y, x
+    base = np.stack([*coords[::-1], np.ones(spatial)], axis=-1).reshape(1, -1, len(spatial) + 1)
+    base = ctx.b.create_constant(np.ascontiguousarray(np.broadcast_to(base, (batch, *base.shape[1:])), theta.dtype))
+    grid = ctx.b.matmul(base, theta, trans_y=True)
+    return [ctx.b.reshape(grid, [batch, *spatial, len(spatial)])]
