@@ -386,9 +386,21 @@ def test_strided_depthwise_input_is_deinterleaved(hw, pad):
     sch = check([x, w], [y], K.OUT_FUSIBLE, lambda xa, wa: [conv_ref(xa, wa, 2, pad, 8)])
     script = sch.mod.script()
     padded = hw + 2 * pad
-    phased = padded % 2 == 0  # an odd padded width is not split in phases
+    phased = padded % 2 == 0  # an odd padded width (topi's pad here) is not split in phases
     assert (f"T.sblock_alloc_buffer((1, 8, {padded}, 2, {padded // 2}))" in script) == phased
     assert ('_ax21_partition")' in script) == phased  # first, middle and last columns
+
+
+def test_cinn_conv_pads_rows_to_whole_strides_so_they_deinterleave():
+    # cinn's conv2d pads 31 + 2 columns to 34 (the extra one never read), so a 3x3/2 depthwise conv still reads its
+    # input in phases
+    op = get_op("conv2d")
+    a = op.attrs(strides=[2, 2], paddings=[1, 1], groups=8)
+    x, w = te.placeholder((1, 8, 31, 31), name="x"), te.placeholder((8, 1, 3, 3), name="w")
+    (out_type,) = infer(op, [TensorType((1, 8, 31, 31), "float32"), TensorType((8, 1, 3, 3), "float32")], a)
+    y = op.compute([x, w], a, [out_type])[0]
+    sch = check([x, w], [y], K.OUT_FUSIBLE, lambda xa, wa: [conv_ref(xa, wa, 2, 1, 8)])
+    assert "T.sblock_alloc_buffer((1, 8, 33, 2, 17))" in sch.mod.script()
 
 
 def test_grouped_pointwise_conv_is_not_taken_for_depthwise():

@@ -338,16 +338,17 @@ def _window_pad(x, hw: tuple[_Window, _Window], value):
     if all(win.pad_begin == win.pad_end == 0 for win in hw):
         return None
     h, w = (replace(win, pad_end=max(win.pad_end, win.end(win.out - 1) - win.size)) for win in hw)
-    # a whole number of strides per row, so the schedule can split it in phases (the extra column is never read)
-    w = replace(w, pad_end=w.pad_end + -(w.size + w.pad_begin + w.pad_end) % w.stride)
     return _zero_pad(x, (h, w), value)
 
 
 def _zero_pad(x, hw: tuple[_Window, _Window], value):
-    """x padded on its last two axes by a separate injective stage (inlined by the schedule)."""
+    """x padded on its last two axes by a separate injective stage (inlined by the schedule or computed per tile),
+    its rows a whole number of strides wide, so a schedule can split them in phases (the extra columns are never
+    read)."""
     if all(w.pad_begin == w.pad_end == 0 for w in hw):
         return x
     h, w = hw
+    w = replace(w, pad_end=w.pad_end + -(w.size + w.pad_begin + w.pad_end) % w.stride)
     shape = _fshape(x)[:2] + (h.size + h.pad_begin + h.pad_end, w.size + w.pad_begin + w.pad_end)
 
     def body(n, c, i, j):
