@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-DTYPES = ("bool", "int8", "int32", "int64", "float16", "float32", "float64")
+DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64")
 # kernels index tensors with 32-bit integers (TVM's default): a larger tensor would overflow them or fail to allocate
 MAX_ELEMENTS = 2**31 - 1
 

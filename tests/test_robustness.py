@@ -315,6 +315,13 @@ def test_a_wrong_attribute_type_is_named():
         b.scale(x, scale="x")
 
 
+def test_average_pooling_of_integers_is_refused():
+    b = cinn.NetBuilder("p")
+    x = b.create_input("uint8", (1, 1, 4, 4), "x")
+    with pytest.raises(TypeError, match=r"pool2d: average pooling needs a float input, got uint8\(1, 1, 4, 4\)"):
+        b.pool2d(x, "avg", [2, 2])
+
+
 def test_an_initializer_shorter_than_its_dims_is_named():
     w = numpy_helper.from_array(np.ones(6, np.float32), "w")
     w.dims[:] = [4, 3]

@@ -146,7 +146,13 @@ def _np_sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
 
 
+def _is_unsigned(x) -> bool:
+    return _dtype(x).startswith("uint")
+
+
 def _sign_te(x):
+    if _is_unsigned(x):  # no -1 to make
+        return tirx.Select(x > _c(0, x), _c(1, x), _c(0, x))
     signed = tirx.Select(x > _c(0, x), _c(1, x), tirx.Select(x < _c(0, x), _c(-1, x), _c(0, x)))
     return tirx.Select(tirx.isnan(x), x, signed) if _is_float(x) else signed  # NaN stays NaN, as numpy
 
@@ -159,18 +165,29 @@ def _abs_int64(x):
     return tirx.Select(x < tirx.const(0, "int64"), negated, x)
 
 
+def _negative_uint64(x):
+    """-x of a uint64 as ~x + 1, which wraps as numpy (TVM folds a uint64 0 - x to 0); 0 is decided apart, since
+    ~0 + 1 overflows the `nuw` add TVM emits."""
+    return tirx.Select(x == _c(0, x), x, tirx.bitwise_not(x) + _c(1, x))
+
+
 def _wrapping(fn):
-    """A narrow signed-integer arithmetic body computed in int64 and truncated: it wraps on overflow as numpy does
-    (TVM emits signed arithmetic as `nsw`, whose overflow LLVM may assume away: sign(7 + INT_MAX) came out 0).
-    int64 stays as it is: there is no wider type."""
+    """A narrow integer arithmetic body computed in int64 and truncated: it wraps on overflow as numpy does (TVM
+    emits signed arithmetic as `nsw` and 32-bit unsigned as `nuw`, whose overflow LLVM may assume away: sign(7 +
+    INT_MAX) came out 0). int64 and uint64 stay as they are: there is no wider type."""
 
     def body(*xs):
         dtype = _dtype(xs[0])
-        if not dtype.startswith("int") or dtype == "int64":
+        if not dtype.startswith(("int", "uint")) or dtype in ("int64", "uint64"):
             return fn(*xs)
         return fn(*(x.astype("int64") for x in xs)).astype(dtype)
 
     return body
+
+
+# wrapping: abs(INT_MIN) is INT_MIN, as numpy, and TVM's simplifier, taking tirx.abs to be non-negative, no longer
+# folds relu(abs(x)) to abs(x)
+_abs_signed = _wrapping(lambda x: _abs_int64(x) if _dtype(x) == "int64" else tirx.abs(x))
 
 
 def _subtract_te(x, y):
@@ -199,8 +216,9 @@ def _is_float(x) -> bool:
 
 def _safe_divisor(y):
     """An integer divisor with 0 and -1 replaced by 1: x86 traps (SIGFPE, killing the process) on x // 0 and on
-    INT_MIN // -1; the callers give those cases numpy's results instead."""
-    return tirx.Select(tirx.Or(y == _c(0, y), y == _c(-1, y)), _c(1, y), y)
+    INT_MIN // -1; the callers give those cases numpy's results instead. An unsigned divisor has no -1."""
+    traps = y == _c(0, y) if _is_unsigned(y) else tirx.Or(y == _c(0, y), y == _c(-1, y))
+    return tirx.Select(traps, _c(1, y), y)
 
 
 def _floor_divide_te(x, y):
@@ -210,6 +228,8 @@ def _floor_divide_te(x, y):
         by_inf = tirx.And(tirx.And(tirx.isinf(y), tirx.Not(tirx.isinf(x))), x * y < _c(0, x))
         quotient = tirx.Select(by_inf, _c(-1, x), tirx.floor(x / y))
         return tirx.Select(tirx.And(tirx.isinf(x), y != _c(0, y)), _c(float("nan"), x), quotient)
+    if _is_unsigned(x):  # as numpy: x // 0 is 0
+        return tirx.Select(y == _c(0, y), _c(0, x), tirx.floordiv(x, _safe_divisor(y)))
     # as numpy: x // 0 is 0, x // -1 is -x (INT_MIN // -1 wraps to INT_MIN)
     return tirx.Select(y == _c(0, y), _c(0, x), tirx.Select(y == _c(-1, y), _c(0, x) - x, tirx.floordiv(x, _safe_divisor(y))))
 
@@ -282,10 +302,8 @@ _UNARY: dict[str, tuple[Callable[..., Any], Callable[..., Any], D]] = {
     "log": (tirx.log, np.log, D.FLOAT),
     "sqrt": (tirx.sqrt, np.sqrt, D.FLOAT),
     "rsqrt": (tirx.rsqrt, lambda x: 1.0 / np.sqrt(x.astype(np.float64)), D.FLOAT),
-    # wrapping: abs(INT_MIN) is INT_MIN, as numpy, and TVM's simplifier, taking tirx.abs to be non-negative, no longer
-    # folds relu(abs(x)) to abs(x)
-    "abs": (_wrapping(lambda x: _abs_int64(x) if _dtype(x) == "int64" else tirx.abs(x)), np.abs, D.NUMBER),
-    "negative": (_wrapping(lambda x: -x), np.negative, D.NUMBER),
+    "abs": (lambda x: x if _is_unsigned(x) else _abs_signed(x), np.abs, D.NUMBER),
+    "negative": (_wrapping(lambda x: _negative_uint64(x) if _dtype(x) == "uint64" else -x), np.negative, D.NUMBER),
     "erf": (tirx.erf, _np_erf, D.FLOAT),
     "silu": (lambda x: x * tirx.sigmoid(x), lambda x: x * _np_sigmoid(x), D.FLOAT),
     "hard_swish": (lambda x: x * _clip_te(x + _c(3, x), 0, 6) / _c(6, x), lambda x: x * _clip_np(x + 3, 0, 6) / 6, D.FLOAT),

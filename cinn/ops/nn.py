@@ -575,6 +575,8 @@ def _pool_windows(xs: tuple[int, ...], a: Pool2dAttrs):
 
 def _pool_infer(types: Sequence[TensorType], a: Pool2dAttrs) -> list[TensorType]:
     (x,) = types
+    if a.pooling_type is not PoolType.MAX and not x.dtype.startswith("float"):
+        raise TypeError(f"pool2d: average pooling needs a float input, got {x.dtype}{x.shape}; cast it first")
     h, w = _pool_windows(x.shape, a)
     return [TensorType(x.shape[:2] + (h.out, w.out), x.dtype)]
 
@@ -618,7 +620,8 @@ def _pool_compute(tensors, a: Pool2dAttrs, out_types: Sequence[TensorType]):
 def _pool_reference(arrays: Sequence[np.ndarray], a: Pool2dAttrs) -> list[np.ndarray]:
     (x,) = arrays
     hw = _pool_windows(x.shape, a)
-    out = np.empty(x.shape[:2] + (hw[0].out, hw[1].out), np.float64)
+    # max pooling picks an input value: in the input dtype, exact for int64 beyond float64's 53 bits
+    out = np.empty(x.shape[:2] + (hw[0].out, hw[1].out), x.dtype if a.pooling_type is PoolType.MAX else np.float64)
     for i in range(hw[0].out):
         for j in range(hw[1].out):
             win = _accumulate(x[:, :, hw[0].inside(i)][:, :, :, hw[1].inside(j)])
@@ -638,8 +641,9 @@ register(
         compute=_pool_compute,
         reference=_pool_reference,
         attrs=Pool2dAttrs,
-        dtypes=D.FLOAT,
-        doc="2-D max/avg pooling (NCHW): sliding (ceil_mode, exclusive), global or adaptive windows.",
+        dtypes=D.NUMBER,
+        doc="2-D max/avg pooling (NCHW): sliding (ceil_mode, exclusive), global or adaptive windows; max pooling of "
+            "integers too.",
     )
 )
 

@@ -63,6 +63,8 @@ def div(ctx: NodeContext):
     x, y = ctx.inputs
     if x.dtype.startswith("float"):
         return [ctx.b.divide(x, y)]
+    if x.dtype.startswith("uint"):  # truncating and flooring agree on non-negative quotients
+        return [ctx.b.floor_divide(x, y)]
     # ONNX truncates integer division: floor, plus one where the quotient is negative and inexact
     q = ctx.b.floor_divide(x, y)
     inexact = ctx.b.not_equal(ctx.b.mod(x, y), scalar(ctx, 0, x))

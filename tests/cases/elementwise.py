@@ -32,7 +32,7 @@ def _nonzero(shape, dtype=F):
 
     def make(rng):
         sign = np.where(rng.random(shape) < 0.5, -1, 1)
-        if np.dtype(dtype).kind == "i":
+        if np.dtype(dtype).kind in "iu":  # unsigned: the wrapped negatives are large divisors
             return (sign * rng.integers(1, 4, size=shape)).astype(dtype)
         return (sign * (rng.random(shape) * 2 + 0.5)).astype(dtype)
 
@@ -185,3 +185,29 @@ CASES += [
     Case("select", ((M, B), ((), I), ((5,), I))),
     Case("select", (((), B), ((2, 3), F), ((1, 3), F))),
 ]
+
+# the narrow and unsigned integer dtypes: the random ints in [-5, 5] wrap to their dtype's largest values, so sums,
+# products and negations overflow and must wrap as numpy; divisions by zero give 0
+_NARROW = ("int16", "uint8", "uint16", "uint32", "uint64")
+
+
+def _unsigned_range(rng):
+    """Floats in [0, 200): in range of every unsigned dtype (a negative float's unsigned value is undefined)."""
+    return [(rng.random(M) * 200).astype(F)]
+
+
+for _d in _NARROW:
+    CASES += [
+        *(Case(op, ((M, _d), ((5,), _d)), id=f"{op}-wraps:{_d}") for op in ("add", "subtract", "multiply")),
+        Case("floor_divide", make=_inputs(_rand(M, _d), _with_zeros((5,), _d)), id=f"floor_divide-by-zero:{_d}"),
+        Case("mod", make=_inputs(_rand(M, _d), _with_zeros((5,), _d)), id=f"mod-by-zero:{_d}"),
+        *(Case(op, ((M, _d),), id=f"{op}:{_d}") for op in ("abs", "negative", "bitwise_not", "relu")),
+        Case("sign", make=_inputs(_with_zeros(M, _d)), id=f"sign:{_d}"),
+        Case("max", ((M, _d), ((1, 5), _d)), id=f"max:{_d}"),
+        Case("less_than", ((M, _d), ((5,), _d)), id=f"less_than:{_d}"),
+        Case("bitwise_xor", ((M, _d), ((), _d)), id=f"bitwise_xor:{_d}"),
+        Case("cast", ((M, _d),), {"dtype": "float64"}, id=f"cast-{_d}-float64"),
+        Case("cast", ((M, "int64"),), {"dtype": _d}, id=f"cast-int64-{_d}-wraps"),
+        Case("cast", ((M, _d),), {"dtype": "int8"}, id=f"cast-{_d}-int8-wraps"),
+    ]
+CASES += [Case("cast", attrs={"dtype": _d}, make=_unsigned_range, id=f"cast-float-{_d}") for _d in _NARROW[1:]]

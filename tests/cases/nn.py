@@ -62,6 +62,11 @@ CASES = [
     _pool((2, 3, 4, 5), "max", [1, 1], "pool2d-global-max", global_pooling=True),
     _pool((1, 2, 7, 5), "avg", [4, 3], "pool2d-adaptive-avg", adaptive=True),  # ragged windows
     _pool((1, 2, 7, 5), "max", [4, 2], "pool2d-adaptive-max", adaptive=True),
+    # max pooling of integers pads with the dtype's minimum (0 for unsigned)
+    Case("pool2d", (((1, 2, 5, 5), "uint8"),), {"pooling_type": "max", "ksize": [3, 3], "strides": [2, 2],
+                                                 "paddings": [1, 1]}, id="pool2d-max-pad:uint8"),
+    Case("pool2d", (((1, 2, 6, 6), "int16"),), {"pooling_type": "max", "ksize": [2, 2], "strides": [2, 2]},
+         id="pool2d-max:int16"),
     Case("batchnorm", make=_batchnorm_inputs, constant_inputs=(1, 2, 3, 4), **ACC, id="batchnorm-const-params"),
     Case("batchnorm", make=_batchnorm_inputs, **ACC, id="batchnorm-fed-params"),
     Case("layer_norm", (_f(4, 10), _f(10), _f(10)), **ACC),
