@@ -15,6 +15,7 @@ import pytest
 import cinn
 from cinn import cli
 from cinn.frontend.paddle import PaddleImportError
+from cinn.frontend.paddle.registry import dtype_of_code, dtype_of_name
 from cinn.frontend.paddle.schema import AttrType, VarKind, program_desc
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "paddle"
@@ -142,7 +143,19 @@ def test_reading_an_unsupported_output_names_the_op(tmp_path):
         cinn.load_paddle(path)
 
 
+@pytest.mark.parametrize(("code", "element_type", "dtype"), [(20, "0.t_ui8", "uint8"), (1, "0.t_i16", "int16")])
+def test_uint8_and_int16_are_read_in_both_formats(code, element_type, dtype):
+    assert dtype_of_code(code, "x") == dtype_of_name(element_type, "x") == dtype_of_name(dtype, "x") == dtype
+
+
 # -- errors ---------------------------------------------------------------------------------------
+def test_an_unsupported_data_type_is_named():
+    with pytest.raises(PaddleImportError, match=r"x: data type bfloat16 is not supported \(supported: bool, int8"):
+        dtype_of_code(22, "x")
+    with pytest.raises(PaddleImportError, match=r"x: data type bf16 is not supported"):
+        dtype_of_name("0.t_bf16", "x")
+
+
 def test_unsupported_ops_listed_in_one_error_pir(tmp_path):
     path = copy_model("mlp", "pir", tmp_path)
     doc = json.loads(path.read_text())

@@ -157,7 +157,8 @@ def converter(*op_types: str, outputs: Sequence[str] = ("Out",)):
 
 # PIR type names of the element types, and their cinn dtypes
 _PIR_DTYPES = {
-    "bool": "bool", "i8": "int8", "i32": "int32", "i64": "int64", "f16": "float16", "f32": "float32", "f64": "float64",
+    "bool": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "ui8": "uint8", "f16": "float16",
+    "f32": "float32", "f64": "float64",
 }
 
 

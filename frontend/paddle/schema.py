@@ -96,9 +96,11 @@ class ScalarType(enum.IntEnum):
 
 
 # Paddle's data type codes (VarType.Type) that have a cinn dtype
-DTYPE_OF_CODE = {0: "bool", 2: "int32", 3: "int64", 4: "float16", 5: "float32", 6: "float64", 21: "int8"}
+DTYPE_OF_CODE = {
+    0: "bool", 1: "int16", 2: "int32", 3: "int64", 4: "float16", 5: "float32", 6: "float64", 20: "uint8", 21: "int8",
+}
 # names of the other codes, for error messages
-UNSUPPORTED_CODES = {1: "int16", 20: "uint8", 22: "bfloat16", 23: "complex64", 24: "complex128"}
+UNSUPPORTED_CODES = {22: "bfloat16", 23: "complex64", 24: "complex128"}
 
 
 def _field(name: str, number: int, kind: str, repeated: bool) -> descriptor_pb2.FieldDescriptorProto:
