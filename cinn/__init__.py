@@ -25,6 +25,9 @@ _EXPORTS = {
     "NetBuilder": "cinn.builder",
     "compile": "cinn.api",
     "Executable": "cinn.runtime",
+    "DynamicExecutable": "cinn.dynamic",
+    "SymbolicProgram": "cinn.symbolic",
+    "ShapeBindingError": "cinn.symbolic",
     "aligned_empty": "cinn.runtime",
     "Node": "cinn.ir",
     "Program": "cinn.ir",
@@ -35,17 +38,19 @@ _EXPORTS = {
     "load_model": "cinn.frontend.loading",
 }
 
-__all__ = ["Executable", "NetBuilder", "Node", "Program", "TensorType", "Value", "__version__", "aligned_empty", "compile",
-           "load_model", "load_onnx", "load_paddle"]
+__all__ = ["DynamicExecutable", "Executable", "NetBuilder", "Node", "Program", "ShapeBindingError", "SymbolicProgram",
+           "TensorType", "Value", "__version__", "aligned_empty", "compile", "load_model", "load_onnx", "load_paddle"]
 
 if TYPE_CHECKING:
     from cinn.api import compile
     from cinn.builder import NetBuilder
+    from cinn.dynamic import DynamicExecutable
     from cinn.frontend.loading import load_model
     from cinn.frontend.onnx import load_onnx
     from cinn.frontend.paddle import load_paddle
     from cinn.ir import Node, Program, TensorType, Value
     from cinn.runtime import Executable, aligned_empty
+    from cinn.symbolic import ShapeBindingError, SymbolicProgram
 
 
 def __getattr__(name: str):

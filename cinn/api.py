@@ -5,22 +5,39 @@ import json
 import os
 import pathlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import overload
 
 import tvm
 from tvm.s_tir import Schedule, Trace
 
 from cinn.autotune.database import best_traces
 from cinn.build import KernelSpec, build_all, default_cache_dir, workload_key
+from cinn.dynamic import DynamicExecutable
 from cinn.ir import Program
 from cinn.lower import LoweredGroup, lower_program
 from cinn.passes.views import find_views
 from cinn.runtime import Executable, Kernel
+from cinn.symbolic import SymbolicProgram, bindings_of
 from cinn.target import Target, parse_target
 
 
+@overload
+def compile(program: Program, target: str | Target = ..., fuse: bool = ...,
+            tuning_log: str | os.PathLike | None = ..., *, cache_dir: str | os.PathLike | None = ...,
+            workers: int | None = ..., progress: Callable[[int, int], None] | None = ..., passes: bool = ...,
+            shape_hints: None = ..., on_demand: bool = ...) -> Executable: ...
+
+
+@overload
+def compile(program: SymbolicProgram, target: str | Target = ..., fuse: bool = ...,
+            tuning_log: str | os.PathLike | None = ..., *, cache_dir: str | os.PathLike | None = ...,
+            workers: int | None = ..., progress: Callable[[int, int], None] | None = ..., passes: bool = ...,
+            shape_hints: Mapping[str, Iterable[int]] | None = ..., on_demand: bool = ...) -> DynamicExecutable: ...
+
+
 def compile(
-    program: Program,
+    program: Program | SymbolicProgram,
     target: str | Target = "llvm",
     fuse: bool = True,
     tuning_log: str | os.PathLike | None = None,
@@ -29,13 +46,27 @@ def compile(
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     passes: bool = True,
-) -> Executable:
+    shape_hints: Mapping[str, Iterable[int]] | None = None,
+    on_demand: bool = True,
+) -> Executable | DynamicExecutable:
     """Compile a Program for a target; fuse=False runs one kernel per op (the baseline).
 
     cache_dir defaults to $CINN_CACHE_DIR or ~/.cache/cinn; workers (default: all cores) build uncached
     kernels in parallel; progress(done, total) is called as kernels are built; passes=False skips the
     graph simplifications (composite ops are still decomposed), so every op reaches a kernel as written.
+
+    A SymbolicProgram gives a DynamicExecutable: built now for every combination of the sizes in shape_hints
+    ({"batch": [1, 8], "seq": [128, 384]}), and, when on_demand, at the first run of any other binding.
     """
+    if isinstance(program, SymbolicProgram):
+        def build(p: Program) -> Executable:
+            return compile(p, target, fuse, tuning_log, cache_dir=cache_dir, workers=workers, progress=progress,
+                           passes=passes)
+
+        bindings = bindings_of(program, shape_hints) if shape_hints is not None else []
+        return DynamicExecutable(program, build, bindings, on_demand)
+    if shape_hints is not None:
+        raise TypeError(f"compile: shape_hints are for symbolic programs; {program.name!r} has static shapes")
     tgt = parse_target(target)
     # CUDA kernels may load vectors that an offset into another value's buffer would misalign: their concats copy
     in_place = fuse and not tgt.is_cuda

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from cinn.ir import Attrs, Node, Program, ShapeTooLarge, TensorType, Value, shape_of
 from cinn.ops import OPS, OpDef, get_op, infer
+from cinn.symbolic import PROBES, SymbolicInput, SymbolicProgram, reinfer, symbolic_dims
 
 
 class Names:
@@ -79,6 +81,8 @@ class NetBuilder:
         self._names = Names()
         # values are compared by name and type, and names like relu_0 repeat across builders: ownership is by identity
         self._owned: dict[int, Value] = {}
+        self._symbolic: dict[str, SymbolicInput] = {}  # inputs with symbolic dims, by name
+        self._probes: dict[str, int] = {}  # each symbol's size while the program is written
 
     @classmethod
     def continuing(cls, program: Program) -> NetBuilder:
@@ -96,8 +100,13 @@ class NetBuilder:
         self._own(*node.inputs, *node.outputs)
 
     # -- values ---------------------------------------------------------------------------
-    def create_input(self, dtype: str, shape: Sequence[int], name: str) -> Value:
-        """Declare a graph input fed at run time."""
+    def create_input(self, dtype: str, shape: Sequence[int | str], name: str) -> Value:
+        """Declare a graph input fed at run time; dims may be symbol names (``("batch", 784)``), which makes the
+        program symbolic (see build_symbolic). Values of a symbolic program show each symbol at a probe size."""
+        dims = symbolic_dims(shape, f"input {name!r}")
+        if any(isinstance(d, str) for d in dims):
+            self._symbolic[name] = SymbolicInput(name, str(np.dtype(dtype)), dims)
+            shape = [self._probe(d) if isinstance(d, str) else d for d in dims]
         try:
             t = TensorType(shape_of(shape, f"input {name!r}"), dtype)
         except ShapeTooLarge as e:
@@ -130,6 +139,20 @@ class NetBuilder:
 
     def build(self, outputs: Sequence[Value]) -> Program:
         """The finished Program returning `outputs` (in that order)."""
+        if self._symbolic:
+            raise TypeError(f"build: inputs {sorted(self._symbolic)} of {self.name!r} have symbolic dims; "
+                            "build_symbolic() makes their program")
+        return self._program(outputs)
+
+    def build_symbolic(self, outputs: Sequence[Value]) -> SymbolicProgram:
+        """The finished program of symbolic inputs: at each binding of its symbols every op is inferred again, so
+        attributes must not hold a symbol's probe size (reshape takes 0 to keep a dim and -1 to infer one)."""
+        program = self._program(outputs)
+        _warn_probe_sizes(program, self._probes)
+        inputs = tuple(self._symbolic.get(v.name) or SymbolicInput(v.name, v.dtype, v.shape) for v in program.inputs)
+        return SymbolicProgram(self.name, inputs, lambda shapes: reinfer(program, shapes))
+
+    def _program(self, outputs: Sequence[Value]) -> Program:
         if isinstance(outputs, Value) or not isinstance(outputs, Sequence):
             raise TypeError(f"build: outputs must be a list of values, got {type(outputs).__name__}")
         if not outputs:
@@ -137,6 +160,13 @@ class NetBuilder:
         for v in outputs:
             self._check_owned(v, "build: output")
         return Program(self.name, tuple(self._inputs), tuple(self._nodes), tuple(outputs), dict(self._constants))
+
+    def _probe(self, symbol: str) -> int:
+        if symbol not in self._probes:
+            if len(self._probes) == len(PROBES):
+                raise ValueError(f"NetBuilder {self.name!r}: at most {len(PROBES)} symbols")
+            self._probes[symbol] = PROBES[len(self._probes)]
+        return self._probes[symbol]
 
     def __getattr__(self, name: str):
         if name.startswith("_") or name not in OPS:
@@ -170,6 +200,25 @@ class NetBuilder:
         if isinstance(x, Value):
             return x
         return self.create_constant(x, dtype=like.dtype if like is not None else None)
+
+
+def _warn_probe_sizes(program: Program, probes: dict[str, int]) -> None:
+    """Warn of attributes equal to a symbol's probe size: most likely read from a symbolic value's shape, they would
+    stay fixed at every other size (a slice end, a reshape target)."""
+    symbol_of = {n: s for s, n in probes.items()}
+    for node in program.nodes:
+        for f in dataclasses.fields(node.attrs):
+            held = [d for d in _ints(getattr(node.attrs, f.name)) if d in symbol_of]
+            if held:
+                warnings.warn(f"{program.name}: node {node.name} ({node.op}) attribute {f.name} holds {held[0]}, the "
+                              f"probe size of symbol {symbol_of[held[0]]}: a size read from a symbolic shape stays "
+                              "fixed at other sizes", stacklevel=3)
+
+
+def _ints(v: Any) -> list[int]:
+    if isinstance(v, tuple):
+        return [d for x in v for d in _ints(x)]
+    return [int(v)] if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else []
 
 
 class _OpMethod:

@@ -10,6 +10,7 @@ from cinn import __version__, api
 from cinn.build import default_cache_dir
 from cinn.frontend.loading import UnsupportedModelFormat, load_model, parse_input_shapes
 from cinn.machine import machine_peaks
+from cinn.symbolic import require_static
 from cinn.target import parse_target
 from cinn.utils import SETTLE_S, median_seconds, random_feeds
 
@@ -40,7 +41,8 @@ def _progress(done: int, total: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    program = load_model(args.model, parse_input_shapes(args.input_shape))
+    program = require_static(load_model(args.model, parse_input_shapes(args.input_shape)),
+                             "pass --input-shape NAME=D0,D1,... for each")
     start = time.perf_counter()
     exe = api.compile(program, target=args.target, fuse=not args.no_fuse, tuning_log=args.log, progress=_progress)
     compile_s = time.perf_counter() - start

@@ -5,6 +5,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from cinn.ir import Program
+from cinn.symbolic import SymbolicProgram
 
 ONNX_SUFFIXES = (".onnx",)
 PADDLE_SUFFIXES = (".pdmodel", ".json")
@@ -20,8 +21,9 @@ def is_model_file(path: str) -> bool:
     return os.path.isdir(path) or path.endswith(MODEL_FILE_SUFFIXES)
 
 
-def load_model(path: str, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program:
-    """A Program from a model file, chosen by its extension (a directory is a Paddle model)."""
+def load_model(path: str, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program | SymbolicProgram:
+    """A Program from a model file, chosen by its extension (a directory is a Paddle model); symbolic when dims
+    that input_shapes leaves open are symbolic."""
     # each importer is imported only for its own format: onnx and protobuf take a while to import
     if path.endswith(PADDLE_SUFFIXES) or os.path.isdir(path):
         from cinn.frontend.paddle import load_paddle

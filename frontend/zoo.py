@@ -13,6 +13,7 @@ import numpy as np
 from cinn.builder import NetBuilder
 from cinn.frontend.loading import is_model_file, load_model
 from cinn.ir import Program, Value
+from cinn.symbolic import SymbolicProgram, require_static
 from cinn.utils import random_array, random_feeds
 
 SEED = 0
@@ -131,6 +132,14 @@ def encoder(small: bool = False) -> BenchModel:
     return m.finish("encoder", [x])
 
 
+def symbolic_encoder(small: bool = False) -> SymbolicProgram:
+    """The encoder layer (see encoder) over input x[batch, seq, hidden] with symbolic batch and seq."""
+    hidden, heads, ffn = (16, 2, 32) if small else (768, 12, 3072)
+    m = _Builder("encoder")
+    x = m.b.create_input("float32", ("batch", "seq", hidden), "x")
+    return m.b.build_symbolic([_encoder_layer(m, x, heads, ffn, None, "")])
+
+
 def bert_base(small: bool = False, batch: int = 1) -> BenchModel:
     """BERT-base as PyTorch exports it: token, position and segment embeddings (Gather), a padding mask, 12 post-norm
     encoder layers (hidden 768, 12 heads, erf GELU MLP 3072); seq 128. The mask pads the last 8k tokens of row k."""
@@ -143,7 +152,7 @@ def bert_base(small: bool = False, batch: int = 1) -> BenchModel:
     x = m.b.add(m.b.add(x, m.weight((seq, hidden), "position_embeddings")), m.weight((hidden,), "token_type_embedding"))
     x = m.layer_norm(x, "emb_ln")
     # (1 - mask) * -10000, broadcast over heads and query rows
-    bias = m.b.reshape(m.b.scale(mask, scale=10000.0, bias=-10000.0), [batch, 1, 1, seq])
+    bias = m.b.reshape(m.b.scale(mask, scale=10000.0, bias=-10000.0), [0, 1, 1, -1])
     for i in range(layers):
         x = _encoder_layer(m, x, heads, ffn, bias, f"l{i}_")
     return m.finish(name, [x])
@@ -179,19 +188,20 @@ def _attention(m: _Builder, q: Value, k: Value, v: Value, heads: int, bias: Valu
     """Multi-head scaled dot-product attention over [..., seq, hidden] projections, as exporters write it: heads
     split by Reshape/Transpose, softmax(q k^T / sqrt(d) + bias) v, heads merged back."""
     b = m.b
-    *lead, seq, hidden = q.shape
+    hidden = q.shape[-1]
     head_dim = hidden // heads
-    n = len(lead)
+    n = len(q.shape) - 2
     perm = [*range(n), n + 1, n, n + 2]  # [..., seq, heads, d] <-> [..., heads, seq, d]
+    keep = [0] * (n + 1)  # reshape keeps the leading dims and seq: the layer takes any (symbolic) sizes of them
 
     def split(t: Value) -> Value:
-        return b.transpose(b.reshape(t, [*lead, seq, heads, head_dim]), perm)
+        return b.transpose(b.reshape(t, [*keep, heads, head_dim]), perm)
 
     scores = b.matmul(split(q), split(k), trans_y=True, alpha=1.0 / math.sqrt(head_dim))
     if bias is not None:
         scores = b.add(scores, bias)
     ctx = b.matmul(b.softmax(scores, axes=[-1]), split(v))
-    return b.reshape(b.transpose(ctx, perm), [*lead, seq, hidden])
+    return b.reshape(b.transpose(ctx, perm), [*keep, hidden])
 
 
 def _encoder_layer(m: _Builder, x: Value, heads: int, ffn: int, bias: Value | None, prefix: str) -> Value:
@@ -223,7 +233,7 @@ def get_model(name: str, small: bool = False, input_shapes: Mapping[str, Sequenc
     """A built-in model by name (`small`: its test size), or a model file with seeded random inputs (`input_shapes`
     fixes its symbolic input dims)."""
     if is_model_name(name):
-        program = load_model(name, input_shapes)
+        program = require_static(load_model(name, input_shapes), "pass input_shapes={name: shape} for each")
         return BenchModel(model_label(name), program, random_feeds(program.inputs, SEED), name if name.endswith(".onnx") else None)
     try:
         factory = MODELS[name]

@@ -96,7 +96,7 @@ def _register(name: str, attrs: type[Attrs], out_shape: Callable[[Shape, Any], S
 # -- reshape / flatten ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ReshapeAttrs(Attrs):
-    """Target shape; one dim may be -1 (inferred from the element count)."""
+    """Target shape; a 0 keeps the input's dim at that position, one dim may be -1 (inferred from the element count)."""
 
     shape: tuple[int, ...]
 
@@ -105,6 +105,9 @@ def _reshape_shape(shape: Shape, a: ReshapeAttrs) -> Shape:
     size, target, op = math.prod(shape), a.shape, "reshape"
     if sum(d == -1 for d in target) > 1 or any(d < -1 for d in target):
         raise ValueError(f"{op}: invalid target shape {tuple(target)} for input {tuple(shape)} (at most one -1)")
+    if any(d == 0 and k >= len(shape) for k, d in enumerate(target)):
+        raise ValueError(f"{op}: target shape {tuple(target)} keeps (0) a dim that input {tuple(shape)} lacks")
+    target = tuple(shape[k] if d == 0 else d for k, d in enumerate(target))
     known = math.prod(d for d in target if d != -1)
     if -1 in target:
         if known == 0 or size % known:
@@ -116,7 +119,7 @@ def _reshape_shape(shape: Shape, a: ReshapeAttrs) -> Shape:
 
 
 _register("reshape", ReshapeAttrs, _reshape_shape, _reshape_reference(_reshape_shape), _reshape_compute("reshape"),
-          "Reshape x (row-major); one dim may be -1.")
+          "Reshape x (row-major); a 0 keeps the input's dim, one dim may be -1.")
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 
 import onnx
@@ -29,6 +30,7 @@ from cinn.frontend.onnx.registry import (
     tensor_to_array,
 )
 from cinn.ir import Node, Program, Value, shape_of
+from cinn.symbolic import Dim, SymbolicInput, SymbolicProgram
 
 # 7-21 is the contract; the newer opsets only added element types to the ops converted here (the
 # conformance test runs their cases)
@@ -36,19 +38,27 @@ MIN_OPSET, MAX_OPSET = 7, 28
 
 
 def load_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None, *,
-              base_dir: str | os.PathLike | None = None) -> Program:
+              base_dir: str | os.PathLike | None = None) -> Program | SymbolicProgram:
     """Convert an ONNX model (a path or a ModelProto) to a Program; initializers become constants.
 
-    input_shapes gives the shape of graph inputs with symbolic dims (or overrides static ones). External tensor data
-    is read only beside the model file, or, for a ModelProto, from `base_dir` when given (never from the working
-    directory). The model must pass onnx.checker's full check.
+    Symbolic input dims (dim_params, unnamed dims) give a SymbolicProgram over them, unless input_shapes fixes them
+    (it may also override static dims). External tensor data is read only beside the model file, or, for a
+    ModelProto, from `base_dir` when given (never from the working directory). The model must pass onnx.checker's
+    full check.
     """
     proto = _read(model, base_dir)
-    graph = proto.graph
-    _check_supported(graph)
+    _check_supported(proto.graph)
     opset = _opset(proto)
+    inputs = _symbolic_inputs(proto.graph, dict(input_shapes or {}))
+    return SymbolicProgram(proto.graph.name or "onnx_model", inputs,
+                           lambda shapes: _import(proto, opset, shapes)).static_or_probed()
+
+
+def _import(proto: onnx.ModelProto, opset: int, shapes: Mapping[str, Sequence[int]]) -> Program:
+    """The Program of a checked model with static input shapes."""
+    graph = proto.graph
     b = FoldingBuilder(graph.name or "onnx_model")
-    env = _graph_inputs(b, graph, dict(input_shapes or {}))
+    env = _graph_inputs(b, graph, shapes)
     for node in graph.node:
         _convert(b, node, env, opset)
     missing = [o.name for o in graph.output if o.name not in env]
@@ -133,18 +143,29 @@ def _check_supported(graph: onnx.GraphProto) -> None:
         raise NotImplementedError(f"unsupported ONNX op{'s' if len(unsupported) > 1 else ''}: {detail}")
 
 
-def _graph_inputs(b: FoldingBuilder, graph: onnx.GraphProto, shapes: dict[str, Sequence[int]]) -> dict[str, Value]:
-    """Initializers become constants (also when listed as inputs, as old exports do); the rest are inputs."""
-    env = {t.name: b.create_constant(tensor_to_array(t), t.name, onnx_dtype(t.data_type, f"initializer {t.name!r}"))
-           for t in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in env]
+def _runtime_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    """The graph inputs fed at run time (old exports also list initializers as inputs)."""
+    initialized = {t.name for t in graph.initializer}
+    return [i for i in graph.input if i.name not in initialized]
+
+
+def _symbolic_inputs(graph: onnx.GraphProto, shapes: dict[str, Sequence[int]]) -> tuple[SymbolicInput, ...]:
+    """Each run-time input with its dims: given by input_shapes, else the model's (symbols where it names none)."""
+    inputs = _runtime_inputs(graph)
     unknown = sorted(set(shapes) - {i.name for i in inputs})
     if unknown:
         raise OnnxImportError(f"input_shapes names {unknown}, which are not graph inputs; inputs: {[i.name for i in inputs]}")
-    for i in inputs:
-        tensor = i.type.tensor_type
-        dtype = onnx_dtype(tensor.elem_type, f"graph input {i.name!r}")
-        env[i.name] = b.create_input(dtype, _input_shape(i.name, tensor, shapes.get(i.name)), i.name)
+    return tuple(SymbolicInput(i.name, onnx_dtype(i.type.tensor_type.elem_type, f"graph input {i.name!r}"),
+                               _input_dims(i.name, i.type.tensor_type, shapes.get(i.name))) for i in inputs)
+
+
+def _graph_inputs(b: FoldingBuilder, graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, Value]:
+    """Initializers become constants; the run-time inputs take the given static shapes."""
+    env = {t.name: b.create_constant(tensor_to_array(t), t.name, onnx_dtype(t.data_type, f"initializer {t.name!r}"))
+           for t in graph.initializer}
+    for i in _runtime_inputs(graph):
+        dtype = onnx_dtype(i.type.tensor_type.elem_type, f"graph input {i.name!r}")
+        env[i.name] = b.create_input(dtype, shapes[i.name], i.name)
         _check_not_empty(b, env[i.name], f"graph input {i.name!r}")
     return env
 
@@ -155,8 +176,9 @@ def _check_not_empty(b: FoldingBuilder, v: Value, what: str) -> None:
         raise OnnxImportError(f"{what} has shape {v.shape}: zero-size tensors are not supported")
 
 
-def _input_shape(name: str, tensor: onnx.TypeProto.Tensor, given: Sequence[int] | None) -> tuple[int, ...]:
-    """A graph input's static shape: from input_shapes when given, else the model's dims (all must be known)."""
+def _input_dims(name: str, tensor: onnx.TypeProto.Tensor, given: Sequence[int] | None) -> tuple[Dim, ...]:
+    """A graph input's dims: from input_shapes when given, else the model's; a dim_param (or a dim the model leaves
+    unnamed) is a symbol."""
     dims = tensor.shape.dim if tensor.HasField("shape") else None
     if given is not None:
         given = shape_of(given, f"input_shapes[{name!r}]")
@@ -165,13 +187,14 @@ def _input_shape(name: str, tensor: onnx.TypeProto.Tensor, given: Sequence[int] 
         return given
     if dims is None:
         raise OnnxImportError(f"graph input {name!r} has no shape in the model; pass input_shapes={{{name!r}: (...)}}")
-    shape = []
-    for k, d in enumerate(dims):
-        if not d.HasField("dim_value"):
-            symbol = f" ({d.dim_param!r})" if d.dim_param else ""
-            raise OnnxImportError(f"graph input {name!r} dim {k}{symbol} is symbolic; pass input_shapes={{{name!r}: (...)}}")
-        shape.append(d.dim_value)
-    return tuple(shape)
+    return tuple(d.dim_value if d.HasField("dim_value") else _symbol(d.dim_param or f"{name}_{k}")
+                 for k, d in enumerate(dims))
+
+
+def _symbol(text: str) -> str:
+    """A dim_param as a symbol name: an identifier ("batch_size"; "seq+1" -> "seq_1")."""
+    name = re.sub(r"\W", "_", text)
+    return name if name.isidentifier() else f"d_{name}"
 
 
 def _convert(b: FoldingBuilder, node: onnx.NodeProto, env: dict[str, Value], opset: int) -> None:

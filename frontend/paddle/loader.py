@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from cinn.frontend.folding import FoldingBuilder
 from cinn.frontend.paddle import ops_math, ops_nn, ops_shape  # noqa: F401  (register converters)
@@ -13,24 +16,34 @@ from cinn.frontend.paddle.pdmodel import read_pdmodel
 from cinn.frontend.paddle.pir import read_pir
 from cinn.frontend.paddle.registry import CONVERTERS, Bound, OpContext, Unavailable
 from cinn.ir import Program, Value, shape_of
+from cinn.symbolic import Dim, SymbolicInput, SymbolicProgram
 
 MODEL_SUFFIXES = (".json", ".pdmodel")
 
 
-def load_paddle(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program:
+def load_paddle(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | None = None
+                ) -> Program | SymbolicProgram:
     """Convert a Paddle inference model to a Program; its parameters (`.pdiparams` beside it) become constants.
 
-    `path` is a `.json` (PIR) or `.pdmodel` (legacy) file, or a directory holding one with its
-    `.pdiparams`; input_shapes gives the shape of inputs with dynamic (-1) dims, or overrides them.
+    `path` is a `.json` (PIR) or `.pdmodel` (legacy) file, or a directory holding one with its `.pdiparams`. Dynamic
+    (-1) dims give a SymbolicProgram (input `x` dim 0 is symbol `x_0`), unless input_shapes fixes them (it may also
+    override static dims).
     """
     model_path = resolve_model_path(os.fspath(path))
     model = read_pir(model_path) if model_path.endswith(".json") else read_pdmodel(model_path)
     _check_supported(model)
-    b = FoldingBuilder(os.path.splitext(os.path.basename(model_path))[0])
-    env = _bind_inputs(b, model, dict(input_shapes or {}))
-    if model.params:
-        arrays = read_params(params_path(model_path), model.params)
-        env |= {p.key: b.create_constant(arrays[p.key], p.name, p.dtype) for p in model.params}
+    arrays = read_params(params_path(model_path), model.params) if model.params else {}
+    name = os.path.splitext(os.path.basename(model_path))[0]
+    inputs = _symbolic_inputs(model, dict(input_shapes or {}))
+    return SymbolicProgram(name, inputs, lambda shapes: _import(name, model, arrays, shapes)).static_or_probed()
+
+
+def _import(name: str, model: PaddleModel, arrays: Mapping[str, np.ndarray], shapes: Mapping[str, Sequence[int]]
+            ) -> Program:
+    """The Program of a decoded model with static input shapes."""
+    b = FoldingBuilder(name)
+    env: dict[str, Bound] = {t.key: b.create_input(t.dtype, shapes[t.name], t.name) for t in model.inputs}
+    env |= {p.key: b.create_constant(arrays[p.key], p.name, p.dtype) for p in model.params}
     for op in model.ops:
         _convert(b, model, op, env)
     outputs = [_fetched(model, env, key) for key in model.outputs]
@@ -65,25 +78,24 @@ def _check_supported(model: PaddleModel) -> None:
         raise NotImplementedError(f"{model.path}: unsupported Paddle op{'s' if len(unsupported) > 1 else ''}: {detail}")
 
 
-def _bind_inputs(b: FoldingBuilder, model: PaddleModel, shapes: dict[str, Sequence[int]]) -> dict[str, Bound]:
+def _symbolic_inputs(model: PaddleModel, shapes: dict[str, Sequence[int]]) -> tuple[SymbolicInput, ...]:
+    """Each input with its dims: given by input_shapes, else the model's (symbols for its -1 dims)."""
     unknown = sorted(set(shapes) - {t.name for t in model.inputs})
     if unknown:
         raise PaddleImportError(f"input_shapes names {unknown}, which are not model inputs; "
                                 f"inputs: {[t.name for t in model.inputs]}")
-    return {t.key: b.create_input(t.dtype, _input_shape(t, shapes.get(t.name)), t.name) for t in model.inputs}
+    return tuple(SymbolicInput(t.name, t.dtype, _input_dims(t, shapes.get(t.name))) for t in model.inputs)
 
 
-def _input_shape(t: Tensor, given: Sequence[int] | None) -> tuple[int, ...]:
-    """An input's static shape: from input_shapes when given, else the model's dims (all must be known)."""
+def _input_dims(t: Tensor, given: Sequence[int] | None) -> tuple[Dim, ...]:
+    """An input's dims: from input_shapes when given, else the model's, with a symbol for each dynamic dim."""
     if given is not None:
         given = shape_of(given, f"input_shapes[{t.name!r}]")
         if len(given) != len(t.shape) or any(d not in (g, -1) for d, g in zip(t.shape, given, strict=True)):
             raise PaddleImportError(f"input_shapes[{t.name!r}] = {given} does not fit the model's shape {list(t.shape)}")
         return given
-    if -1 in t.shape or any(d < 0 for d in t.shape):
-        raise PaddleImportError(f"input {t.name!r} has dynamic shape {list(t.shape)}; "
-                                f"pass input_shapes={{{t.name!r}: (...)}}")
-    return t.shape
+    stem = re.sub(r"\W", "_", t.name)
+    return tuple(f"{stem if stem.isidentifier() else 'x_' + stem}_{k}" if d < 0 else d for k, d in enumerate(t.shape))
 
 
 def _convert(b: FoldingBuilder, model: PaddleModel, op: PaddleOp, env: dict[str, Bound]) -> None:

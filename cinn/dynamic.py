@@ -1,0 +1,64 @@
+"""DynamicExecutable: a symbolic program compiled for bindings of its symbols; each run takes the one its feeds fit."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from cinn.ir import Program
+from cinn.machine import Peaks
+from cinn.runtime import Executable, Profile
+from cinn.symbolic import Binding, ShapeBindingError, SymbolicProgram
+
+
+class DynamicExecutable:
+    """Static executables of one symbolic program, one per binding of its symbols (``batch=4, seq=128``).
+
+    The bindings given at compile time are built then; a run whose shapes give another binding builds it first when
+    `on_demand` (counted in `built_on_demand`), else raises naming the bindings there are. Safe to run from several
+    threads: a binding is built once.
+    """
+
+    def __init__(self, program: SymbolicProgram, build: Callable[[Program], Executable], bindings: Iterable[Binding],
+                 on_demand: bool = True):
+        self.program = program
+        self._build = build
+        self._on_demand = on_demand
+        self._lock = threading.Lock()
+        self._executables: dict[Binding, Executable] = {}
+        for b in bindings:
+            self._executables[b] = build(program.specialize(b))
+        self.built_on_demand = 0
+
+    @property
+    def bindings(self) -> tuple[Binding, ...]:
+        """The bindings built so far, in build order."""
+        return tuple(self._executables)
+
+    def executable(self, binding: Binding) -> Executable:
+        """The static executable of a binding (built now if it is new and building on demand is on)."""
+        exe = self._executables.get(binding)
+        if exe is not None:
+            return exe
+        with self._lock:
+            if binding not in self._executables:
+                if not self._on_demand:
+                    built = "; ".join(map(str, self._executables)) or "none"
+                    raise ShapeBindingError(f"{self.program.name}: no executable for {binding} (built: {built}); "
+                                            "compile with shape hints that include it, or on demand")
+                self._executables[binding] = self._build(self.program.specialize(binding))
+                self.built_on_demand += 1
+            return self._executables[binding]
+
+    def bind(self, feeds: Mapping[str, np.ndarray]) -> Binding:
+        """The binding of the symbols that the feeds' shapes give (a clear error for shapes that do not fit)."""
+        return self.program.bind({i.name: np.shape(feeds[i.name]) for i in self.program.inputs if i.name in feeds})
+
+    def run(self, feeds: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """Execute with named input arrays of any shapes the program takes (see Executable.run)."""
+        return self.executable(self.bind(feeds)).run(feeds, out)
+
+    def profile(self, feeds: Mapping[str, np.ndarray], repeat: int = 20, peaks: Peaks | None = None) -> Profile:
+        """Profile the executable of the feeds' binding (see Executable.profile)."""
+        return self.executable(self.bind(feeds)).profile(feeds, repeat, peaks)

@@ -1,0 +1,191 @@
+"""Symbolic input dims: NetBuilder, ONNX and Paddle programs over named sizes, compiled once for many shapes."""
+from __future__ import annotations
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import cinn
+from cinn.frontend.zoo import symbolic_encoder
+from cinn.symbolic import ShapeBindingError, SymbolicProgram
+from tests.test_passes import evaluate
+
+RNG = np.random.default_rng(7)
+
+
+def rand(*shape):
+    return RNG.uniform(-1, 1, shape).astype(np.float32)
+
+
+def _mlp() -> SymbolicProgram:
+    b = cinn.NetBuilder("mlp")
+    x = b.create_input("float32", ("batch", 24), "x")
+    h = b.relu(b.add(b.matmul(x, b.create_constant(rand(24, 40), "w1")), b.create_constant(rand(40), "b1")))
+    return b.build_symbolic([b.matmul(h, b.create_constant(rand(40, 10), "w2"))])
+
+
+def _reference(program: SymbolicProgram, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The outputs in numpy (the op table's references) of the static program the feeds' shapes give."""
+    return evaluate(program.specialize(program.bind({k: a.shape for k, a in feeds.items()})), feeds)
+
+
+def test_symbolic_mlp_at_many_batches(tmp_cache):
+    program = _mlp()
+    assert program.symbols == ("batch",) and str(program) == "symbolic program mlp(%x:float32[batch, 24])"
+    exe = cinn.compile(program, cache_dir=tmp_cache, shape_hints={"batch": [1, 16]})
+    assert [str(b) for b in exe.bindings] == ["batch=1", "batch=16"]
+    for n in (1, 16, 3, 17, 33):  # 17 is the probe size the builder showed
+        x = rand(n, 24)
+        (got,) = exe.run({"x": x})
+        assert got.shape == (n, 10)
+        np.testing.assert_allclose(got, _reference(program, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    assert exe.built_on_demand == 3 and len(exe.bindings) == 5
+    static = cinn.compile(program.specialize(program.binding({"batch": 3})), cache_dir=tmp_cache)
+    assert exe.executable(program.binding({"batch": 3})).num_kernels == static.num_kernels
+
+
+def test_symbolic_cnn_batch(tmp_cache):
+    b = cinn.NetBuilder("cnn")
+    x = b.create_input("float32", ("n", 3, 12, 12), "x")
+    y = b.conv2d(x, b.create_constant(rand(8, 3, 3, 3), "w"), paddings=[1, 1])
+    y = b.batchnorm(y, *(b.create_constant(RNG.uniform(0.5, 1.5, 8).astype(np.float32), k) for k in "sbmv"))
+    y = b.pool2d(b.relu(y), "max", [2, 2], strides=[2, 2])
+    program = b.build_symbolic([b.reshape(y, [0, -1])])
+    exe = cinn.compile(program, cache_dir=tmp_cache)
+    for n in (1, 2, 5):
+        x_ = rand(n, 3, 12, 12)
+        (got,) = exe.run({"x": x_})
+        assert got.shape == (n, 8 * 6 * 6)
+        np.testing.assert_allclose(got, _reference(program, {"x": x_})[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("batch", "seq"), [(1, 1), (2, 7), (1, 13), (3, 20)])
+def test_symbolic_encoder_fused_equals_unfused_and_numpy(batch, seq, tmp_cache):
+    program = symbolic_encoder(small=True)
+    assert program.symbols == ("batch", "seq")
+    x = rand(batch, seq, 16)
+    (fused,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": x})
+    (unfused,) = cinn.compile(program, fuse=False, cache_dir=tmp_cache).run({"x": x})
+    np.testing.assert_allclose(fused, unfused, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(fused, _reference(program, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_relation_errors_name_the_input_symbol_and_both_values():
+    b = cinn.NetBuilder("pair")
+    x = b.create_input("float32", ("batch", "seq"), "x")
+    m = b.create_input("float32", ("batch", "seq"), "mask")
+    program = b.build_symbolic([b.multiply(x, m)])
+    with pytest.raises(ShapeBindingError, match=r"input 'mask' dim 1 is seq = 9, but input 'x' dim 1 gave seq = 8"):
+        program.bind({"x": (2, 8), "mask": (2, 9)})
+    with pytest.raises(ShapeBindingError, match=r"input 'x': shape \(2,\) has rank 1.*rank 2"):
+        program.bind({"x": (2,), "mask": (2, 9)})
+    with pytest.raises(ShapeBindingError, match="missing input 'mask'"):
+        program.bind({"x": (2, 8)})
+    with pytest.raises(ShapeBindingError, match="symbol seq = 0 must be a positive int"):
+        program.binding({"batch": 1, "seq": 0})
+    with pytest.raises(ShapeBindingError, match=r"input 'x' dim 1 is 23, the program's input .*fixes it to 24"):
+        _mlp().bind({"x": (2, 23)})
+
+
+def test_run_errors_and_on_demand_off(tmp_cache):
+    exe = cinn.compile(_mlp(), cache_dir=tmp_cache, shape_hints={"batch": [2]}, on_demand=False)
+    assert exe.run({"x": np.zeros((2, 24), np.float32)})[0].shape == (2, 10)
+    with pytest.raises(ShapeBindingError, match=r"no executable for batch=3 \(built: batch=2\)"):
+        exe.run({"x": np.zeros((3, 24), np.float32)})
+    with pytest.raises(ShapeBindingError, match=r"shape hints name no sizes for symbols \['batch'\]"):
+        cinn.compile(_mlp(), cache_dir=tmp_cache, shape_hints={})
+    with pytest.raises(TypeError, match="shape_hints are for symbolic programs"):
+        cinn.compile(_mlp().specialize(_mlp().binding({"batch": 1})), shape_hints={"batch": [1]})
+
+
+def test_concurrent_runs_build_each_binding_once(tmp_cache):
+    exe = cinn.compile(_mlp(), cache_dir=tmp_cache)
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            x = np.ones((n, 24), np.float32)
+            assert exe.run({"x": x})[0].shape == (n, 10)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in (4, 5, 4, 5, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and exe.built_on_demand == 2
+
+
+def test_builder_symbolic_rules():
+    b = cinn.NetBuilder("s")
+    x = b.create_input("float32", ("batch", 4), "x")
+    assert x.shape == (17, 4)  # the probe size while the program is written
+    y = b.relu(x)
+    with pytest.raises(TypeError, match=r"inputs \['x'\] of 's' have symbolic dims; build_symbolic"):
+        b.build([y])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        program = b.build_symbolic([y])
+    with pytest.warns(UserWarning, match=r"attribute ends holds 17, the probe size of symbol batch"):
+        b.build_symbolic([b.slice(y, axes=[0], starts=[0], ends=[x.shape[0]])])
+    with pytest.raises(TypeError, match="neither a size nor a symbol name"):
+        b.create_input("float32", ("2b", 4), "z")
+    b2 = cinn.NetBuilder("t")
+    z = b2.create_input("float32", ("batch", 17), "z")
+    square = b2.build_symbolic([b2.matmul(z, z)])  # [batch, 17] @ [batch, 17] fits at the probe size only
+    with pytest.raises(ValueError, match=r"t at batch=2: node matmul_0 \(matmul\)"):
+        square.specialize(square.binding({"batch": 2}))
+    assert program.specialize(program.binding({"batch": 2})).outputs[0].shape == (2, 4)
+
+
+# -- importers --------------------------------------------------------------------------------------
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+from tests.test_onnx_import import assert_matches_ort, make_model  # noqa: E402
+
+
+def _reshape_by_shape_model() -> onnx.ModelProto:
+    """y = Reshape(x, Concat(Shape(x)[0], [-1])) @ w: a shape computed from the input at run time."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "zero_axis"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "w"], ["y"]),
+    ]
+    inits = [("zero", np.array(0, np.int64)), ("zero_axis", np.array([0], np.int64)),
+             ("minus_one", np.array([-1], np.int64)), ("w", rand(12, 5))]
+    return make_model(nodes, [("x", TensorProto.FLOAT, ("batch", 3, 4))], [("y", TensorProto.FLOAT, None)], inits)
+
+
+def test_onnx_dim_params_import_symbolic(tmp_cache):
+    model = _reshape_by_shape_model()
+    program = cinn.load_onnx(model)
+    assert isinstance(program, SymbolicProgram) and program.symbols == ("batch",)
+    for n in (1, 2, 9):
+        assert_matches_ort(model, {"x": rand(n, 3, 4)}, tmp_cache)
+    fixed = cinn.load_onnx(model, input_shapes={"x": (2, 3, 4)})
+    assert isinstance(fixed, cinn.Program) and fixed.inputs[0].shape == (2, 3, 4)
+
+
+def test_onnx_unnamed_dims_get_symbols():
+    model = make_model([helper.make_node("Relu", ["input.1"], ["y"])], [("input.1", TensorProto.FLOAT, (None, 3))],
+                       [("y", TensorProto.FLOAT, None)])
+    assert cinn.load_onnx(model).symbols == ("input_1_0",)
+
+
+def test_paddle_dynamic_dims_are_symbols(tmp_cache):
+    from tests.test_paddle_import import FIXTURES
+
+    program = cinn.load_paddle(FIXTURES / "encoder" / "pir")
+    assert isinstance(program, SymbolicProgram) and str(program.inputs[0]) == "%x:float32[x_0, 8, 16]"
+    exe = cinn.compile(program, cache_dir=tmp_cache)
+    for n in (1, 3):
+        x = rand(n, 8, 16)
+        static = cinn.load_paddle(FIXTURES / "encoder" / "pir", input_shapes={"x": (n, 8, 16)})
+        np.testing.assert_allclose(exe.run({"x": x})[0], evaluate(static, {"x": x})[0], rtol=1e-4, atol=1e-4)
