@@ -322,6 +322,15 @@ def test_average_pooling_of_integers_is_refused():
         b.pool2d(x, "avg", [2, 2])
 
 
+def test_a_bitcast_between_widths_is_refused():
+    b = cinn.NetBuilder("p")
+    x = b.create_input("float32", (2,), "x")
+    with pytest.raises(TypeError, match=r"bitcast: float32\(2,\) and int64 differ in width"):
+        b.bitcast(x, dtype="int64")
+    with pytest.raises(TypeError, match=r"bitcast: uint8\(2,\) to bool: compare with 0 or cast instead"):
+        b.bitcast(b.create_input("uint8", (2,), "y"), dtype="bool")
+
+
 def test_an_initializer_shorter_than_its_dims_is_named():
     w = numpy_helper.from_array(np.ones(6, np.float32), "w")
     w.dims[:] = [4, 3]

@@ -244,6 +244,29 @@ def _mod_te(x, y):
     return tirx.Select(tirx.And(tirx.isinf(y), tirx.Not(tirx.isinf(x))), by_inf, x - tirx.floor(x / y) * y)
 
 
+def _shift(left: bool):
+    """x shifted by y bits, as numpy and ONNX: y is read as unsigned, so a negative or too-large shift leaves 0 (or,
+    shifting a negative x right, -1); LLVM's shl/ashr/lshr by the width or more are poison. A signed x is shifted
+    left as unsigned: its overflow wraps."""
+
+    def body(x, y):
+        dtype = _dtype(x)
+        bits = int(dtype.removeprefix("u").removeprefix("int"))
+        unsigned = "u" + dtype.removeprefix("u")
+        if _is_unsigned(y):  # y < bits as no bit above the shift's: TVM's simplifier fails on a 32- or 64-bit uint < c
+            inside = tirx.shift_right(y, _c(bits.bit_length() - 1, y)) == _c(0, y)
+        else:
+            inside = tirx.And(y >= _c(0, y), y < _c(bits, y))
+        safe = tirx.Select(inside, y, _c(0, y))
+        if left:
+            shifted = tirx.reinterpret(dtype, tirx.shift_left(tirx.reinterpret(unsigned, x), tirx.reinterpret(unsigned, safe)))
+            return tirx.Select(inside, shifted, _c(0, x))
+        beyond = _c(0, x) if _is_unsigned(x) else tirx.Select(x < _c(0, x), _c(-1, x), _c(0, x))
+        return tirx.Select(inside, tirx.shift_right(x, safe), beyond)  # ashr for signed x, lshr for unsigned
+
+    return body
+
+
 def _compare(name: str):
     """A comparison tvm.tirx.<name>; bools are compared as int8 since LLVM codegen emits fcmp for i1. Floats decide a
     NaN operand first (only != holds then): TVM's simplifier folds x == x to true as if NaN did not exist (the fuzz
@@ -390,6 +413,8 @@ _BINARY = {
     "bitwise_and": (tirx.bitwise_and, np.bitwise_and, D.INT, None),
     "bitwise_or": (tirx.bitwise_or, np.bitwise_or, D.INT, None),
     "bitwise_xor": (tirx.bitwise_xor, np.bitwise_xor, D.INT, None),
+    "left_shift": (_shift(left=True), np.left_shift, D.INT, None),
+    "right_shift": (_shift(left=False), np.right_shift, D.INT, None),
 }
 for _name, (_te, _ref, _dtypes, _out) in _BINARY.items():
     register_elementwise(_name, _te, _ref, arity=2, dtypes=_dtypes, out_dtype=_out)
@@ -428,6 +453,34 @@ register(
         reference=lambda xs, a: [xs[0].astype(a.dtype)],
         attrs=CastAttrs,
         doc="Convert to another dtype (floats to ints truncate; anything to bool means non-zero).",
+    )
+)
+
+
+def _bitcast_infer(types: Sequence[TensorType], a: CastAttrs) -> tuple[TensorType]:
+    (x,) = types
+    (out,) = _cast_infer(types, a)
+    if np.dtype(x.dtype).itemsize != np.dtype(out.dtype).itemsize:
+        raise TypeError(f"bitcast: {x.dtype}{x.shape} and {out.dtype} differ in width; bitcast keeps the bits")
+    if out.dtype == "bool" and x.dtype != "bool":  # a byte other than 0 or 1 is no bool
+        raise TypeError(f"bitcast: {x.dtype}{x.shape} to bool: compare with 0 or cast instead")
+    return (out,)
+
+
+def _bitcast_te(x, a: CastAttrs):
+    # a TIR bool is 1 bit wide (its byte holds 0 or 1): its bits as an 8-bit integer are its value
+    return x.astype(a.dtype) if _dtype(x) == "bool" else tirx.reinterpret(a.dtype, x)
+
+
+register(
+    OpDef(
+        name="bitcast",
+        kind=PatternKind.ELEMENTWISE,
+        infer=_bitcast_infer,
+        compute=_elementwise_compute("bitcast", _bitcast_te),
+        reference=lambda xs, a: [np.ascontiguousarray(xs[0]).view(a.dtype)],
+        attrs=CastAttrs,
+        doc="The bits of each element read as another dtype of the same width (float32 -> int32: the IEEE bits).",
     )
 )
 

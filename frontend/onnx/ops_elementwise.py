@@ -1,4 +1,4 @@
-"""Converters of ONNX elementwise ops: activations, arithmetic, comparisons, logic, Cast, Where."""
+"""Converters of ONNX elementwise ops: activations, arithmetic, comparisons, logic, shifts, Cast, BitCast, Where."""
 from __future__ import annotations
 
 from functools import reduce
@@ -196,6 +196,19 @@ def where(ctx: NodeContext):
 @converter("Cast")
 def cast(ctx: NodeContext):
     return [ctx.b.cast(ctx.input(0), dtype=onnx_dtype(ctx.attr("to", None), "Cast 'to'"))]
+
+
+@converter("BitCast")
+def bit_cast(ctx: NodeContext):
+    return [ctx.b.bitcast(ctx.input(0), dtype=onnx_dtype(ctx.attr("to", None), "BitCast 'to'"))]
+
+
+@converter("BitShift")
+def bit_shift(ctx: NodeContext):
+    direction = ctx.attr("direction", "")
+    if direction not in ("LEFT", "RIGHT"):
+        raise OnnxImportError(f"BitShift: direction must be LEFT or RIGHT, got {direction!r}")
+    return [_apply(ctx, "left_shift" if direction == "LEFT" else "right_shift", ctx.input(0), ctx.input(1))]
 
 
 @converter("CastLike")

@@ -211,3 +211,24 @@ for _d in _NARROW:
         Case("cast", ((M, _d),), {"dtype": "int8"}, id=f"cast-{_d}-int8-wraps"),
     ]
 CASES += [Case("cast", attrs={"dtype": _d}, make=_unsigned_range, id=f"cast-float-{_d}") for _d in _NARROW[1:]]
+
+
+def _shifts(dtype):
+    """Values of every magnitude, and shifts from -2 to the width + 2 (negative and too-wide ones shift all out)."""
+    bits = np.dtype(dtype).itemsize * 8
+
+    def make(rng):
+        x = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, size=M, dtype=dtype, endpoint=True)
+        return [x, rng.integers(-2, bits + 3, size=(5,)).astype(dtype)]
+
+    return make
+
+
+CASES += [Case(op, make=_shifts(d), id=f"{op}:{d}") for op in ("left_shift", "right_shift")
+          for d in ("int8", "uint8", "int16", "uint32", "int64", "uint64")]
+CASES += [
+    Case("bitcast", make=_inputs(_specials(M)), attrs={"dtype": I}, id="bitcast-float32-int32"),
+    Case("bitcast", ((M, "uint16"),), {"dtype": "float16"}, id="bitcast-uint16-float16"),
+    Case("bitcast", ((M, "int64"),), {"dtype": "uint64"}, id="bitcast-int64-uint64"),
+    Case("bitcast", ((M, B),), {"dtype": "int8"}, id="bitcast-bool-int8"),
+]
