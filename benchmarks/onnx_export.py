@@ -9,6 +9,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from cinn.ir import Node, Program, Value
+from cinn.symbolic import SymbolicProgram
 
 OPSET = 20  # Gelu is a standard op from opset 20 (onnxruntime >= 1.17 runs it)
 IR_VERSION = 10  # onnxruntime rejects models with a newer IR version than it knows
@@ -168,9 +169,9 @@ def _softmax_like(op_type: str) -> Converter:
 
 
 def _reshape(e: _Emitter, n: Node) -> None:
-    # The inferred output shape, so CINN's -1/0 conventions never reach ONNX.
-    out = n.outputs[0]
-    e.emit("Reshape", [n.inputs[0].name, e.const(np.array(out.shape, np.int64), "shape")], out.name)
+    # the target as written: ONNX's Reshape reads 0 (keep the dim) and -1 (infer it) as cinn does, so a symbolic
+    # program's reshapes stay valid at every size
+    e.emit("Reshape", [n.inputs[0].name, e.const(np.array(n.attrs.shape, np.int64), "shape")], n.outputs[0].name)
 
 
 def _transpose(e: _Emitter, n: Node) -> None:
@@ -206,8 +207,8 @@ CONVERTERS: dict[str, Converter] = {
 }
 
 
-def _value_info(v: Value) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(v.name, helper.np_dtype_to_tensor_dtype(np.dtype(v.dtype)), list(v.shape))
+def _value_info(v: Value, dims: Sequence[int | str | None]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(v.name, helper.np_dtype_to_tensor_dtype(np.dtype(v.dtype)), dims)
 
 
 def _check_exportable(program: Program) -> None:
@@ -225,18 +226,22 @@ def _check_exportable(program: Program) -> None:
         raise NotImplementedError(f"onnx export: outputs {passthrough} are inputs or constants, not computed values")
 
 
-def to_onnx(program: Program) -> onnx.ModelProto:
-    """The ONNX model computing `program`: inputs stay inputs, constants become initializers."""
+def to_onnx(model: Program | SymbolicProgram) -> onnx.ModelProto:
+    """The ONNX model computing a program: inputs stay inputs, constants become initializers; a symbolic program's
+    symbols become dim_params (its outputs' shapes are left to ONNX's inference)."""
+    program = model if isinstance(model, Program) else model.specialize(model.probe())
     _check_exportable(program)
     taken = {v.name for v in program.inputs} | set(program.constants) | {v.name for n in program.nodes for v in n.outputs}
     e = _Emitter(taken)
+    input_dims = [v.shape for v in program.inputs] if isinstance(model, Program) else [i.dims for i in model.inputs]
+    probes = set() if isinstance(model, Program) else {n for _, n in model.probe().sizes}  # output dims left open
     for node in program.nodes:
         CONVERTERS[node.op](e, node)
     graph = helper.make_graph(
         e.nodes,
         program.name,
-        [_value_info(v) for v in program.inputs],
-        [_value_info(v) for v in program.outputs],
+        [_value_info(v, d) for v, d in zip(program.inputs, input_dims, strict=True)],
+        [_value_info(v, [None if d in probes else d for d in v.shape]) for v in program.outputs],
         [numpy_helper.from_array(np.asarray(a), name) for name, a in program.constants.items()] + e.initializers,
     )
     model = helper.make_model(graph, producer_name="cinn", opset_imports=[helper.make_opsetid("", OPSET)])
@@ -245,7 +250,7 @@ def to_onnx(program: Program) -> onnx.ModelProto:
     return model
 
 
-def save_onnx(program: Program, path: str) -> None:
+def save_onnx(program: Program | SymbolicProgram, path: str) -> None:
     """Export and write an ONNX file."""
     onnx.save(to_onnx(program), path)
 

@@ -27,6 +27,8 @@ class DynamicExecutable:
         self._on_demand = on_demand
         self._lock = threading.Lock()
         self._executables: dict[Binding, Executable] = {}
+        self._by_shapes: dict[tuple, Executable] = {}  # the feeds' shapes seen -> their executable: runs skip binding
+        self._names = [i.name for i in program.inputs]
         for b in bindings:
             self._executables[b] = build(program.specialize(b))
         self.built_on_demand = 0
@@ -57,8 +59,20 @@ class DynamicExecutable:
 
     def run(self, feeds: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         """Execute with named input arrays of any shapes the program takes (see Executable.run)."""
-        return self.executable(self.bind(feeds)).run(feeds, out)
+        return self._executable_of(feeds).run(feeds, out)
 
     def profile(self, feeds: Mapping[str, np.ndarray], repeat: int = 20, peaks: Peaks | None = None) -> Profile:
         """Profile the executable of the feeds' binding (see Executable.profile)."""
-        return self.executable(self.bind(feeds)).profile(feeds, repeat, peaks)
+        return self._executable_of(feeds).profile(feeds, repeat, peaks)
+
+    def _executable_of(self, feeds: Mapping[str, np.ndarray]) -> Executable:
+        try:
+            key = tuple(np.shape(feeds[n]) for n in self._names)
+        except KeyError:
+            key = None  # bind() names the missing input
+        exe = self._by_shapes.get(key) if key is not None else None
+        if exe is None:
+            exe = self.executable(self.bind(feeds))
+            if key is not None:
+                self._by_shapes[key] = exe
+        return exe

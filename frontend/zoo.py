@@ -140,22 +140,53 @@ def symbolic_encoder(small: bool = False) -> SymbolicProgram:
     return m.b.build_symbolic([_encoder_layer(m, x, heads, ffn, None, "")])
 
 
+_BERT = (12, 768, 12, 3072, 30522, 512)  # layers, hidden, heads, ffn, vocab, positions
+_BERT_SMALL = (2, 16, 2, 32, 50, 64)
+
+
 def bert_base(small: bool = False, batch: int = 1) -> BenchModel:
     """BERT-base as PyTorch exports it: token, position and segment embeddings (Gather), a padding mask, 12 post-norm
     encoder layers (hidden 768, 12 heads, erf GELU MLP 3072); seq 128. The mask pads the last 8k tokens of row k."""
-    layers, seq, hidden, heads, ffn, vocab = (2, 8, 16, 2, 32, 50) if small else (12, 128, 768, 12, 3072, 30522)
+    seq = 8 if small else 128
+    layers, hidden, heads, ffn, vocab, _ = _BERT_SMALL if small else _BERT
     name = "bert_base" if batch == 1 else f"bert_base_b{batch}"
     m = _Builder(name)
     ids = m.tokens((batch, seq), vocab, "input_ids")
     mask = m.padding_mask(batch, seq, step=max(1, seq // 16))
-    x = m.b.gather(m.weight((vocab, hidden), "word_embeddings"), ids, axis=0)
-    x = m.b.add(m.b.add(x, m.weight((seq, hidden), "position_embeddings")), m.weight((hidden,), "token_type_embedding"))
-    x = m.layer_norm(x, "emb_ln")
+    x = m.b.add(m.b.gather(m.weight((vocab, hidden), "word_embeddings"), ids, axis=0),
+                m.weight((seq, hidden), "position_embeddings"))
+    return m.finish(name, [_bert_encoder(m, x, mask, layers, heads, ffn)])
+
+
+def symbolic_bert_base(small: bool = False) -> SymbolicProgram:
+    """BERT-base (see bert_base) over input_ids, attention_mask and position_ids, each [batch, seq] with symbolic batch
+    and seq (up to 512 positions): one program for every request size."""
+    layers, hidden, heads, ffn, vocab, positions = _BERT_SMALL if small else _BERT
+    m = _Builder("bert_base")
+    ids, mask, pos = (m.b.create_input(dtype, ("batch", "seq"), name) for dtype, name in (
+        ("int64", "input_ids"), ("float32", "attention_mask"), ("int64", "position_ids")))
+    x = m.b.add(m.b.gather(m.weight((vocab, hidden), "word_embeddings"), ids, axis=0),
+                m.b.gather(m.weight((positions, hidden), "position_embeddings"), pos, axis=0))
+    return m.b.build_symbolic([_bert_encoder(m, x, mask, layers, heads, ffn)])
+
+
+def bert_feeds(batch: int, seq: int, small: bool = False) -> dict[str, np.ndarray]:
+    """Seeded inputs of symbolic_bert_base at one size: random tokens, the padding mask of bert_base, positions."""
+    m = _Builder("feeds")
+    m.tokens((batch, seq), (_BERT_SMALL if small else _BERT)[4], "input_ids")
+    m.padding_mask(batch, seq, step=max(1, seq // 16))
+    return m.feeds | {"position_ids": np.broadcast_to(np.arange(seq, dtype=np.int64), (batch, seq)).copy()}
+
+
+def _bert_encoder(m: _Builder, x: Value, mask: Value, layers: int, heads: int, ffn: int) -> Value:
+    """BERT after its token and position embeddings: the segment embedding, a layer norm and the encoder layers,
+    with the padding mask as an additive bias."""
+    x = m.layer_norm(m.b.add(x, m.weight((x.shape[-1],), "token_type_embedding")), "emb_ln")
     # (1 - mask) * -10000, broadcast over heads and query rows
     bias = m.b.reshape(m.b.scale(mask, scale=10000.0, bias=-10000.0), [0, 1, 1, -1])
     for i in range(layers):
         x = _encoder_layer(m, x, heads, ffn, bias, f"l{i}_")
-    return m.finish(name, [x])
+    return x
 
 
 def bert_base_b8(small: bool = False) -> BenchModel:

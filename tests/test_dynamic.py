@@ -189,3 +189,28 @@ def test_paddle_dynamic_dims_are_symbols(tmp_cache):
         x = rand(n, 8, 16)
         static = cinn.load_paddle(FIXTURES / "encoder" / "pir", input_shapes={"x": (n, 8, 16)})
         np.testing.assert_allclose(exe.run({"x": x})[0], evaluate(static, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_symbolic_bert_exports_with_dim_params_and_matches_onnxruntime(tmp_cache):
+    from cinn.benchmarks.onnx_export import to_onnx
+    from cinn.frontend.zoo import bert_feeds, symbolic_bert_base
+
+    model = to_onnx(symbolic_bert_base(small=True))
+    assert [[d.dim_param for d in i.type.tensor_type.shape.dim] for i in model.graph.input] == [["batch", "seq"]] * 3
+    imported = cinn.load_onnx(model)
+    assert isinstance(imported, SymbolicProgram) and imported.symbols == ("batch", "seq")
+    for batch, seq in ((1, 1), (2, 9), (3, 33)):
+        assert_matches_ort(model, bert_feeds(batch, seq, small=True), tmp_cache, rtol=1e-3, atol=1e-4)
+
+
+def test_dynamic_benchmark_smoke(tmp_path):
+    import subprocess
+    import sys
+
+    csv = tmp_path / "dyn.csv"
+    args = ["--small", "--batch", "1,2", "--seq", "3", "--repeat", "1", "--csv", str(csv)]
+    result = subprocess.run([sys.executable, "-m", "cinn.benchmarks.dynamic", *args], capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "0 built after it" in result.stdout and "max abs difference from onnxruntime" in result.stdout
+    assert csv.read_text().splitlines()[0].startswith("batch,seq,cinn-dynamic ms,cinn-static ms,onnxruntime ms")
