@@ -1,6 +1,8 @@
 """Tuning tasks: the unique fused groups of a model, keyed by the structural hash of their PrimFunc."""
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import tvm
@@ -36,12 +38,13 @@ class Task:
         return tvm.IRModule({"main": self.func()})
 
 
-def extract_tasks(program: Program, fuse: bool = True, passes: bool = True) -> list[Task]:
-    """The unique kernels `cinn.compile` would build for a Program, in first-use order, weighted by occurrences."""
-    _, lowered = lower_program(program, fuse, passes)
+def extract_tasks(program: Program | Sequence[Program], fuse: bool = True, passes: bool = True) -> list[Task]:
+    """The unique kernels `cinn.compile` would build for a Program (or several: a symbolic program's bindings), in
+    first-use order, weighted by occurrences."""
     tasks: dict[str, Task] = {}
-    for lg in lowered:
-        t = Task.from_func(lg.func, lg.group.kind, lg.group.name)
-        prev = tasks.get(t.workload)
-        tasks[t.workload] = t if prev is None else Task(prev.workload, prev.func_json, prev.kind, prev.name, prev.weight + 1)
+    for p in [program] if isinstance(program, Program) else program:
+        for lg in lower_program(p, fuse, passes)[1]:
+            t = Task.from_func(lg.func, lg.group.kind, lg.group.name)
+            prev = tasks.get(t.workload)
+            tasks[t.workload] = t if prev is None else dataclasses.replace(prev, weight=prev.weight + 1)
     return list(tasks.values())

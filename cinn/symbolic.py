@@ -145,6 +145,9 @@ class SymbolicProgram:
 
 def bindings_of(program: SymbolicProgram, hints: Mapping[str, Iterable[int]]) -> list[Binding]:
     """Every combination of the hinted sizes (each symbol needs at least one)."""
+    unknown = sorted(set(hints) - set(program.symbols))
+    if unknown:
+        raise ShapeBindingError(f"{program.name}: symbols are {list(program.symbols)}; unknown {unknown}")
     missing = [s for s in program.symbols if not list(hints.get(s, ()))]
     if missing:
         raise ShapeBindingError(f"{program.name}: shape hints name no sizes for symbols {missing}")

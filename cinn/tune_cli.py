@@ -12,8 +12,10 @@ from cinn.autotune.cost_model import CostModel
 from cinn.autotune.measure import LocalRunner, MeasureConfig, RpcRunner
 from cinn.autotune.task import extract_tasks
 from cinn.autotune.tuner import Progress, TaskSummary, TuneConfig, tune
-from cinn.frontend.loading import parse_input_shapes
-from cinn.frontend.zoo import MODELS, get_model
+from cinn.frontend.loading import load_model, parse_input_shapes
+from cinn.frontend.zoo import MODELS, get_model, is_model_name
+from cinn.ir import Program
+from cinn.symbolic import SymbolicProgram, bindings_of
 from cinn.target import parse_target
 
 EXIT_FAILED = 1  # a task has no working schedule
@@ -44,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
                    "trained one there")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="shape of a model input with symbolic dims (repeatable)")
+    p.add_argument("--shape-hint", action="append", default=[], metavar="SYMBOL=N1,N2,...",
+                   help="sizes of a symbolic model's symbol to tune for, e.g. seq=128,384 (repeatable; every "
+                        "combination is tuned, its kernels' schedules apply at those sizes)")
     p.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on devices from this TVM RPC tracker")
     p.add_argument("--rpc-key", metavar="KEY", help="device key at the RPC tracker")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -85,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _tune(args) -> list[TaskSummary]:
     """Load the model, extract its tasks and tune them."""
     target = parse_target(args.target)
-    tasks = extract_tasks(_load(args.model, args.input_shape))
+    tasks = extract_tasks(_load(args.model, args.input_shape, args.shape_hint))
     print(f"cinn-tune: {len(tasks)} tasks, {args.trials} trials, target {target}, log {args.log}", file=sys.stderr)
     measure = MeasureConfig(run_timeout=args.timeout, repeat=args.repeat, cache_flush=args.cache_flush)
     runner = RpcRunner(args.rpc_tracker, args.rpc_key, measure) if args.rpc_tracker else LocalRunner(measure)
@@ -101,9 +106,15 @@ def _tune(args) -> list[TaskSummary]:
     return summaries
 
 
-def _load(model: str, input_shapes: Sequence[str]):
-    """A built-in benchmark model by name, else a model file."""
-    return get_model(model, input_shapes=parse_input_shapes(input_shapes)).program
+def _load(model: str, input_shapes: Sequence[str], shape_hints: Sequence[str]) -> list[Program]:
+    """A built-in benchmark model by name, else a model file; a symbolic one at each combination of the hinted
+    sizes."""
+    if not is_model_name(model) or not shape_hints:
+        return [get_model(model, input_shapes=parse_input_shapes(input_shapes)).program]
+    program = load_model(model, parse_input_shapes(input_shapes))
+    if not isinstance(program, SymbolicProgram):
+        raise ValueError(f"--shape-hint: {model} has static shapes")
+    return [program.specialize(b) for b in bindings_of(program, parse_input_shapes(shape_hints))]
 
 
 class _ProgressBar:

@@ -214,3 +214,25 @@ def test_dynamic_benchmark_smoke(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "0 built after it" in result.stdout and "max abs difference from onnxruntime" in result.stdout
     assert csv.read_text().splitlines()[0].startswith("batch,seq,cinn-dynamic ms,cinn-static ms,onnxruntime ms")
+
+
+def test_cinn_tune_shape_hints_tune_every_binding(tmp_path, tmp_cache, capsys):
+    from cinn import tune_cli
+    from cinn.autotune.database import read_records
+    from cinn.autotune.task import extract_tasks
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_reshape_by_shape_model(), path)
+    symbolic = cinn.load_onnx(path)
+    programs = [symbolic.specialize(symbolic.binding({"batch": n})) for n in (1, 3)]
+    tasks = extract_tasks(programs)
+    assert len(tasks) == len(extract_tasks(programs[0])) + len(extract_tasks(programs[1]))  # no kernel in common
+    log = tmp_path / "log.jsonl"
+    args = [str(path), "--shape-hint", "batch=1,3", "--trials", str(len(tasks)), "--repeat", "1", "--verify", "0"]
+    assert tune_cli.main([*args, "--log", str(log)]) == 0
+    assert {r.workload for r in read_records(log)} == {t.workload for t in tasks}
+    exe = cinn.compile(symbolic, tuning_log=log, cache_dir=tmp_cache, shape_hints={"batch": [1, 3]})
+    x = rand(3, 3, 4)
+    np.testing.assert_allclose(exe.run({"x": x})[0], _reference(symbolic, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    assert tune_cli.main([str(path), "--shape-hint", "nope=2", "--log", str(log)]) == 2
+    assert "symbols are ['batch']; unknown ['nope']" in capsys.readouterr().err
