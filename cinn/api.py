@@ -6,6 +6,7 @@ import os
 import pathlib
 import warnings
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import overload
 
 import tvm
@@ -17,7 +18,7 @@ from cinn.dynamic import DynamicExecutable
 from cinn.ir import Program
 from cinn.lower import LoweredGroup, lower_program
 from cinn.passes.views import find_views
-from cinn.runtime import Executable, Kernel
+from cinn.runtime import ConstantPool, Executable, Kernel
 from cinn.symbolic import SymbolicProgram, bindings_of
 from cinn.target import Target, parse_target
 
@@ -58,31 +59,48 @@ def compile(
     A SymbolicProgram gives a DynamicExecutable: built now for every combination of the sizes in shape_hints
     ({"batch": [1, 8], "seq": [128, 384]}), and, when on_demand, at the first run of any other binding.
     """
+    options = _Options(target, fuse, tuning_log, cache_dir, workers, progress, passes)
     if isinstance(program, SymbolicProgram):
-        def build(p: Program) -> Executable:
-            return compile(p, target, fuse, tuning_log, cache_dir=cache_dir, workers=workers, progress=progress,
-                           passes=passes)
-
+        pool = ConstantPool()  # the bindings' weights are the same arrays: one device copy each
         bindings = bindings_of(program, shape_hints) if shape_hints is not None else []
-        return DynamicExecutable(program, build, bindings, on_demand)
+        return DynamicExecutable(program, lambda p: _compile(p, options, pool), bindings, on_demand)
     if shape_hints is not None:
         raise TypeError(f"compile: shape_hints are for symbolic programs; {program.name!r} has static shapes")
-    tgt = parse_target(target)
+    return _compile(program, options, None)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """compile's arguments for a static program."""
+
+    target: str | Target
+    fuse: bool
+    tuning_log: str | os.PathLike | None
+    cache_dir: str | os.PathLike | None
+    workers: int | None
+    progress: Callable[[int, int], None] | None
+    passes: bool
+
+
+def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> Executable:
+    """Compile a static program; its constants go to the pool when one is given."""
+    tgt = parse_target(o.target)
     # CUDA kernels may load vectors that an offset into another value's buffer would misalign: their concats copy
-    in_place = fuse and not tgt.is_cuda
-    program, lowered = lower_program(program, fuse, passes, in_place)
-    records = _tuning_records(tuning_log, tgt)
+    in_place = o.fuse and not tgt.is_cuda
+    program, lowered = lower_program(program, o.fuse, o.passes, in_place)
+    records = _tuning_records(o.tuning_log, tgt)
     specs = []
     for lg in lowered:
         key = workload_key(lg.func)
         specs.append(KernelSpec(key, tvm.ir.save_json(lg.func), lg.group.kind, _applicable(records.get(key), lg)))
-    cache = pathlib.Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    modules = build_all(specs, tgt, cache, workers if workers is not None else (os.cpu_count() or 1), progress)
+    cache = pathlib.Path(o.cache_dir) if o.cache_dir is not None else default_cache_dir()
+    modules = build_all(specs, tgt, cache, o.workers if o.workers is not None else (os.cpu_count() or 1), o.progress)
     kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source, lg.group.flops)
                for lg, b in zip(lowered, modules, strict=True)]
     device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
     views = find_views(program) if in_place else {}
-    return Executable(program, kernels, device, threads=None if tgt.is_cuda else tgt.num_cores, views=views)
+    return Executable(program, kernels, device, threads=None if tgt.is_cuda else tgt.num_cores, views=views,
+                      constants=constants)
 
 
 def _entry(module):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import hashlib
 import math
 import os
 import queue
@@ -188,11 +189,34 @@ class Profile:
         return f"{fma:.0%} FMA" if fma >= mem else f"{mem:.0%} mem"
 
 
+class ConstantPool:
+    """Device copies of constants shared by several executables (a symbolic program's bindings): arrays with the same
+    bytes, dtype and shape are uploaded once."""
+
+    def __init__(self):
+        self._tensors: dict[tuple, tvm.runtime.Tensor] = {}
+        self._lock = threading.Lock()
+
+    def upload(self, array: np.ndarray, nbytes: int, device) -> tvm.runtime.Tensor:
+        """A byte buffer of `nbytes` on the device holding the array (an earlier one with the same content)."""
+        key = (str(device), array.dtype.str, array.shape, nbytes, hashlib.blake2b(array.data, digest_size=16).digest())
+        with self._lock:
+            if key not in self._tensors:
+                self._tensors[key] = _uploaded(array, nbytes, device)
+            return self._tensors[key]
+
+
+def _uploaded(array: np.ndarray, nbytes: int, device) -> tvm.runtime.Tensor:
+    slot = tvm.runtime.empty((nbytes,), "uint8", device)
+    slot._create_view(array.shape, str(array.dtype)).copyfrom(array)
+    return slot
+
+
 class Executable:
     """A compiled program: call run(feeds) to execute its kernels in order, from any number of threads at once."""
 
     def __init__(self, program: Program, kernels: Sequence[Kernel], device, threads: int | None = None,
-                 views: Mapping[str, View] = MappingProxyType({})):
+                 views: Mapping[str, View] = MappingProxyType({}), constants: ConstantPool | None = None):
         self.program = program
         self._kernels = list(kernels)
         self._funcs = [k.func for k in kernels]
@@ -223,9 +247,14 @@ class Executable:
         if self._device_missing:  # CUDA kernels built without a GPU: sources and counts only, run() raises
             return
         self._device = device
-        self._constants = {i: tvm.runtime.empty((self._slot_bytes[i],), "uint8", device) for i in self._const_slots}
+        self._constants = {}
         for v in program.const_values:
-            self._view(self._constants, v).copyfrom(np.asarray(program.constants[v.name], order="C"))
+            i, array = self._slot_of[v.name], np.ascontiguousarray(program.constants[v.name])
+            self._constants[i] = (constants.upload(array, self._slot_bytes[i], device) if constants is not None
+                                  else _uploaded(array, self._slot_bytes[i], device))
+        # the buffers hold the constants now: the host arrays go (BERT-base: 415 MB), but for outputs that are constants
+        kept = {o.constant for o in self._outputs if o.kind is OutputKind.CONSTANT}
+        self.program = program.replace(constants={k: a for k, a in program.constants.items() if k in kept})
         # workspaces are pooled, not locked: each concurrent run takes its own; the constants are shared by all
         self._pool: queue.SimpleQueue[Workspace] = queue.SimpleQueue()
         self._pool.put(self._new_workspace())

@@ -42,6 +42,10 @@ def test_symbolic_mlp_at_many_batches(tmp_cache):
         assert got.shape == (n, 10)
         np.testing.assert_allclose(got, _reference(program, {"x": x})[0], rtol=1e-4, atol=1e-4)
     assert exe.built_on_demand == 3 and len(exe.bindings) == 5
+    one, three = (exe.executable(program.binding({"batch": n})) for n in (1, 3))
+    assert one.program.constants == {}  # uploaded: the executable keeps no host copy
+    shared = {id(t) for t in one._constants.values()} & {id(t) for t in three._constants.values()}
+    assert shared  # one copy of a weight both bindings hold alike (packed panels may differ: GEMV at batch 1)
     static = cinn.compile(program.specialize(program.binding({"batch": 3})), cache_dir=tmp_cache)
     assert exe.executable(program.binding({"batch": 3})).num_kernels == static.num_kernels
 

@@ -247,12 +247,14 @@ def test_openblas_threads_do_not_spin_after_importing_cinn(preset):
     assert out.strip() == (preset or "4")
 
 
-def test_device_path_copies_feeds_in_and_outputs_out(models, monkeypatch):
+def test_device_path_copies_feeds_in_and_outputs_out(tmp_cache, monkeypatch):
     """A GPU's kernels cannot read numpy arrays: feeds go through the workspace's device buffers and outputs come
     back by copy. Exercised here on the CPU, with the host check answering no."""
-    monkeypatch.setattr(runtime, "_is_host", lambda device: False)
-    for exe in models.values():
-        device_like = runtime.Executable(exe.program, exe._kernels, runtime.tvm.cpu(0), threads=exe._threads)
+    for program in (_mlp_softmax(), _conv()):
+        exe = cinn.compile(program, cache_dir=tmp_cache)
+        with monkeypatch.context() as patch:
+            patch.setattr(runtime, "_is_host", lambda device: False)
+            device_like = cinn.compile(program, cache_dir=tmp_cache)
         feeds = _feeds(exe, 7)
         want = exe.run(feeds)
         for _ in range(2):
