@@ -499,13 +499,14 @@ def _output_sources(program: Program, kernels: Sequence[Kernel]) -> tuple[Output
 
 
 def _feed_array(name: str, feed, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """One feed checked against its input: float64 for float32 is accepted (numpy's default), a change of kind and
-    integers that do not fit are errors."""
+    """One feed checked against its input: float64 for float32 is accepted (numpy's default), as are integers of any
+    signedness that fit (a list fed to a uint8 input is int64); a change of kind and integers that do not fit are
+    errors."""
     arr = np.asarray(feed)
     if arr.shape != shape:
         raise ValueError(f"run: input {name!r} has shape {tuple(arr.shape)}, expected {shape}")
     if arr.dtype != dtype:
-        if arr.dtype.kind != dtype.kind:
+        if arr.dtype.kind != dtype.kind and not (arr.dtype.kind in "iu" and dtype.kind in "iu"):
             raise TypeError(f"run: input {name!r} has dtype {arr.dtype}, expected {dtype}")
         _check_narrowing(name, arr, dtype)
     return arr  # converted, where it must be, by the one copy into the workspace

@@ -187,6 +187,17 @@ def test_out_of_range_integer_feed_is_refused(tmp_cache):
     np.testing.assert_array_equal(exe.run({"x": np.array([1, -3], "int64")})[0], [2, -6])  # in range: converted
 
 
+def test_integer_feeds_of_the_other_signedness_are_converted_when_they_fit(tmp_cache):
+    b = cinn.NetBuilder("unsigned")
+    x = b.create_input("uint8", (3,), "x")
+    exe = cinn.compile(b.build([b.add(x, x)]), cache_dir=tmp_cache)
+    np.testing.assert_array_equal(exe.run({"x": [1, 2, 200]})[0], np.array([2, 4, 144], np.uint8))  # a list: int64
+    with pytest.raises(ValueError, match=r"input 'x' holds -1, which does not fit its dtype uint8 \[0, 255\]"):
+        exe.run({"x": np.array([1, -1, 3], "int32")})
+    with pytest.raises(TypeError, match="input 'x' has dtype float32, expected uint8"):
+        exe.run({"x": np.ones(3, "float32")})
+
+
 def test_constant_gather_index_out_of_range_is_a_compile_error_naming_the_node(tmp_cache):
     b = cinn.NetBuilder("g")
     x = b.create_input("float32", (4, 3), "x")
