@@ -1,7 +1,9 @@
-"""Dynamic shapes: BERT-base with symbolic (batch, seq) compiled once, timed at many sizes against the static compile
-of each size, onnxruntime and OpenVINO (each engine in its own process, given the same dynamic ONNX model).
+"""Dynamic shapes: a model with symbolic dims compiled once for many sizes, timed at each against the static compile
+of that size, onnxruntime and OpenVINO (each engine in its own process, the peers given the same dynamic ONNX model).
 
-``python -m cinn.benchmarks.dynamic --batch 1,4,8 --seq 16,64,128,384 --rounds 3 --csv dynamic.csv``
+``python -m cinn.benchmarks.dynamic [MODEL] [--size SYMBOL=N1,N2,...]... [--rounds 3] [--csv dynamic.csv]``: MODEL
+is ``bert_base`` (default: the built-in BERT-base over symbolic batch and seq, sizes batch=1,4,8 seq=16,64,128,384)
+or an ONNX file with symbolic dims (each symbol needs --size).
 """
 from __future__ import annotations
 
@@ -20,7 +22,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from cinn.benchmarks.harness import RTOL, ort_session, spawn_module
+from cinn.frontend.loading import parse_input_shapes
 from cinn.utils import SETTLE_S, median_seconds
+
+BERT = "bert_base"
+BERT_SIZES = {"batch": (1, 4, 8), "seq": (16, 64, 128, 384)}
 
 
 class DynEngine(enum.StrEnum):
@@ -32,37 +38,46 @@ class DynEngine(enum.StrEnum):
     OPENVINO = "openvino"
 
 
-Point = tuple[int, int]  # (batch, seq)
+Runner = Callable[[dict], list]
 
 
-def _cinn_runners(engine: DynEngine, points: Sequence[Point], small: bool, info: dict
-                  ) -> dict[Point, Callable[[dict], list]]:
-    import cinn
+def _symbolic(model: str, small: bool):
+    """The symbolic program of the built-in BERT or of a model file."""
+    from cinn.frontend.loading import load_model
     from cinn.frontend.zoo import symbolic_bert_base
+    from cinn.symbolic import SymbolicProgram
 
-    program = symbolic_bert_base(small)
+    program = symbolic_bert_base(small) if model == BERT else load_model(model)
+    if not isinstance(program, SymbolicProgram):
+        raise ValueError(f"{model}: no symbolic dims (a dynamic-shape benchmark needs some)")
+    return program
+
+
+def _feeds(model: str, program, binding, small: bool) -> dict[str, np.ndarray]:
+    """Seeded inputs at one binding: BERT's tokens, mask and positions, or random data of a file's input types."""
+    from cinn.frontend.zoo import bert_feeds
+    from cinn.ir import TensorType, Value
+    from cinn.utils import random_feeds
+
+    if model == BERT:
+        return bert_feeds(binding["batch"], binding["seq"], small)
+    return random_feeds([Value(i.name, TensorType(i.shape_at(binding), i.dtype)) for i in program.inputs], seed=0)
+
+
+def _cinn_runners(engine: DynEngine, program, bindings: list, info: dict) -> list[Runner]:
+    import cinn
+
+    t0 = time.perf_counter()
+    if engine is DynEngine.STATIC:  # the same kernels as the dynamic build: the default cache saves building them again
+        return [cinn.compile(program.specialize(b)).run for b in bindings]
     with tempfile.TemporaryDirectory(prefix="cinn-dyn-cache-") as cache:  # a cold compile
-        t0 = time.perf_counter()
-        if engine is DynEngine.DYNAMIC:
-            hints = {"batch": sorted({b for b, _ in points}), "seq": sorted({s for _, s in points})}
-            exe = cinn.compile(program, cache_dir=cache, shape_hints=hints)
-            info |= {"compile_s": time.perf_counter() - t0, "bindings": len(exe.bindings), "exe": exe}
-            return {p: exe.run for p in points}
-        runners = {}
-        for b, s in points:
-            runners[b, s] = cinn.compile(program.specialize(program.binding({"batch": b, "seq": s})), cache_dir=cache).run
-        info["compile_s"] = time.perf_counter() - t0
-        return runners
+        hints = {s: sorted({b[s] for b in bindings}) for s in program.symbols}
+        exe = cinn.compile(program, cache_dir=cache, shape_hints=hints)
+    info |= {"compile_s": time.perf_counter() - t0, "bindings": len(exe.bindings), "exe": exe}
+    return [exe.run] * len(bindings)
 
 
-def _ort_runners(onnx_path: str, points: Sequence[Point]) -> dict[Point, Callable[[dict], list]]:
-    import onnx
-
-    sess = ort_session(onnx.load(onnx_path))
-    return {p: lambda feeds: sess.run(None, feeds) for p in points}
-
-
-def _openvino_runners(onnx_path: str, points: Sequence[Point]) -> dict[Point, Callable[[dict], list]]:
+def _openvino_runner(onnx_path: str) -> Runner:
     import openvino as ov
 
     compiled = ov.Core().compile_model(onnx_path, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
@@ -73,70 +88,95 @@ def _openvino_runners(onnx_path: str, points: Sequence[Point]) -> dict[Point, Ca
         results = request.infer(feeds, share_outputs=False)
         return [results[o] for o in compiled.outputs]
 
-    return {p: run for p in points}
+    return run
 
 
-def worker(engine: DynEngine, onnx_path: str, points: Sequence[Point], small: bool, repeat: int, out_dir: str) -> dict:
-    """Time one engine at every point in this process; save each point's output."""
-    from cinn.frontend.zoo import bert_feeds
+def _peer_runner(engine: DynEngine, onnx_path: str) -> Runner:
+    if engine is DynEngine.OPENVINO:
+        return _openvino_runner(onnx_path)
+    import onnx
 
+    sess = ort_session(onnx.load(onnx_path))
+    return lambda feeds: sess.run(None, feeds)
+
+
+def worker(engine: DynEngine, model: str, onnx_path: str, sizes: dict[str, tuple[int, ...]], small: bool, repeat: int,
+           out_dir: str) -> dict:
+    """Time one engine at every binding in this process; save each binding's first output."""
+    program = _symbolic(model, small)
+    bindings = _bindings(program, sizes)
     info: dict = {}
     if engine in (DynEngine.DYNAMIC, DynEngine.STATIC):
-        runners = _cinn_runners(engine, points, small, info)
+        runners = _cinn_runners(engine, program, bindings, info)
     else:
-        runners = (_ort_runners if engine is DynEngine.ORT else _openvino_runners)(onnx_path, points)
+        runners = [_peer_runner(engine, onnx_path)] * len(bindings)
     ms = {}
-    for p in points:
-        feeds, run = bert_feeds(*p, small), runners[p]
-        np.save(os.path.join(out_dir, f"{engine.value}_{p[0]}x{p[1]}.npy"), np.asarray(run(feeds)[0]))
-        ms[f"{p[0]}x{p[1]}"] = median_seconds(functools.partial(run, feeds), repeat, 1, SETTLE_S) * 1e3
+    for k, (b, run) in enumerate(zip(bindings, runners, strict=True)):
+        feeds = _feeds(model, program, b, small)
+        np.save(os.path.join(out_dir, f"{engine.value}_{k}.npy"), np.asarray(run(feeds)[0]))
+        ms[str(b)] = median_seconds(functools.partial(run, feeds), repeat, 1, SETTLE_S) * 1e3
     exe = info.pop("exe", None)
     if exe is not None:
         info["built_on_demand"] = exe.built_on_demand
     return {"engine": engine.value, "ms": ms, **info}
 
 
-def _points(batches: str, seqs: str) -> list[Point]:
-    return list(itertools.product([int(b) for b in batches.split(",")], [int(s) for s in seqs.split(",")]))
+def _bindings(program, sizes: dict[str, tuple[int, ...]]) -> list:
+    from cinn.symbolic import bindings_of
+
+    return bindings_of(program, sizes)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m cinn.benchmarks.dynamic", description=__doc__.splitlines()[0])
-    p.add_argument("--batch", default="1,4,8", help="batch sizes (default: 1,4,8)")
-    p.add_argument("--seq", default="16,64,128,384", help="sequence lengths (default: 16,64,128,384)")
+    p.add_argument("model", nargs="?", default=BERT, help="bert_base (default) or an ONNX file with symbolic dims")
+    p.add_argument("--size", action="append", default=[], metavar="SYMBOL=N1,N2,...",
+                   help="sizes of a symbol (repeatable; bert_base: batch=1,4,8 seq=16,64,128,384)")
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds of every engine; medians reported")
-    p.add_argument("--repeat", type=int, default=5, help="timed runs per point (default: 5)")
+    p.add_argument("--repeat", type=int, default=5, help="timed runs per size (default: 5)")
     p.add_argument("--small", action="store_true", help="the small BERT (a smoke test)")
     p.add_argument("--csv", default=None, metavar="PATH", help="also write the table as CSV")
     p.add_argument("--worker", default=None, choices=[e.value for e in DynEngine], help=argparse.SUPPRESS)
     p.add_argument("--onnx", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out-dir", default=None, help=argparse.SUPPRESS)
-    a = p.parse_args(argv)
-    points = _points(a.batch, a.seq)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    sizes = dict(parse_input_shapes(a.size)) or (BERT_SIZES if a.model == BERT else {})
     if a.worker:
-        print(json.dumps(worker(DynEngine(a.worker), a.onnx, points, a.small, a.repeat, a.out_dir)), flush=True)
+        result = worker(DynEngine(a.worker), a.model, a.onnx, sizes, a.small, a.repeat, a.out_dir)
+        print(json.dumps(result), flush=True)
         return 0
-    return _parent(a, points)
+    try:
+        return _parent(a, sizes)
+    except (ValueError, OSError) as err:
+        print(f"cinn-dynamic: {err}", file=sys.stderr)
+        return 2
 
 
-def _parent(a: argparse.Namespace, points: list[Point]) -> int:
+def _parent(a: argparse.Namespace, sizes: dict[str, tuple[int, ...]]) -> int:
     import importlib.util
 
     from cinn.benchmarks.onnx_export import save_onnx
-    from cinn.frontend.zoo import symbolic_bert_base
 
+    program = _symbolic(a.model, a.small)
+    bindings = _bindings(program, sizes)  # bad sizes are refused before any worker starts
     engines = [e for e in DynEngine if e is not DynEngine.OPENVINO or importlib.util.find_spec("openvino")]
     results: dict[DynEngine, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="cinn-dyn-") as tmp:
-        onnx_path = os.path.join(tmp, "bert_base_dynamic.onnx")
-        save_onnx(symbolic_bert_base(a.small), onnx_path)
+        onnx_path = a.model
+        if a.model == BERT:
+            onnx_path = os.path.join(tmp, "bert_base_dynamic.onnx")
+            save_onnx(program, onnx_path)
         for k, engine in itertools.product(range(a.rounds), engines):
             print(f"[dynamic] round {k + 1}/{a.rounds}: {engine.value} ...", file=sys.stderr, flush=True)
-            args = ["--worker", engine.value, "--onnx", onnx_path, "--out-dir", tmp, "--batch", a.batch, "--seq", a.seq,
-                    "--repeat", str(a.repeat)] + (["--small"] if a.small else [])
+            args = ["--worker", engine.value, a.model, "--onnx", onnx_path, "--out-dir", tmp, "--repeat", str(a.repeat),
+                    *[f"--size={s}={','.join(map(str, n))}" for s, n in sizes.items()]] + (["--small"] if a.small else [])
             results.setdefault(engine, []).append(json.loads(spawn_module("cinn.benchmarks.dynamic", args, 7200)))
-        errors: dict[DynEngine, float] = {e: _max_err(tmp, e, points) for e in engines if e is not DynEngine.ORT}
-    rows = _table(results, points)
+        errors: dict[DynEngine, float] = {e: _max_err(tmp, e, len(bindings)) for e in engines if e is not DynEngine.ORT}
+    rows = _table(results, program.symbols, bindings)
     _print(results, rows, errors)
     if a.csv:
         with open(a.csv, "w", newline="") as f:
@@ -144,22 +184,22 @@ def _parent(a: argparse.Namespace, points: list[Point]) -> int:
     return 0 if all(err <= RTOL * 10 for err in errors.values()) else 1
 
 
-def _max_err(tmp: str, engine: DynEngine, points: list[Point]) -> float:
-    """The largest absolute difference from onnxruntime over all points."""
-    def load(e: DynEngine, p: Point) -> np.ndarray:
-        return np.load(os.path.join(tmp, f"{e.value}_{p[0]}x{p[1]}.npy"))
+def _max_err(tmp: str, engine: DynEngine, n: int) -> float:
+    """The largest absolute difference from onnxruntime over all bindings."""
+    def load(e: DynEngine, k: int) -> np.ndarray:
+        return np.load(os.path.join(tmp, f"{e.value}_{k}.npy"))
 
-    return max(float(np.max(np.abs(load(engine, p) - load(DynEngine.ORT, p)))) for p in points)
+    return max(float(np.max(np.abs(load(engine, k).astype(np.float64) - load(DynEngine.ORT, k)))) for k in range(n))
 
 
-def _table(results: dict[DynEngine, list[dict]], points: list[Point]) -> list[list]:
+def _table(results: dict[DynEngine, list[dict]], symbols: tuple[str, ...], bindings: list) -> list[list]:
     engines = list(results)
-    rows: list[list] = [["batch", "seq", *[f"{e.value} ms" for e in engines], "dynamic/static", "dynamic/best peer"]]
-    for b, s in points:
-        ms = {e: float(np.median([r["ms"][f"{b}x{s}"] for r in results[e]])) for e in engines}
+    rows: list[list] = [[*symbols, *[f"{e.value} ms" for e in engines], "dynamic/static", "dynamic/best peer"]]
+    for b in bindings:
+        ms = {e: float(np.median([r["ms"][str(b)] for r in results[e]])) for e in engines}
         peers = [ms[e] for e in (DynEngine.ORT, DynEngine.OPENVINO) if e in ms]
         dyn = ms[DynEngine.DYNAMIC]
-        rows.append([b, s, *[f"{ms[e]:.2f}" for e in engines], f"{dyn / ms[DynEngine.STATIC]:.2f}",
+        rows.append([*(b[s] for s in symbols), *[f"{ms[e]:.2f}" for e in engines], f"{dyn / ms[DynEngine.STATIC]:.2f}",
                      f"{dyn / min(peers):.2f}"])
     return rows
 
@@ -171,8 +211,8 @@ def _print(results: dict[DynEngine, list[dict]], rows: list[list], errors: dict[
     dyn = results[DynEngine.DYNAMIC][0]
     ratios = [float(r[-1]) for r in rows[1:]]
     print(f"cinn-dynamic: one compile of {dyn['bindings']} bindings in {dyn['compile_s']:.1f} s (cold cache); "
-          f"{dyn['built_on_demand']} built after it; cinn-static: {results[DynEngine.STATIC][0]['compile_s']:.1f} s for "
-          f"all sizes; geomean dynamic/best peer {float(np.exp(np.mean(np.log(ratios)))):.2f}")
+          f"{dyn['built_on_demand']} built after it; geomean dynamic/best peer "
+          f"{float(np.exp(np.mean(np.log(ratios)))):.2f}")
     print("max abs difference from onnxruntime: " + ", ".join(f"{e.value} {err:.2g}" for e, err in errors.items()))
 
 

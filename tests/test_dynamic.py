@@ -212,12 +212,15 @@ def test_dynamic_benchmark_smoke(tmp_path):
     import sys
 
     csv = tmp_path / "dyn.csv"
-    args = ["--small", "--batch", "1,2", "--seq", "3", "--repeat", "1", "--csv", str(csv)]
+    args = ["--small", "--size", "batch=1,2", "--size", "seq=3", "--repeat", "1", "--csv", str(csv)]
     result = subprocess.run([sys.executable, "-m", "cinn.benchmarks.dynamic", *args], capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0, result.stderr
     assert "0 built after it" in result.stdout and "max abs difference from onnxruntime" in result.stdout
     assert csv.read_text().splitlines()[0].startswith("batch,seq,cinn-dynamic ms,cinn-static ms,onnxruntime ms")
+    bad = subprocess.run([sys.executable, "-m", "cinn.benchmarks.dynamic", "--small", "--size", "nope=1"],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "unknown ['nope']" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_cinn_tune_shape_hints_tune_every_binding(tmp_path, tmp_cache, capsys):
