@@ -150,7 +150,24 @@ class NetBuilder:
         program = self._program(outputs)
         _warn_probe_sizes(program, self._probes)
         inputs = tuple(self._symbolic.get(v.name) or SymbolicInput(v.name, v.dtype, v.shape) for v in program.inputs)
-        return SymbolicProgram(self.name, inputs, lambda shapes: reinfer(program, shapes))
+        return SymbolicProgram(self.name, inputs, lambda shapes, _: reinfer(program, shapes))
+
+    def input_sources(self, value: Value | None) -> tuple[str, ...]:
+        """The graph inputs a value is computed from (an importer names them when it needs the value itself)."""
+        producers = {o.name: n for n in self._nodes for o in n.outputs}
+        inputs = {v.name for v in self._inputs}
+        found: dict[str, None] = {}
+        stack, seen = [value] if value is not None else [], set()
+        while stack:
+            v = stack.pop()
+            if v.name in seen:
+                continue
+            seen.add(v.name)
+            if v.name in inputs:
+                found[v.name] = None
+            elif v.name in producers:
+                stack.extend(producers[v.name].inputs)
+        return tuple(found)
 
     def _program(self, outputs: Sequence[Value]) -> Program:
         if isinstance(outputs, Value) or not isinstance(outputs, Sequence):

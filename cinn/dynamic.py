@@ -29,6 +29,7 @@ class DynamicExecutable:
         self._executables: dict[Binding, Executable] = {}
         self._by_shapes: dict[tuple, Executable] = {}  # the feeds' shapes seen -> their executable: runs skip binding
         self._names = [i.name for i in program.inputs]
+        self._by_value = [i.name for i in program.inputs if i.by_value]  # constants of each executable, not its inputs
         for b in bindings:
             self._executables[b] = build(program.specialize(b))
         self.built_on_demand = 0
@@ -55,19 +56,24 @@ class DynamicExecutable:
 
     def bind(self, feeds: Mapping[str, np.ndarray]) -> Binding:
         """The binding of the symbols that the feeds' shapes give (a clear error for shapes that do not fit)."""
-        return self.program.bind({i.name: np.shape(feeds[i.name]) for i in self.program.inputs if i.name in feeds})
+        return self.program.bind({i.name: np.shape(feeds[i.name]) for i in self.program.inputs if i.name in feeds},
+                                 {n: feeds[n] for n in self._by_value if n in feeds})
 
     def run(self, feeds: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         """Execute with named input arrays of any shapes the program takes (see Executable.run)."""
-        return self._executable_of(feeds).run(feeds, out)
+        return self._executable_of(feeds).run(self._runtime_feeds(feeds), out)
 
     def profile(self, feeds: Mapping[str, np.ndarray], repeat: int = 20, peaks: Peaks | None = None) -> Profile:
         """Profile the executable of the feeds' binding (see Executable.profile)."""
-        return self._executable_of(feeds).profile(feeds, repeat, peaks)
+        return self._executable_of(feeds).profile(self._runtime_feeds(feeds), repeat, peaks)
+
+    def _runtime_feeds(self, feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        return {k: v for k, v in feeds.items() if k not in self._by_value} if self._by_value else feeds
 
     def _executable_of(self, feeds: Mapping[str, np.ndarray]) -> Executable:
         try:
             key = tuple(np.shape(feeds[n]) for n in self._names)
+            key += tuple(tuple(np.asarray(feeds[n]).reshape(-1).tolist()) for n in self._by_value)
         except KeyError:
             key = None  # bind() names the missing input
         exe = self._by_shapes.get(key) if key is not None else None

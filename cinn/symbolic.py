@@ -42,31 +42,35 @@ def symbolic_dims(dims: object, what: str) -> tuple[Dim, ...]:
 
 @dataclass(frozen=True)
 class SymbolicInput:
-    """A graph input whose dims may be symbols."""
+    """A graph input whose dims may be symbols; `by_value`: a shape, axes or pads argument read at run time, so the
+    program is specialized to each value fed (a small integer tensor)."""
 
     name: str
     dtype: str
     dims: tuple[Dim, ...]
+    by_value: bool = False
 
     def shape_at(self, binding: Binding) -> tuple[int, ...]:
         """The static shape at a binding of the symbols."""
         return tuple(binding[d] if isinstance(d, str) else d for d in self.dims)
 
     def __str__(self) -> str:
-        return f"%{self.name}:{self.dtype}[{', '.join(map(str, self.dims))}]"
+        return f"%{self.name}:{self.dtype}[{', '.join(map(str, self.dims))}]" + (" (by value)" if self.by_value else "")
 
 
 @dataclass(frozen=True)
 class Binding:
-    """Sizes of a program's symbols (hashable: executables are kept per binding)."""
+    """Sizes of a program's symbols and the values of its by-value inputs (hashable: executables are kept per
+    binding)."""
 
     sizes: tuple[tuple[str, int], ...]
+    values: tuple[tuple[str, tuple[float, ...]], ...] = ()  # by-value input -> its elements (ints stay ints), flattened
 
     def __getitem__(self, symbol: str) -> int:
         return dict(self.sizes)[symbol]
 
     def __str__(self) -> str:
-        return ", ".join(f"{s}={n}" for s, n in self.sizes)
+        return ", ".join([f"{s}={n}" for s, n in self.sizes] + [f"{k}={list(v)}" for k, v in self.values])
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,7 +79,8 @@ class SymbolicProgram:
 
     name: str
     inputs: tuple[SymbolicInput, ...]
-    shape_function: Callable[[Mapping[str, tuple[int, ...]]], Program]  # input shapes -> the static program
+    # input shapes and the by-value inputs' arrays -> the static program
+    shape_function: Callable[[Mapping[str, tuple[int, ...]], Mapping[str, np.ndarray]], Program]
 
     @property
     def symbols(self) -> tuple[str, ...]:
@@ -95,8 +100,9 @@ class SymbolicProgram:
                 raise ShapeBindingError(f"{self.name}: symbol {s} = {size!r} must be a positive int")
         return Binding(tuple((s, int(sizes[s])) for s in self.symbols))
 
-    def bind(self, shapes: Mapping[str, Sequence[int]]) -> Binding:
-        """The binding that fed shapes give; a shape that breaks a fixed dim or a symbol's other use raises."""
+    def bind(self, shapes: Mapping[str, Sequence[int]], values: Mapping[str, np.ndarray] | None = None) -> Binding:
+        """The binding that fed shapes (and the by-value inputs' arrays) give; a shape that breaks a fixed dim or a
+        symbol's other use raises."""
         sizes: dict[str, tuple[int, str]] = {}  # symbol -> (size, where it was read)
         for inp in self.inputs:
             if inp.name not in shapes:
@@ -113,21 +119,33 @@ class SymbolicProgram:
                     seen, at = sizes.setdefault(d, (n, where))
                     if seen != n:
                         raise ShapeBindingError(f"{where} is {d} = {n}, but {at} gave {d} = {seen}")
-        return self.binding({s: n for s, (n, _) in sizes.items()})
+        binding = self.binding({s: n for s, (n, _) in sizes.items()})
+        return Binding(binding.sizes, self._values(values or {}))
+
+    def _values(self, values: Mapping[str, np.ndarray]) -> tuple[tuple[str, tuple[float, ...]], ...]:
+        missing = [i.name for i in self.inputs if i.by_value and i.name not in values]
+        if missing:
+            raise ShapeBindingError(f"{self.name}: missing the values of by-value inputs {missing}")
+        return tuple((i.name, tuple(np.asarray(values[i.name], i.dtype).reshape(-1).tolist()))
+                     for i in self.inputs if i.by_value)
 
     def specialize(self, binding: Binding) -> Program:
         """The static Program at a binding; a model that cannot take those sizes raises naming them."""
         shapes = {i.name: i.shape_at(binding) for i in self.inputs}
-        if not binding.sizes:
-            return self.shape_function(shapes)
+        by_name = {i.name: i for i in self.inputs}
+        values = {k: np.array(v, by_name[k].dtype).reshape(shapes[k]) for k, v in binding.values}
+        if not binding.sizes and not binding.values:
+            return self.shape_function(shapes, values)
         try:
-            return self.shape_function(shapes)
+            return self.shape_function(shapes, values)
         except (ValueError, TypeError, NotImplementedError) as e:
-            raise type(e)(f"{self.name} at {binding}: {e}") from None
+            raise type(e)(f"{self.name} at {binding}: {e}", *e.args[1:]) from None
 
     def static_or_probed(self) -> Program | SymbolicProgram:
         """An importer's result: the static Program when there are no symbols, else this program once its shape
         function has run at the probe sizes (so that a model's errors show at import, not at its first run)."""
+        if any(i.by_value for i in self.inputs):
+            return self  # no values to try it with
         if not self.symbols:
             return self.specialize(Binding(()))
         self.specialize(self.probe())
@@ -145,6 +163,10 @@ class SymbolicProgram:
 
 def bindings_of(program: SymbolicProgram, hints: Mapping[str, Iterable[int]]) -> list[Binding]:
     """Every combination of the hinted sizes (each symbol needs at least one)."""
+    by_value = [i.name for i in program.inputs if i.by_value]
+    if by_value:
+        raise ShapeBindingError(f"{program.name}: inputs {by_value} are read by value: their executables are built "
+                                "at run time, for each value fed (shape hints cannot name them)")
     unknown = sorted(set(hints) - set(program.symbols))
     if unknown:
         raise ShapeBindingError(f"{program.name}: symbols are {list(program.symbols)}; unknown {unknown}")

@@ -243,3 +243,25 @@ def test_cinn_tune_shape_hints_tune_every_binding(tmp_path, tmp_cache, capsys):
     np.testing.assert_allclose(exe.run({"x": x})[0], _reference(symbolic, {"x": x})[0], rtol=1e-4, atol=1e-5)
     assert tune_cli.main([str(path), "--shape-hint", "nope=2", "--log", str(log)]) == 2
     assert "symbols are ['batch']; unknown ['nope']" in capsys.readouterr().err
+
+
+def test_shape_read_from_an_input_is_specialized_by_value(tmp_cache):
+    """Reshape(x, shape) and Expand(y, dims) with `shape` and `dims` graph inputs: each value fed builds once."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Expand", ["r", "dims"], ["y"])]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, ("n", 6)), ("shape", TensorProto.INT64, (2,)),
+                               ("dims", TensorProto.INT64, (3,))], [("y", TensorProto.FLOAT, None)])
+    program = cinn.load_onnx(model)
+    assert [i.by_value for i in program.inputs] == [False, True, True]
+    assert str(program.inputs[1]) == "%shape:int64[2] (by value)"
+    exe = cinn.compile(program, cache_dir=tmp_cache)
+    cases = [(2, [3, 4], [2, 3, 4]), (2, [4, 3], [1, 4, 3]), (3, [-1, 2], [2, 9, 2]), (2, [3, 4], [2, 3, 4])]
+    for n, shape, dims in cases:
+        feeds = {"x": rand(n, 6), "shape": np.array(shape, np.int64), "dims": np.array(dims, np.int64)}
+        assert_matches_ort(model, feeds, tmp_cache)
+        (got,) = exe.run(feeds)
+        np.testing.assert_array_equal(got, np.broadcast_to(feeds["x"].reshape(shape), dims))
+    assert exe.built_on_demand == 3 and "shape=[3, 4], dims=[2, 3, 4]" in str(exe.bindings[0])
+    with pytest.raises(ShapeBindingError, match=r"inputs \['shape', 'dims'\] are read by value"):
+        cinn.compile(program, shape_hints={"n": [2]})
+    with pytest.raises(ValueError, match="cannot reshape"):
+        exe.run({"x": rand(2, 6), "shape": np.array([5, 5], np.int64), "dims": np.array([1, 5, 5], np.int64)})

@@ -429,9 +429,15 @@ def test_truncated_file_names_the_file(tmp_path):
 
 
 def test_bad_use_of_an_op_names_the_node():
-    model = make_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r1")], [("x", F32, (2, 3)), ("s", I64, (2,))],
-                       [("y", F32, None)])
-    with pytest.raises(OnnxImportError, match=r"node 'r1' \(Reshape\): the target shape \(input 1\) must be a constant"):
+    model = make_model([helper.make_node("DepthToSpace", ["x"], ["y"], name="r1", blocksize=2, mode="XYZ")],
+                       [("x", F32, (1, 4, 2, 2))], [("y", F32, None)])
+    with pytest.raises(OnnxImportError, match=r"node 'r1' \(DepthToSpace\): mode 'XYZ' is neither DCR nor CRD"):
+        cinn.load_onnx(model)
+    # a shape argument computed from a large input at run time cannot be read by value
+    nodes = [helper.make_node("ReduceMax", ["s"], ["t"], axes=[0], keepdims=0),
+             helper.make_node("Reshape", ["x", "t"], ["y"], name="r2")]
+    model = make_model(nodes, [("x", F32, (2, 3)), ("s", I64, (70000, 2))], [("y", F32, None)], opset=13)
+    with pytest.raises(OnnxImportError, match=r"node 'r2' \(Reshape\): the target shape \(input 1\) must be a constant"):
         cinn.load_onnx(model)
 
 

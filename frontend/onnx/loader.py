@@ -1,10 +1,13 @@
 """cinn.load_onnx: each ONNX node becomes NetBuilder calls (as CINN's op mappers), giving a Program."""
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import onnx
 
 from cinn.builder import program_names
@@ -23,6 +26,7 @@ from cinn.frontend.onnx import (  # noqa: F401  (register converters)
 from cinn.frontend.onnx.registry import (
     CONVERTERS,
     DEFAULT_DOMAINS,
+    NeedsConstant,
     NodeContext,
     OnnxImportError,
     converter_key,
@@ -50,15 +54,38 @@ def load_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[
     _check_supported(proto.graph)
     opset = _opset(proto)
     inputs = _symbolic_inputs(proto.graph, dict(input_shapes or {}))
-    return SymbolicProgram(proto.graph.name or "onnx_model", inputs,
-                           lambda shapes: _import(proto, opset, shapes)).static_or_probed()
+    name = proto.graph.name or "onnx_model"
+
+    def shape_function(shapes: Mapping[str, Sequence[int]], values: Mapping[str, np.ndarray]) -> Program:
+        return _import(proto, opset, shapes, values)
+
+    try:
+        return SymbolicProgram(name, inputs, shape_function).static_or_probed()
+    except NeedsConstant as e:
+        by_value = [i.name for i in inputs if i.name in e.sources and _maybe_by_value(i)]
+        if not by_value:
+            raise
+    # an argument computed from graph inputs at run time (a shape, axes, pads, scatter indices): specialized to each
+    # value fed of its inputs, and of every 0-D and 1-D input (the next such argument shows only once this one's
+    # value is known)
+    by_value += [i.name for i in inputs if _maybe_by_value(i) and len(i.dims) <= 1]
+    inputs = tuple(dataclasses.replace(i, by_value=i.name in by_value) for i in inputs)
+    return SymbolicProgram(name, inputs, shape_function)
 
 
-def _import(proto: onnx.ModelProto, opset: int, shapes: Mapping[str, Sequence[int]]) -> Program:
-    """The Program of a checked model with static input shapes."""
+def _maybe_by_value(i: SymbolicInput) -> bool:
+    """An input to specialize on: a static shape, at most 1-D or of integers (indices), at most 2**16 elements."""
+    dims = [d for d in i.dims if isinstance(d, int)]
+    small = len(dims) == len(i.dims) and math.prod(dims) <= 2**16
+    return small and (len(dims) <= 1 or np.dtype(i.dtype).kind in "iu")
+
+
+def _import(proto: onnx.ModelProto, opset: int, shapes: Mapping[str, Sequence[int]],
+            values: Mapping[str, np.ndarray]) -> Program:
+    """The Program of a checked model with static input shapes; inputs given by value are constants."""
     graph = proto.graph
     b = FoldingBuilder(graph.name or "onnx_model")
-    env = _graph_inputs(b, graph, shapes)
+    env = _graph_inputs(b, graph, shapes, values)
     for node in graph.node:
         _convert(b, node, env, opset)
     missing = [o.name for o in graph.output if o.name not in env]
@@ -159,12 +186,16 @@ def _symbolic_inputs(graph: onnx.GraphProto, shapes: dict[str, Sequence[int]]) -
                                _input_dims(i.name, i.type.tensor_type, shapes.get(i.name))) for i in inputs)
 
 
-def _graph_inputs(b: FoldingBuilder, graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, Value]:
-    """Initializers become constants; the run-time inputs take the given static shapes."""
+def _graph_inputs(b: FoldingBuilder, graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]],
+                  values: Mapping[str, np.ndarray]) -> dict[str, Value]:
+    """Initializers and inputs given by value become constants; the run-time inputs take the given static shapes."""
     env = {t.name: b.create_constant(tensor_to_array(t), t.name, onnx_dtype(t.data_type, f"initializer {t.name!r}"))
            for t in graph.initializer}
     for i in _runtime_inputs(graph):
         dtype = onnx_dtype(i.type.tensor_type.elem_type, f"graph input {i.name!r}")
+        if i.name in values:
+            env[i.name] = b.create_constant(values[i.name], i.name, dtype)
+            continue
         env[i.name] = b.create_input(dtype, shapes[i.name], i.name)
         _check_not_empty(b, env[i.name], f"graph input {i.name!r}")
     return env
@@ -207,7 +238,7 @@ def _convert(b: FoldingBuilder, node: onnx.NodeProto, env: dict[str, Value], ops
     try:
         outputs = list(CONVERTERS[converter_key(node)](ctx))
     except (ValueError, TypeError, NotImplementedError) as e:
-        raise type(e)(f"{where}: {e}") from None
+        raise type(e)(f"{where}: {e}", *e.args[1:]) from None
     for k, name in enumerate(node.output):
         if not name:
             continue

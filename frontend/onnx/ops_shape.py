@@ -103,10 +103,7 @@ def tile(ctx: NodeContext):
 def _pad_value(ctx: NodeContext) -> float:
     if ctx.opset < 11:
         return float(ctx.attr("value", 0.0))
-    value = ctx.const(2)
-    if ctx.input(2) is not None and value is None:
-        raise OnnxImportError("constant_value (input 2) must be a constant")
-    return 0.0 if value is None else value.reshape(()).item()
+    return 0.0 if ctx.input(2) is None else ctx.require_const(2, "constant_value").reshape(()).item()
 
 
 @converter("Pad")
@@ -302,8 +299,10 @@ def range_(ctx: NodeContext):
 def depth_to_space(ctx: NodeContext):
     x = ctx.input(0)
     n, c, h, w = _nchw(x)
-    bs = ctx.attr("blocksize", None)
-    if ctx.attr("mode", "DCR") == "DCR":
+    bs, mode = ctx.attr("blocksize", None), ctx.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        raise OnnxImportError(f"mode {mode!r} is neither DCR nor CRD")
+    if mode == "DCR":
         y = ctx.b.transpose(ctx.b.reshape(x, [n, bs, bs, c // bs**2, h, w]), [0, 3, 4, 1, 5, 2])
     else:
         y = ctx.b.transpose(ctx.b.reshape(x, [n, c // bs**2, bs, bs, h, w]), [0, 1, 4, 2, 5, 3])

@@ -16,6 +16,25 @@ class OnnxImportError(ValueError):
     """A model that cannot be converted (bad file, missing shapes, an op used in an unsupported way)."""
 
 
+NEEDS_CONSTANT = "must be a constant or computable from static shapes"
+
+
+class NeedsConstant(OnnxImportError):
+    """An argument the importer must know (a shape, axes, pads) that is computed from graph inputs at run time; the
+    loader reads those inputs by value."""
+
+    def __init__(self, message: str, sources: tuple[str, ...] = ()):
+        super().__init__(message, sources)  # both in args: wrappers that add context re-raise with *args[1:]
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The graph inputs the argument is computed from."""
+        return self.args[1]
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 @dataclass(frozen=True)
 class NodeContext:
     """One ONNX node being converted: its inputs as Values (None for omitted optional ones), attributes, opset."""
@@ -52,7 +71,7 @@ class NodeContext:
         """The data of input i, which this importer needs at conversion time (a shape, axes, pads...)."""
         data = self.const(i)
         if data is None:
-            raise OnnxImportError(f"{what} (input {i}) must be a constant or computable from static shapes")
+            raise NeedsConstant(f"{what} (input {i}) {NEEDS_CONSTANT}", self.b.input_sources(self.inputs[i]))
         return data
 
     def ints(self, i: int, attr: str, since: int, what: str) -> tuple[int, ...] | None:

@@ -35,7 +35,7 @@ def load_paddle(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int
     arrays = read_params(params_path(model_path), model.params) if model.params else {}
     name = os.path.splitext(os.path.basename(model_path))[0]
     inputs = _symbolic_inputs(model, dict(input_shapes or {}))
-    return SymbolicProgram(name, inputs, lambda shapes: _import(name, model, arrays, shapes)).static_or_probed()
+    return SymbolicProgram(name, inputs, lambda shapes, _: _import(name, model, arrays, shapes)).static_or_probed()
 
 
 def _import(name: str, model: PaddleModel, arrays: Mapping[str, np.ndarray], shapes: Mapping[str, Sequence[int]]
