@@ -1,7 +1,8 @@
 """Property-based fuzzing (hypothesis) of NetBuilder programs against the op table's numpy references.
 
-Random small graphs of the table's elementwise and broadcast ops, over float32 and int32 data holding special
-values (NaN, +-inf, -0.0, int32 extremes, zeros), are compiled fused and unfused; both must match the program
+Random small graphs of the table's elementwise and broadcast ops, over float32 and integer data (int8, int16, int32,
+uint8, uint16, uint32) holding special values (NaN, +-inf, -0.0, the integer type's extremes, zeros), are compiled
+fused and unfused; both must match the program
 evaluated node by node with each op's `reference`. CI runs a fixed, derandomized set of examples; a longer run is an
 environment variable away: `CINN_FUZZ_EXAMPLES=500 pytest tests/test_fuzz.py`.
 """
@@ -19,13 +20,15 @@ from cinn.ir import Program
 from cinn.ops import OPS, PatternKind
 from cinn.ops.registry import dtype_class
 
-EXAMPLES = int(os.environ.get("CINN_FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("CINN_FUZZ_EXAMPLES", "30"))
 # libm-grade functions whose float32 kernels use vectorized polynomial forms: compared with a looser tolerance
 APPROXIMATE = {"exp", "erf", "tanh", "sigmoid", "silu", "gelu", "softplus", "elu", "pow", "log", "sin", "cos"}
 # ops outside the fuzz: dropout's reference is training-mode randomness-free only by attribute
 EXCLUDED = {"dropout"}
 FLOAT_SPECIALS = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0, 3.5, -2.25, 1e30, -1e-30]
-INT_SPECIALS = [0, 1, -1, 2, -3, 7, np.iinfo(np.int32).max, np.iinfo(np.int32).min]
+INT_SPECIALS = [0, 1, -1, 2, -3, 7]  # with the dtype's extremes; -1 and -3 wrap in the unsigned types
+# int64 and uint64 are left out: their overflowing arithmetic is not defined to wrap (no wider type to compute in)
+DTYPES = ["float32", "int32", "int8", "int16", "uint8", "uint16", "uint32"]
 
 
 def _fuzzable() -> list[str]:
@@ -51,7 +54,7 @@ SHAPES = [(), (1,), (5,), (2, 3), (3, 1, 4)]
 @st.composite
 def programs(draw):
     """A program spec: input dtype and shape, then ops applied to earlier values of an accepted dtype."""
-    dtype = draw(st.sampled_from(["float32", "int32"]))
+    dtype = draw(st.sampled_from(DTYPES))
     shape = draw(st.sampled_from(SHAPES))
     steps = []
     for k in range(draw(st.integers(1, 5))):
@@ -78,11 +81,13 @@ def _build(dtype: str, shape, steps) -> Program | None:
 
 def _data(dtype: str, shape, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    specials = FLOAT_SPECIALS if dtype == "float32" else INT_SPECIALS
-    pool = np.array(specials, dtype=dtype)
-    regular = rng.uniform(-4, 4, shape) if dtype == "float32" else rng.integers(-9, 10, shape)
+    if dtype == "float32":
+        pool, regular = np.array(FLOAT_SPECIALS, dtype), rng.uniform(-4, 4, shape)
+    else:
+        info = np.iinfo(dtype)
+        pool, regular = np.array(INT_SPECIALS + [info.max, info.min]), rng.integers(-9, 10, shape)
     mixed = np.where(rng.random(shape) < 0.4, rng.choice(pool, shape), regular)
-    return np.asarray(mixed, dtype=dtype)
+    return mixed.astype(dtype)  # negatives wrap in the unsigned types
 
 
 def _evaluate(program: Program, feeds: dict) -> list[np.ndarray]:

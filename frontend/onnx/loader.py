@@ -18,6 +18,7 @@ from cinn.frontend.onnx import (  # noqa: F401  (register converters)
     ops_elementwise,
     ops_extra,
     ops_nn,
+    ops_quant,
     ops_reduce,
     ops_resize,
     ops_rnn,
