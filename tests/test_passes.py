@@ -195,6 +195,20 @@ def test_pow_by_constant_becomes_roots_and_products(exponent, want, tmp_cache):
     check_compiled(program, feeds, tmp_cache)
 
 
+@pytest.mark.parametrize(("low", "high", "dtype", "dropped"), [(0.0, 255.0, "uint8", True), (-128.0, 127.0, "int8", True),
+                                                            (0.0, 256.0, "uint8", False), (0.5, 255.0, "uint8", False)])
+def test_a_quantize_dequantize_round_trip_stays_in_float(low, high, dtype, dropped, tmp_cache):
+    """cast(cast(clip(round(x / s) + zp, lo, hi), int), float) is the clip itself when [lo, hi] fits the int type."""
+    b = cinn.NetBuilder("qdq")
+    x = b.create_input("float32", (4, 9), "x")
+    q = b.clip(b.add(b.round(b.scale(x, scale=10.0)), b.fill_constant((), 3.0, "float32")), low, high)
+    y = b.multiply(b.cast(b.cast(q, dtype), "float32"), b.fill_constant((), 0.1, "float32"))
+    program, feeds = b.build([y]), {"x": rand(4, 9) * 20}
+    result = check_pass(program, feeds, simplify) if dropped else simplify(program)
+    assert ops(result)["cast"] == (0 if dropped else 2)
+    check_compiled(program, feeds, tmp_cache)
+
+
 # -- pack_weights --------------------------------------------------------------------------------
 def test_pack_weights_stores_conv_and_matmul_weights_as_the_kernels_read_them(tmp_cache):
     b = cinn.NetBuilder("pack")

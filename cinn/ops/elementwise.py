@@ -105,19 +105,25 @@ def _scale_np(x, a: ScaleAttrs):
 
 def _max_te(x, y):
     """max that keeps NaN, as numpy.maximum: TVM's max is select(x > y, x, y), which drops a NaN x."""
-    return _either(x < y, x, y) if _is_float(x) else tirx.max(x, y)
+    return _either(lambda a, b: a < b, x, y) if _is_float(x) else tirx.max(x, y)
 
 
 def _min_te(x, y):
     """min that keeps NaN, as numpy.minimum."""
-    return _either(y < x, x, y) if _is_float(x) else tirx.min(x, y)
+    return _either(lambda a, b: b < a, x, y) if _is_float(x) else tirx.min(x, y)
 
 
 def _either(y_wins, x, y):
-    """y where `y_wins` or y is NaN, else x: a NaN x stays (the comparison is false). The NaN test is on y, which is
-    a constant bound in relu and clip, where it folds away: one compare and select is left, one vmaxps/vminps (a
-    test on x took a 32->192 1x1 conv with relu6 on 28x28 from 25 to 65 us)."""
-    return tirx.Select(tirx.Or(y_wins, tirx.isnan(y)), y, x)
+    """y where `y_wins(x, y)` or y is NaN, else x: a NaN x stays (the comparison is false). The NaN test is on y,
+    which is a constant bound in relu and clip, where it folds away: one compare and select is left, one
+    vmaxps/vminps (a test on x took a 32->192 1x1 conv with relu6 on 28x28 from 25 to 65 us). The operands are
+    let-bound: each is used twice, and once fusion inlines a producer's expression for it, nested clips would
+    repeat it 4**depth times (a quantize-dequantize chain's epilogue: 16 copies, a 1x1 conv 8x slower)."""
+    xv = tirx.Var("either_x", _dtype(x))
+    if isinstance(y, (tirx.IntImm, tirx.FloatImm)):
+        return tirx.Let(xv, x, tirx.Select(tirx.Or(y_wins(xv, y), tirx.isnan(y)), y, xv))
+    yv = tirx.Var("either_y", _dtype(y))
+    return tirx.Let(xv, x, tirx.Let(yv, y, tirx.Select(tirx.Or(y_wins(xv, yv), tirx.isnan(yv)), yv, xv)))
 
 
 def _clip_te(x, lo, hi):
