@@ -450,17 +450,14 @@ def _cast_te(x, a: CastAttrs):
     return x
 
 
-register(
-    OpDef(
-        name="cast",
-        kind=PatternKind.ELEMENTWISE,
-        infer=_cast_infer,
-        compute=_elementwise_compute("cast", _cast_te),
-        reference=lambda xs, a: [xs[0].astype(a.dtype)],
-        attrs=CastAttrs,
-        doc="Convert to another dtype (floats to ints truncate; anything to bool means non-zero).",
-    )
-)
+def _register_conversion(name: str, infer, te, reference, doc: str) -> None:
+    """An elementwise op of CastAttrs: cast or bitcast."""
+    register(OpDef(name=name, kind=PatternKind.ELEMENTWISE, infer=infer, compute=_elementwise_compute(name, te),
+                   reference=reference, attrs=CastAttrs, doc=doc))
+
+
+_register_conversion("cast", _cast_infer, _cast_te, lambda xs, a: [xs[0].astype(a.dtype)],
+                     "Convert to another dtype (floats to ints truncate; anything to bool means non-zero).")
 
 
 def _bitcast_infer(types: Sequence[TensorType], a: CastAttrs) -> tuple[TensorType]:
@@ -478,17 +475,9 @@ def _bitcast_te(x, a: CastAttrs):
     return x.astype(a.dtype) if _dtype(x) == "bool" else tirx.reinterpret(a.dtype, x)
 
 
-register(
-    OpDef(
-        name="bitcast",
-        kind=PatternKind.ELEMENTWISE,
-        infer=_bitcast_infer,
-        compute=_elementwise_compute("bitcast", _bitcast_te),
-        reference=lambda xs, a: [np.ascontiguousarray(xs[0]).view(a.dtype)],
-        attrs=CastAttrs,
-        doc="The bits of each element read as another dtype of the same width (float32 -> int32: the IEEE bits).",
-    )
-)
+_register_conversion("bitcast", _bitcast_infer, _bitcast_te, lambda xs, a: [np.ascontiguousarray(xs[0]).view(a.dtype)],
+                     "The bits of each element read as another dtype of the same width (float32 -> int32: the IEEE "
+                     "bits).")
 
 
 def _select_infer(types: Sequence[TensorType], _a: Attrs) -> tuple[TensorType]:
