@@ -79,10 +79,13 @@ class EluAttrs(Attrs):
 
 @dataclass(frozen=True)
 class ClipAttrs(Attrs):
-    """clip(x) = min(max(x, min), max); bounds are converted to the input dtype."""
+    """clip(x) = min(max(x, min), max); bounds are converted to the input dtype. keep_nan=False (saturation, as
+    quantization does) gives `min` for NaN and reads x once: fused into a chain, the NaN-keeping form repeats its
+    input expression at each nested clip."""
 
     min: float
     max: float
+    keep_nan: bool = True
 
 
 @dataclass(frozen=True)
@@ -105,25 +108,21 @@ def _scale_np(x, a: ScaleAttrs):
 
 def _max_te(x, y):
     """max that keeps NaN, as numpy.maximum: TVM's max is select(x > y, x, y), which drops a NaN x."""
-    return _either(lambda a, b: a < b, x, y) if _is_float(x) else tirx.max(x, y)
+    return _either(x < y, x, y) if _is_float(x) else tirx.max(x, y)
 
 
 def _min_te(x, y):
     """min that keeps NaN, as numpy.minimum."""
-    return _either(lambda a, b: b < a, x, y) if _is_float(x) else tirx.min(x, y)
+    return _either(y < x, x, y) if _is_float(x) else tirx.min(x, y)
 
 
 def _either(y_wins, x, y):
-    """y where `y_wins(x, y)` or y is NaN, else x: a NaN x stays (the comparison is false). The NaN test is on y,
-    which is a constant bound in relu and clip, where it folds away: one compare and select is left, one
-    vmaxps/vminps (a test on x took a 32->192 1x1 conv with relu6 on 28x28 from 25 to 65 us). The operands are
-    let-bound: each is used twice, and once fusion inlines a producer's expression for it, nested clips would
-    repeat it 4**depth times (a quantize-dequantize chain's epilogue: 16 copies, a 1x1 conv 8x slower)."""
-    xv = tirx.Var("either_x", _dtype(x))
-    if isinstance(y, (tirx.IntImm, tirx.FloatImm)):
-        return tirx.Let(xv, x, tirx.Select(tirx.Or(y_wins(xv, y), tirx.isnan(y)), y, xv))
-    yv = tirx.Var("either_y", _dtype(y))
-    return tirx.Let(xv, x, tirx.Let(yv, y, tirx.Select(tirx.Or(y_wins(xv, yv), tirx.isnan(yv)), yv, xv)))
+    """y where `y_wins` or y is NaN, else x: a NaN x stays (the comparison is false). The NaN test is on y, which is
+    a constant bound in relu and clip, where it folds away: one compare and select is left, one vmaxps/vminps (a
+    test on x took a 32->192 1x1 conv with relu6 on 28x28 from 25 to 65 us). x is used twice: once fusion inlines a
+    producer's expression for it, nested clips repeat it 4**depth times (binding it with a let would avoid that, but
+    TVM's vectorizer refuses a let var that inlining binds in two places)."""
+    return tirx.Select(tirx.Or(y_wins, tirx.isnan(y)), y, x)
 
 
 def _clip_te(x, lo, hi):
@@ -132,6 +131,17 @@ def _clip_te(x, lo, hi):
 
 def _clip_np(x, lo, hi):
     return np.minimum(np.maximum(x, _np_c(lo, x)), _np_c(hi, x))
+
+
+def _clip_op_te(x, a: ClipAttrs):
+    if a.keep_nan or not _is_float(x):
+        return _clip_te(x, a.min, a.max)
+    return tirx.min(tirx.max(x, _c(a.min, x)), _c(a.max, x))  # a NaN x fails max's comparison: min
+
+
+def _clip_op_np(x, a: ClipAttrs):
+    y = _clip_np(x, a.min, a.max)
+    return y if a.keep_nan or x.dtype.kind != "f" else np.where(np.isnan(x), _np_c(a.min, x), y)
 
 
 def _gelu_te(x, a: GeluAttrs):
@@ -386,7 +396,7 @@ _UNARY_ATTRS = {
         lambda x, a: np.where(x > 0, x, _np_c(a.alpha, x) * np.expm1(x)),
         D.FLOAT,
     ),
-    "clip": (ClipAttrs, lambda x, a: _clip_te(x, a.min, a.max), lambda x, a: _clip_np(x, a.min, a.max), D.NUMBER),
+    "clip": (ClipAttrs, _clip_op_te, _clip_op_np, D.NUMBER),
     "scale": (ScaleAttrs, _scale_te, _scale_np, D.NUMBER),
 }
 for _name, (_attrs, _te, _ref, _dtypes) in _UNARY_ATTRS.items():

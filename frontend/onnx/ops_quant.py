@@ -54,8 +54,8 @@ def quantize(ctx: NodeContext, x: Value, scale: Value, zero_point: Value | None,
     y = ctx.b.round(ctx.b.divide(_f32(ctx, x), _f32(ctx, scale)))
     if zero_point is not None:
         y = ctx.b.add(y, ctx.b.cast(zero_point, "float32"))
-    info = np.iinfo(dtype)
-    return ctx.b.cast(ctx.b.clip(y, float(info.min), float(info.max)), dtype)
+    info = np.iinfo(dtype)  # saturation: NaN gives the low end (its integer is unspecified in ONNX)
+    return ctx.b.cast(ctx.b.clip(y, float(info.min), float(info.max), keep_nan=False), dtype)
 
 
 def _f32(ctx: NodeContext, v: Value) -> Value:
