@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -22,7 +24,6 @@ from cinn.ops import PatternKind
 from cinn.schedules import apply_default
 from cinn.schedules.cuda_common import unbound_blocks
 from cinn.target import Target
-from cinn.utils import atomic_write
 
 
 @dataclass(frozen=True)
@@ -85,10 +86,42 @@ def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
     tvm_target = target.tvm()
     with tvm_target:  # CUDA compilation reads the architecture from the current target
         ex = tvm.compile(sch.mod, target=tvm_target)
-    atomic_write(source_path(path), lambda tmp: pathlib.Path(tmp).write_text(kernel_source(sch.mod, ex)))
-    atomic_write(path, lambda tmp: _export(ex, tmp, target))
-    atomic_write(digest_path(path), lambda tmp: pathlib.Path(tmp).write_text(_digest(path)))  # last: marks it whole
+    _store(path, kernel_source(sch.mod, ex), lambda tmp: _export(ex, tmp, target))
     return path
+
+
+def _store(path: str, source: str, export: Callable[[str], object]) -> None:
+    """Write a cache entry: the library, its source and its digest are made beside it, then renamed into place
+    together under the cache's lock (two processes building one kernel write different bytes: a digest of one
+    library beside the other would make readers throw the entry away)."""
+    made: list[str] = []
+    try:
+        for suffix in (".so", ".src", ".sha256"):
+            fd, tmp = tempfile.mkstemp(suffix=suffix, dir=os.path.dirname(path))
+            os.close(fd)
+            made.append(tmp)
+        lib, src, digest = made
+        export(lib)
+        pathlib.Path(src).write_text(source)
+        pathlib.Path(digest).write_text(_digest(lib))
+        with _cache_lock(path, exclusive=True):
+            for tmp, final in zip(made, (path, source_path(path), digest_path(path)), strict=True):
+                os.replace(tmp, final)
+    finally:
+        for tmp in made:
+            pathlib.Path(tmp).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _cache_lock(path: str, exclusive: bool):
+    """The cache directory's advisory lock: writers hold it to put an entry's files in place, readers (shared) to
+    check and load one."""
+    with open(os.path.join(os.path.dirname(path), ".lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def element_aligned(func):
@@ -200,17 +233,27 @@ def _read(path: str, target: Target) -> BuiltKernel:
 def _load_cached(path: str, target: Target) -> BuiltKernel | None:
     """A cached kernel, or None when absent; a corrupt entry is deleted (and rebuilt by the caller)."""
     files = (path, source_path(path), digest_path(path))
-    if not all(os.path.exists(f) for f in files):
-        return None
-    try:
-        if pathlib.Path(digest_path(path)).read_text().strip() != _digest(path):
-            raise ValueError("the library does not match its digest (truncated or overwritten)")
-        return _read(path, target)
-    except Exception as err:
-        warnings.warn(f"cinn: corrupt cache entry {path} ({type(err).__name__}: {err}); rebuilding", stacklevel=3)
-        for f in files:
-            pathlib.Path(f).unlink(missing_ok=True)
-        return None
+    with _cache_lock(path, exclusive=False):
+        if not all(os.path.exists(f) for f in files):
+            return None
+        try:
+            return _verified(path, target)
+        except Exception as err:
+            warnings.warn(f"cinn: corrupt cache entry {path} ({type(err).__name__}: {err}); rebuilding", stacklevel=3)
+    with _cache_lock(path, exclusive=True):
+        try:  # another process may have put a whole entry in place since
+            return _verified(path, target)
+        except Exception:
+            for f in files:
+                pathlib.Path(f).unlink(missing_ok=True)
+    return None
+
+
+def _verified(path: str, target: Target) -> BuiltKernel:
+    """Load a cached library whose bytes match its digest (loading a truncated one can kill the process)."""
+    if pathlib.Path(digest_path(path)).read_text().strip() != _digest(path):
+        raise ValueError("the library does not match its digest (truncated or overwritten)")
+    return _read(path, target)
 
 
 def _build_missing(missing: list[KernelSpec], target: Target, paths: dict, workers: int):

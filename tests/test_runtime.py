@@ -121,6 +121,42 @@ def test_truncated_cache_entry_is_rebuilt_without_a_crash(tmp_path, keep):
     assert "corrupt cache entry" not in run().stdout
 
 
+def test_an_entry_rewritten_while_it_is_read_is_never_seen_half_replaced(tmp_path):
+    """Two builds of one kernel may write different bytes; a reader must not meet one library with the other's
+    digest (it would throw the entry away): the files of an entry change together under the cache's lock."""
+    import threading
+    import warnings
+
+    from cinn import build
+    from cinn.target import parse_target
+
+    target = parse_target("llvm")
+    libs = []
+    for k in range(2):  # two different valid libraries
+        b = cinn.NetBuilder(f"k{k}")
+        x = b.create_input("float32", (4, 5 + k), "x")
+        cinn.compile(b.build([b.relu(x)]), cache_dir=tmp_path / f"src{k}")
+        libs.append(next((tmp_path / f"src{k}").glob("*.so")).read_bytes())
+    path = str(tmp_path / "entry.so")
+    stop = threading.Event()
+
+    def write() -> None:
+        try:
+            for k in range(200):
+                build._store(path, "source", lambda tmp, k=k: pathlib.Path(tmp).write_bytes(libs[k % 2]))
+        finally:
+            stop.set()
+
+    writer = threading.Thread(target=write)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        writer.start()
+        while not stop.is_set():
+            build._load_cached(path, target)
+        writer.join()
+    assert not [w for w in caught if "corrupt cache entry" in str(w.message)]
+
+
 def test_cache_dir_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_path / "envcache"))
     cinn.compile(_small_program())
