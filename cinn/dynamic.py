@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -10,6 +11,10 @@ from cinn.ir import Program
 from cinn.machine import Peaks
 from cinn.runtime import Executable, Profile
 from cinn.symbolic import Binding, ShapeBindingError, SymbolicProgram
+
+# executables built at run time before a warning says so: each holds its kernels and workspace for good (a serving
+# loop that feeds a by-value input a new value per request would build and keep one per request)
+MANY_ON_DEMAND = 32
 
 
 class DynamicExecutable:
@@ -52,6 +57,10 @@ class DynamicExecutable:
                                             "compile with shape hints that include it, or on demand")
                 self._executables[binding] = self._build(self.program.specialize(binding))
                 self.built_on_demand += 1
+                if self.built_on_demand == MANY_ON_DEMAND:
+                    warnings.warn(f"cinn: {self.program.name} has built {MANY_ON_DEMAND} executables at run time, "
+                                  "each kept for good; hint the sizes at compile time, or fix the inputs read by value "
+                                  f"({', '.join(self._by_value) or 'none'})", stacklevel=3)
             return self._executables[binding]
 
     def bind(self, feeds: Mapping[str, np.ndarray]) -> Binding:

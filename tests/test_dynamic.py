@@ -265,3 +265,14 @@ def test_shape_read_from_an_input_is_specialized_by_value(tmp_cache):
         cinn.compile(program, shape_hints={"n": [2]})
     with pytest.raises(ValueError, match="cannot reshape"):
         exe.run({"x": rand(2, 6), "shape": np.array([5, 5], np.int64), "dims": np.array([1, 5, 5], np.int64)})
+
+
+def test_many_bindings_built_at_run_time_are_warned_of(tmp_cache, monkeypatch):
+    from cinn import dynamic
+
+    monkeypatch.setattr(dynamic, "MANY_ON_DEMAND", 3)
+    exe = cinn.compile(_mlp(), cache_dir=tmp_cache)
+    for n in (1, 2):
+        exe.run({"x": rand(n, 24)})
+    with pytest.warns(UserWarning, match=r"mlp has built 3 executables at run time, each kept for good; hint"):
+        exe.run({"x": rand(3, 24)})
