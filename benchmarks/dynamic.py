@@ -11,6 +11,7 @@ import argparse
 import csv
 import enum
 import functools
+import importlib.util
 import itertools
 import json
 import os
@@ -20,10 +21,16 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import onnx
 
-from cinn.benchmarks.harness import RTOL, ort_session, spawn_module
-from cinn.frontend.loading import parse_input_shapes
-from cinn.utils import SETTLE_S, median_seconds
+import cinn
+from cinn.benchmarks.harness import RTOL, openvino_runner, ort_session, spawn_module
+from cinn.benchmarks.onnx_export import save_onnx
+from cinn.frontend.loading import load_model, parse_input_shapes
+from cinn.frontend.zoo import bert_feeds, symbolic_bert_base
+from cinn.ir import TensorType, Value
+from cinn.symbolic import Binding, SymbolicProgram, bindings_of
+from cinn.utils import SETTLE_S, median_seconds, random_feeds
 
 BERT = "bert_base"
 BERT_SIZES = {"batch": (1, 4, 8), "seq": (16, 64, 128, 384)}
@@ -41,32 +48,22 @@ class DynEngine(enum.StrEnum):
 Runner = Callable[[dict], list]
 
 
-def _symbolic(model: str, small: bool):
+def _symbolic(model: str, small: bool) -> SymbolicProgram:
     """The symbolic program of the built-in BERT or of a model file."""
-    from cinn.frontend.loading import load_model
-    from cinn.frontend.zoo import symbolic_bert_base
-    from cinn.symbolic import SymbolicProgram
-
     program = symbolic_bert_base(small) if model == BERT else load_model(model)
     if not isinstance(program, SymbolicProgram):
         raise ValueError(f"{model}: no symbolic dims (a dynamic-shape benchmark needs some)")
     return program
 
 
-def _feeds(model: str, program, binding, small: bool) -> dict[str, np.ndarray]:
+def _feeds(model: str, program: SymbolicProgram, binding: Binding, small: bool) -> dict[str, np.ndarray]:
     """Seeded inputs at one binding: BERT's tokens, mask and positions, or random data of a file's input types."""
-    from cinn.frontend.zoo import bert_feeds
-    from cinn.ir import TensorType, Value
-    from cinn.utils import random_feeds
-
     if model == BERT:
         return bert_feeds(binding["batch"], binding["seq"], small)
     return random_feeds([Value(i.name, TensorType(i.shape_at(binding), i.dtype)) for i in program.inputs], seed=0)
 
 
-def _cinn_runners(engine: DynEngine, program, bindings: list, info: dict) -> list[Runner]:
-    import cinn
-
+def _cinn_runners(engine: DynEngine, program: SymbolicProgram, bindings: list[Binding], info: dict) -> list[Runner]:
     t0 = time.perf_counter()
     if engine is DynEngine.STATIC:  # the same kernels as the dynamic build: the default cache saves building them again
         return [cinn.compile(program.specialize(b)).run for b in bindings]
@@ -77,25 +74,9 @@ def _cinn_runners(engine: DynEngine, program, bindings: list, info: dict) -> lis
     return [exe.run] * len(bindings)
 
 
-def _openvino_runner(onnx_path: str) -> Runner:
-    import openvino as ov
-
-    compiled = ov.Core().compile_model(onnx_path, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
-                                                          "INFERENCE_NUM_THREADS": os.cpu_count() or 1})
-    request = compiled.create_infer_request()
-
-    def run(feeds: dict) -> list:
-        results = request.infer(feeds, share_outputs=False)
-        return [results[o] for o in compiled.outputs]
-
-    return run
-
-
 def _peer_runner(engine: DynEngine, onnx_path: str) -> Runner:
     if engine is DynEngine.OPENVINO:
-        return _openvino_runner(onnx_path)
-    import onnx
-
+        return openvino_runner(onnx_path)
     sess = ort_session(onnx.load(onnx_path))
     return lambda feeds: sess.run(None, feeds)
 
@@ -104,7 +85,7 @@ def worker(engine: DynEngine, model: str, onnx_path: str, sizes: dict[str, tuple
            out_dir: str) -> dict:
     """Time one engine at every binding in this process; save each binding's first output."""
     program = _symbolic(model, small)
-    bindings = _bindings(program, sizes)
+    bindings = bindings_of(program, sizes)
     info: dict = {}
     if engine in (DynEngine.DYNAMIC, DynEngine.STATIC):
         runners = _cinn_runners(engine, program, bindings, info)
@@ -119,12 +100,6 @@ def worker(engine: DynEngine, model: str, onnx_path: str, sizes: dict[str, tuple
     if exe is not None:
         info["built_on_demand"] = exe.built_on_demand
     return {"engine": engine.value, "ms": ms, **info}
-
-
-def _bindings(program, sizes: dict[str, tuple[int, ...]]) -> list:
-    from cinn.symbolic import bindings_of
-
-    return bindings_of(program, sizes)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -157,12 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parent(a: argparse.Namespace, sizes: dict[str, tuple[int, ...]]) -> int:
-    import importlib.util
-
-    from cinn.benchmarks.onnx_export import save_onnx
-
     program = _symbolic(a.model, a.small)
-    bindings = _bindings(program, sizes)  # bad sizes are refused before any worker starts
+    bindings = bindings_of(program, sizes)  # bad sizes are refused before any worker starts
     engines = [e for e in DynEngine if e is not DynEngine.OPENVINO or importlib.util.find_spec("openvino")]
     results: dict[DynEngine, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="cinn-dyn-") as tmp:

@@ -179,26 +179,31 @@ def _run_ort(model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]
     return EngineResult(Engine.ORT, model.name, ms, config.repeat), outputs
 
 
-def _run_openvino(model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]]:
+def openvino_runner(onnx_path: str) -> Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]:
     """OpenVINO on the CPU with all cores, the latency hint and float32 precision (its default may be bf16 where the
-    CPU has it, which would not compute the same model)."""
+    CPU has it, which would not compute the same model): a function of the feeds giving the outputs."""
     import openvino as ov  # an optional extra (bench): only the OpenVINO worker needs it
 
+    compiled = ov.Core().compile_model(onnx_path, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
+                                                          "INFERENCE_NUM_THREADS": os.cpu_count() or 1})
+    request = compiled.create_infer_request()
+
+    def run(feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        results = request.infer(feeds, share_outputs=False)
+        return [results[o] for o in compiled.outputs]
+
+    return run
+
+
+def _run_openvino(model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]]:
     with tempfile.TemporaryDirectory(prefix="cinn-bench-ov-") as tmp:
         path = model.onnx_path  # as for onnxruntime: an imported ONNX file as it is, a built-in model as exported
         if path is None:
             path = os.path.join(tmp, "model.onnx")
             onnx.save(to_onnx(model.program), path)
-        compiled = ov.Core().compile_model(path, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
-                                                         "INFERENCE_NUM_THREADS": os.cpu_count() or 1})
-    request = compiled.create_infer_request()
+        run = openvino_runner(path)
     feeds = dict(model.feeds)
-
-    def run() -> list[np.ndarray]:
-        results = request.infer(feeds, share_outputs=False)
-        return [results[o] for o in compiled.outputs]
-
-    ms, outputs = _measure(run, config)
+    ms, outputs = _measure(lambda: run(feeds), config)
     return EngineResult(Engine.OPENVINO, model.name, ms, config.repeat), outputs
 
 

@@ -7,6 +7,7 @@ bindings named ahead of time and the runtime picks one by the fed shapes.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,12 @@ PROBES = (17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79)
 
 class ShapeBindingError(ValueError):
     """Fed shapes that do not fit a symbolic program's inputs."""
+
+
+def symbol_name(text: str) -> str:
+    """A model's name for a dim (an ONNX dim_param, an input's name) as a symbol: an identifier ("seq+1" -> "seq_1")."""
+    name = re.sub(r"\W", "_", text)
+    return name if name.isidentifier() else f"d_{name}"
 
 
 def symbolic_dims(dims: object, what: str) -> tuple[Dim, ...]:
@@ -134,11 +141,11 @@ class SymbolicProgram:
         shapes = {i.name: i.shape_at(binding) for i in self.inputs}
         by_name = {i.name: i for i in self.inputs}
         values = {k: np.array(v, by_name[k].dtype).reshape(shapes[k]) for k, v in binding.values}
-        if not binding.sizes and not binding.values:
-            return self.shape_function(shapes, values)
         try:
             return self.shape_function(shapes, values)
         except (ValueError, TypeError, NotImplementedError) as e:
+            if not binding.sizes and not binding.values:  # a static program: the error says all there is
+                raise
             raise type(e)(f"{self.name} at {binding}: {e}", *e.args[1:]) from None
 
     def static_or_probed(self) -> Program | SymbolicProgram:
@@ -170,10 +177,10 @@ def bindings_of(program: SymbolicProgram, hints: Mapping[str, Iterable[int]]) ->
     unknown = sorted(set(hints) - set(program.symbols))
     if unknown:
         raise ShapeBindingError(f"{program.name}: symbols are {list(program.symbols)}; unknown {unknown}")
-    missing = [s for s in program.symbols if not list(hints.get(s, ()))]
+    sizes = [list(dict.fromkeys(hints.get(s, ()))) for s in program.symbols]  # each hint read once: any iterable
+    missing = [s for s, n in zip(program.symbols, sizes, strict=True) if not n]
     if missing:
         raise ShapeBindingError(f"{program.name}: shape hints name no sizes for symbols {missing}")
-    sizes = [list(dict.fromkeys(hints[s])) for s in program.symbols]
     return [program.binding(dict(zip(program.symbols, combo, strict=True))) for combo in itertools.product(*sizes)]
 
 

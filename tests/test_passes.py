@@ -196,7 +196,8 @@ def test_pow_by_constant_becomes_roots_and_products(exponent, want, tmp_cache):
 
 
 @pytest.mark.parametrize(("low", "high", "dtype", "dropped"), [(0.0, 255.0, "uint8", True), (-128.0, 127.0, "int8", True),
-                                                            (0.0, 256.0, "uint8", False), (0.5, 255.0, "uint8", False)])
+                                                            (0.0, 256.0, "uint8", False), (0.5, 255.0, "uint8", False),
+                                                            (0.0, 254.5, "uint8", False)])
 def test_a_quantize_dequantize_round_trip_stays_in_float(low, high, dtype, dropped, tmp_cache):
     """cast(cast(clip(round(x / s) + zp, lo, hi), int), float) is the clip itself when [lo, hi] fits the int type."""
     b = cinn.NetBuilder("qdq")

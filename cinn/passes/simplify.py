@@ -208,7 +208,8 @@ def _clipped_integral(rw: Rewriter, y: Value, dtype: str) -> bool:
         return False
     info = np.iinfo(dtype)
     in_range = info.min <= clip.attrs.min and clip.attrs.max <= info.max
-    return in_range and float(clip.attrs.min).is_integer() and _integral(rw, rw.inputs(clip)[0], depth=4)
+    whole = float(clip.attrs.min).is_integer() and float(clip.attrs.max).is_integer()
+    return in_range and whole and _integral(rw, rw.inputs(clip)[0], depth=4)
 
 
 def _integral(rw: Rewriter, v: Value, depth: int) -> bool:

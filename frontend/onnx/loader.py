@@ -4,7 +4,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -35,7 +34,7 @@ from cinn.frontend.onnx.registry import (
     tensor_to_array,
 )
 from cinn.ir import Node, Program, Value, shape_of
-from cinn.symbolic import Dim, SymbolicInput, SymbolicProgram
+from cinn.symbolic import Dim, SymbolicInput, SymbolicProgram, symbol_name
 
 # 7-21 is the contract; the newer opsets only added element types to the ops converted here (the
 # conformance test runs their cases)
@@ -219,14 +218,8 @@ def _input_dims(name: str, tensor: onnx.TypeProto.Tensor, given: Sequence[int] |
         return given
     if dims is None:
         raise OnnxImportError(f"graph input {name!r} has no shape in the model; pass input_shapes={{{name!r}: (...)}}")
-    return tuple(d.dim_value if d.HasField("dim_value") else _symbol(d.dim_param or f"{name}_{k}")
+    return tuple(d.dim_value if d.HasField("dim_value") else symbol_name(d.dim_param or f"{name}_{k}")
                  for k, d in enumerate(dims))
-
-
-def _symbol(text: str) -> str:
-    """A dim_param as a symbol name: an identifier ("batch_size"; "seq+1" -> "seq_1")."""
-    name = re.sub(r"\W", "_", text)
-    return name if name.isidentifier() else f"d_{name}"
 
 
 def _convert(b: FoldingBuilder, node: onnx.NodeProto, env: dict[str, Value], opset: int) -> None:

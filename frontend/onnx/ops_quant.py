@@ -10,6 +10,7 @@ import dataclasses
 
 import numpy as np
 
+from cinn.frontend.onnx.ops_contrib import MS
 from cinn.frontend.onnx.ops_nn import conv, gemm
 from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter, onnx_dtype
 from cinn.ir import Value
@@ -92,6 +93,13 @@ def dequantize_linear(ctx: NodeContext):
     return [dequantize(ctx, x, scale, zero_point)]
 
 
+def _requantize(ctx: NodeContext, y: Value, scale_at: int, like: Value) -> Value:
+    """y quantized with the scale and zero point at inputs scale_at and scale_at + 1 (the zero point's type, else the
+    quantized input's)."""
+    zero_point = ctx.input(scale_at + 1)
+    return quantize(ctx, y, ctx.input(scale_at), zero_point, zero_point.dtype if zero_point is not None else like.dtype)
+
+
 @converter("QLinearMatMul")
 def qlinear_matmul(ctx: NodeContext):
     """A per-row scale of a runs along its rows, a per-column one of b along its columns."""
@@ -100,8 +108,7 @@ def qlinear_matmul(ctx: NodeContext):
     b_scale, b_zp = (None if v is None else _along(ctx, v, len(b.shape), -1) for v in (ctx.input(4), ctx.input(5)))
     assert a_scale is not None and b_scale is not None  # required inputs (the checker enforces them)
     y = ctx.b.matmul(dequantize(ctx, a, a_scale, a_zp, "float32"), dequantize(ctx, b, b_scale, b_zp, "float32"))
-    y_zp = ctx.input(7)
-    return [quantize(ctx, y, ctx.input(6), y_zp, y_zp.dtype if y_zp is not None else "uint8")]
+    return [_requantize(ctx, y, 6, a)]
 
 
 @converter("QLinearConv")
@@ -116,8 +123,7 @@ def qlinear_conv(ctx: NodeContext):
                     None if w_zp is None else _along(ctx, w_zp, len(w.shape), 0))
     bf = None if bias is None else ctx.b.multiply(ctx.b.cast(bias, x_scale.dtype), ctx.b.multiply(x_scale, w_scale))
     (y,) = conv(dataclasses.replace(ctx, inputs=(xf, wf, bf)))
-    y_zp = ctx.input(7)
-    return [quantize(ctx, y, ctx.input(6), y_zp, y_zp.dtype if y_zp is not None else "uint8")]
+    return [_requantize(ctx, y, 6, x)]
 
 
 @converter("MatMulInteger")
@@ -146,14 +152,6 @@ def dynamic_quantize_linear(ctx: NodeContext):
 
 
 # -- onnxruntime's com.microsoft quantized ops (quantize_static's QOperator format writes them) -------------------
-MS = "com.microsoft."
-
-
-def _requantize(ctx: NodeContext, y: Value, scale_at: int, like: Value) -> Value:
-    """y quantized with the scale and zero point at inputs scale_at and scale_at + 1 (the zero point's type, else the
-    quantized input's)."""
-    zero_point = ctx.input(scale_at + 1)
-    return quantize(ctx, y, ctx.input(scale_at), zero_point, zero_point.dtype if zero_point is not None else like.dtype)
 
 
 @converter(MS + "QGemm")

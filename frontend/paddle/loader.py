@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -16,7 +15,7 @@ from cinn.frontend.paddle.pdmodel import read_pdmodel
 from cinn.frontend.paddle.pir import read_pir
 from cinn.frontend.paddle.registry import CONVERTERS, Bound, OpContext, Unavailable
 from cinn.ir import Program, Value, shape_of
-from cinn.symbolic import Dim, SymbolicInput, SymbolicProgram
+from cinn.symbolic import Dim, SymbolicInput, SymbolicProgram, symbol_name
 
 MODEL_SUFFIXES = (".json", ".pdmodel")
 
@@ -94,8 +93,7 @@ def _input_dims(t: Tensor, given: Sequence[int] | None) -> tuple[Dim, ...]:
         if len(given) != len(t.shape) or any(d not in (g, -1) for d, g in zip(t.shape, given, strict=True)):
             raise PaddleImportError(f"input_shapes[{t.name!r}] = {given} does not fit the model's shape {list(t.shape)}")
         return given
-    stem = re.sub(r"\W", "_", t.name)
-    return tuple(f"{stem if stem.isidentifier() else 'x_' + stem}_{k}" if d < 0 else d for k, d in enumerate(t.shape))
+    return tuple(symbol_name(f"{t.name}_{k}") if d < 0 else d for k, d in enumerate(t.shape))
 
 
 def _convert(b: FoldingBuilder, model: PaddleModel, op: PaddleOp, env: dict[str, Bound]) -> None:
