@@ -8,6 +8,7 @@ the driver alone.
 from __future__ import annotations
 
 import os
+import re
 import struct
 
 import tvm
@@ -36,10 +37,20 @@ def cuda_source(ex) -> str:
     return cuda[0].inspect_source("cuda") if cuda else ""
 
 
+# TVM 0.27's CUDA codegen names a vector select's condition with the select's value type: a lane-invariant
+# condition (a broadcast bool, printed make_ushortN) becomes `floatN v = make_ushortN(...)`, which nvcc rejects
+_BOOL_VECTOR_DECL = re.compile(r"\b\w+?(\d+) (\w+) = make_ushort\1\(")
+
+
+def fixed_source(source: str) -> str:
+    """TVM's CUDA C with its known codegen slips corrected (bool vectors declared as what they are)."""
+    return _BOOL_VECTOR_DECL.sub(r"ushort\1 \2 = make_ushort\1(", source)
+
+
 def compile_ptx(source: str, target: Target) -> bytes:
     """Compile CUDA C to PTX with nvcc for the target's architecture."""
     with target.tvm():  # nvcc.compile_cuda reads the compute version of the current target
-        return bytes(nvcc.compile_cuda(source, target_format="ptx", arch=target.arch, compiler="nvcc"))
+        return bytes(nvcc.compile_cuda(fixed_source(source), target_format="ptx", arch=target.arch, compiler="nvcc"))
 
 
 def runtime_loaded() -> bool:
@@ -51,7 +62,7 @@ def use_nvcc(target: Target) -> None:
     """Make TVM's JIT compile (used when the CUDA runtime is loaded) call nvcc for PTX instead of NVRTC, which
     needs the cuda-python package."""
     def compile_cuda(code: str) -> bytes:
-        return bytes(nvcc.compile_cuda(code, target_format="ptx", arch=target.arch, compiler="nvcc"))
+        return compile_ptx(code, target)
 
     tvm_ffi.register_global_func("tvm_callback_cuda_compile", compile_cuda, override=True)
 

@@ -249,7 +249,7 @@ class Executable:
         self._device = device
         self._constants = {}
         for v in program.const_values:
-            i, array = self._slot_of[v.name], np.ascontiguousarray(program.constants[v.name])
+            i, array = self._slot_of[v.name], np.asarray(program.constants[v.name], order="C")
             self._constants[i] = (constants.upload(array, self._slot_bytes[i], device) if constants is not None
                                   else _uploaded(array, self._slot_bytes[i], device))
         # the buffers hold the constants now: the host arrays go (BERT-base: 415 MB), but for outputs that are constants
@@ -360,7 +360,7 @@ class Executable:
         if not self._host:  # a GPU's kernels read the workspace's device buffers
             for view, array, at in zip(ws.inputs, arrays, self._inputs_at, strict=True):
                 if at:
-                    view.copyfrom(np.ascontiguousarray(array, dtype=str(view.dtype)))
+                    view.copyfrom(np.asarray(array, dtype=str(view.dtype), order="C"))
             return
         for j, (array, at) in enumerate(zip(arrays, self._inputs_at, strict=True)):
             if at:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from math import prod
 
+import tvm
 from tvm.s_tir import Schedule, ScheduleError
 
 from cinn.schedules.analysis import blocks, extents, inline_all, is_reduction, spatial_count, write_dtype
@@ -130,7 +131,9 @@ def _fuse(sch: Schedule, block, loops):
 
 def thread_inner(sch: Schedule, block, loops, threads: int) -> None:
     """Split a block's non-unit inner loops (fused) over `threads` threads bound to threadIdx.x."""
-    wide = [lp for lp in loops if int(sch.get(lp).extent) > 1] or list(loops[-1:])
+    # a shared-memory fetch's loops can have non-constant extents (a tile clipped at the edge): they count as wide
+    wide = [lp for lp in loops if not isinstance(sch.get(lp).extent, tvm.tirx.IntImm) or int(sch.get(lp).extent) > 1]
+    wide = wide or list(loops[-1:])
     fused = _fuse(sch, block, wide)
     _, tx = sch.split(fused, [None, threads])
     sch.bind(tx, "threadIdx.x")

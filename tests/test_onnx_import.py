@@ -516,11 +516,16 @@ def test_light_cnn_matches_onnxruntime(name, tmp_cache):
 def test_real_cnn_with_random_weights_matches_onnxruntime(name, tmp_cache):
     """The ten CNNs of cinn-bench (onnx's models with seeded random weights, MobileNetV2) through every conv form
     (grouped, depthwise, strided, 1x1, LRN, GEMV): rtol 1e-3, atol 1e-3 of the output's magnitude."""
+    check_real_cnn(name, tmp_cache, "llvm")
+
+
+def check_real_cnn(name: str, cache, target: str) -> None:
+    """One of cinn-bench's CNNs compiled for `target` against onnxruntime."""
     if name != "mobilenet_v2" and not light_path(name).exists():
         pytest.skip(f"{light_path(name)} is not installed")
     model = MODELS[name]()
     inp = next(i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer})
     feeds = {inp.name: RNG.uniform(0, 1, [d.dim_value for d in inp.type.tensor_type.shape.dim]).astype("float32")}
     want = ort_run(model, feeds)
-    (got,) = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache).run(feeds)
+    (got,) = cinn.compile(cinn.load_onnx(model), target=target, cache_dir=cache).run(feeds)
     np.testing.assert_allclose(got, want[0], rtol=1e-3, atol=1e-3 * float(np.abs(want[0]).max()))

@@ -59,9 +59,9 @@ def _quantized(model: onnx.ModelProto, fmt, tmp_path, dynamic: bool = False) -> 
     return onnx.load(dst)
 
 
-def _assert_close_to_ort(model: onnx.ModelProto, x: np.ndarray, cache) -> None:
+def _assert_close_to_ort(model: onnx.ModelProto, x: np.ndarray, cache, target: str = "llvm") -> None:
     """Within one quantization step of onnxruntime (the largest output step of the model's quantize nodes)."""
-    (got,) = cinn.compile(cinn.load_onnx(model), cache_dir=cache).run({"x": x})
+    (got,) = cinn.compile(cinn.load_onnx(model), target=target, cache_dir=cache).run({"x": x})
     (want,) = ort_run(model, {"x": x})
     step = max((float(onnx.numpy_helper.to_array(t).max()) for t in model.graph.initializer
                 if t.name.endswith("_scale")), default=1e-3)

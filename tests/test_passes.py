@@ -401,3 +401,16 @@ def test_optimize_pipeline_end_to_end(tmp_cache):
     assert counts["transpose"] == 0  # the pair cancels; t feeding matmul became trans_y
     assert result.outputs[0] == result.outputs[1]
     check_compiled(program, {"x": rand(2, 4, 5, 5)}, tmp_cache, rtol=1e-4)
+
+
+def test_rewriter_keeps_a_scalar_constant_scalar():
+    """np.ascontiguousarray makes 0-d arrays 1-d: a folded scalar must keep shape () (a CUDA buffer of shape ()
+    refused the (1,) array)."""
+    from cinn.passes.rewrite import Rewriter
+
+    b = cinn.NetBuilder("s")
+    x = b.create_input("float32", (), "x")
+    rw = Rewriter(b.build([b.relu(x)]))
+    assert rw.new_constant(np.float32(2.0), "two").shape == ()
+    rw.make_constant(x, np.float32(3.0))
+    assert rw.constants["x"].shape == ()

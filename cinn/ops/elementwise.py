@@ -485,7 +485,7 @@ def _bitcast_te(x, a: CastAttrs):
     return x.astype(a.dtype) if _dtype(x) == "bool" else tirx.reinterpret(a.dtype, x)
 
 
-_register_conversion("bitcast", _bitcast_infer, _bitcast_te, lambda xs, a: [np.ascontiguousarray(xs[0]).view(a.dtype)],
+_register_conversion("bitcast", _bitcast_infer, _bitcast_te, lambda xs, a: [np.asarray(xs[0], order="C").view(a.dtype)],
                      "The bits of each element read as another dtype of the same width (float32 -> int32: the IEEE "
                      "bits).")
 

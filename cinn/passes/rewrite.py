@@ -63,7 +63,7 @@ class Rewriter:
 
     def new_constant(self, array: np.ndarray, prefix: str) -> Value:
         """Add a constant under a fresh name (the array's dtype is kept)."""
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")  # ascontiguousarray would make a 0-d array 1-d
         value = Value(self._names.fresh(prefix), TensorType(array.shape, str(array.dtype)))
         self.constants[value.name] = array
         return value
@@ -72,7 +72,7 @@ class Rewriter:
         """Turn a value whose node is dropped into a constant of the same name and type."""
         if tuple(array.shape) != v.shape:
             raise ValueError(f"constant {v.name!r}: data of shape {tuple(array.shape)} for a value of shape {v.shape}")
-        self.constants[v.name] = np.ascontiguousarray(array, dtype=v.dtype)
+        self.constants[v.name] = np.asarray(array, dtype=v.dtype, order="C")
 
     def substitute(self, old: Value, new: Value) -> None:
         """Redirect every later use of old (a value whose node is dropped) to new."""
