@@ -16,18 +16,9 @@ import cinn  # noqa: E402
 from cinn.frontend.onnx import CONVERTERS, OnnxImportError  # noqa: E402
 
 # Cases whose ops are all supported but that are expected to fail, each with its reason.
-_3D = "3-D spatial op: the op table has conv2d/pool2d only (1-D runs as 2-D)"
 _ARGMAX_POOL = "MaxPool's Indices output: no argmax-pooling op"
 _ZERO_SPLIT = "Split with a zero-size section: zero-size tensors are not supported"
 EXCLUDED: dict[str, str] = {
-    **{f"test_averagepool_3d_{s}": _3D for s in (
-        "default", "dilations_small", "dilations_large_count_include_pad_is_0_ceil_mode_is_True",
-        "dilations_large_count_include_pad_is_0_ceil_mode_is_False",
-        "dilations_large_count_include_pad_is_1_ceil_mode_is_True",
-        "dilations_large_count_include_pad_is_1_ceil_mode_is_False")},
-    **{f"test_maxpool_3d_{s}": _3D for s in ("default", "dilations", "dilations_use_ref_impl", "dilations_use_ref_impl_large")},
-    "test_convtranspose_3d": _3D,
-    "test_lppool_3d_default": _3D,
     "test_maxpool_with_argmax_2d_precomputed_pads": _ARGMAX_POOL,
     "test_maxpool_with_argmax_2d_precomputed_strides": _ARGMAX_POOL,
     **{f"test_rotary_embedding_{s}expanded": _ZERO_SPLIT for s in (
@@ -46,7 +37,7 @@ SKIP_REASONS = (
 # changes): a case declined for any other reason, or no longer declined, fails, so a regression cannot hide as a skip.
 DECLINED: dict[str, str] = json.loads(
     (pathlib.Path(__file__).parent / "fixtures" / "onnx_conformance_declined.json").read_text())
-PASSING = 1347  # the cases of supported ops that must pass (onnx 1.23)
+PASSING = 1359  # the cases of supported ops that must pass (onnx 1.23)
 # float16 kernels compute in float16; the references were computed in float32 and rounded (a few ulp apart)
 _TOLERANCE = {"float16": (4e-3, 2e-3)}
 

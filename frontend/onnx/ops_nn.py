@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import reduce
 
 import numpy as np
 
 from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
+from cinn.frontend.onnx.volumetric import Window3d, conv3d, pool3d, window3d
 from cinn.ir import Value
 
 
@@ -15,7 +17,7 @@ def _as_2d(ctx: NodeContext, x: Value) -> Value:
     if len(x.shape) == 3:
         return ctx.b.expand_dims(x, [2])
     if len(x.shape) != 4:
-        raise OnnxImportError(f"only 1-D and 2-D spatial inputs are supported, got shape {x.shape}")
+        raise OnnxImportError(f"only 1-D, 2-D and 3-D spatial inputs are supported, got shape {x.shape}")
     return x
 
 
@@ -26,41 +28,48 @@ def _back(ctx: NodeContext, y: Value, spatial: int) -> Value:
 
 @dataclass(frozen=True)
 class _Window:
-    """The 2-D window attributes of a Conv/Pool node, resolved to explicit (top, left, bottom, right) pads."""
+    """The window attributes of a Conv/Pool node in 2-D form (3-D as they are), pads resolved to explicit
+    (top, left, bottom, right)."""
 
-    kernel: tuple[int, int]
-    strides: tuple[int, int]
-    dilations: tuple[int, int]
-    pads: tuple[int, int, int, int]
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads: tuple[int, ...]
+
+    def volumetric(self) -> Window3d:
+        """The 3-D form of a 3-D window."""
+        half = len(self.pads) // 2
+        return window3d(self.kernel, self.strides, self.dilations, self.pads[:half], self.pads[half:])
 
 
-def _per_dim(values, spatial: int, default: int) -> tuple[int, int]:
+def _per_dim(values, spatial: int, default: int) -> tuple[int, ...]:
     """A per-spatial-dim attribute in 2-D form: a 1-D op gets the neutral `default` for its unit height."""
     values = tuple(int(v) for v in values) if values is not None else (default,) * spatial
     return (default,) * (2 - spatial) + values
 
 
-def _window(ctx: NodeContext, in_hw: Sequence[int], kernel, spatial: int) -> _Window:
-    """Kernel, strides, dilations and pads (auto_pad resolved as ONNX defines it) in 2-D form."""
+def _window(ctx: NodeContext, in_sizes: Sequence[int], kernel, spatial: int) -> _Window:
+    """Kernel, strides, dilations and pads (auto_pad resolved as ONNX defines it) in 2-D form (`in_sizes` too)."""
     kernel = _per_dim(kernel, spatial, 1)
     strides = _per_dim(ctx.attr("strides", None), spatial, 1)
     dilations = _per_dim(ctx.attr("dilations", None), spatial, 1)
     pads = ctx.attr("pads", None)
-    pads = tuple(int(p) for p in pads) if pads is not None else (0,) * (2 * spatial)
-    begin: Sequence[int]
-    end: Sequence[int]
-    begin, end = ((0,) + pads[:1], (0,) + pads[1:]) if spatial == 1 else (pads[:2], pads[2:])
+    pads = _per_dim(pads[:spatial], spatial, 0) + _per_dim(pads[spatial:], spatial, 0) if pads is not None else ()
+    dims = len(kernel)
+    begin: Sequence[int] = pads[:dims] or (0,) * dims
+    end: Sequence[int] = pads[dims:] or (0,) * dims
     auto_pad = ctx.attr("auto_pad", "NOTSET")
     if auto_pad == "VALID":
-        begin, end = (0, 0), (0, 0)
+        begin, end = (0,) * dims, (0,) * dims
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        totals = [max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0) for n, k, s, d in zip(in_hw, kernel, strides, dilations, strict=False)]
+        totals = [max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
+                  for n, k, s, d in zip(in_sizes, kernel, strides, dilations, strict=True)]
         small = [t // 2 for t in totals]
         big = [t - t // 2 for t in totals]
         begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
     elif auto_pad != "NOTSET":
         raise OnnxImportError(f"auto_pad {auto_pad!r} is not supported")
-    return _Window(kernel, strides, dilations, (begin[0], begin[1], end[0], end[1]))
+    return _Window(kernel, strides, dilations, (*begin, *end))
 
 
 def _channel_vector(ctx: NodeContext, v: Value, rank: int) -> Value:
@@ -72,15 +81,19 @@ def _channel_vector(ctx: NodeContext, v: Value, rank: int) -> Value:
 def conv(ctx: NodeContext):
     x, w, bias = ctx.input(0), ctx.input(1), ctx.input(2)
     spatial = len(x.shape) - 2
-    x2, w2 = _as_2d(ctx, x), _as_2d(ctx, w)
     kernel = ctx.attr("kernel_shape", w.shape[2:])
     if tuple(kernel) != tuple(w.shape[2:]):
         raise OnnxImportError(f"kernel_shape {tuple(kernel)} disagrees with the weights' spatial dims {tuple(w.shape[2:])}")
-    win = _window(ctx, x2.shape[2:], kernel, spatial)
-    y = ctx.b.conv2d(x2, w2, list(win.strides), list(win.pads), list(win.dilations), ctx.attr("group", 1))
+    if spatial == 3:
+        win = _window(ctx, x.shape[2:], kernel, spatial)
+        y = conv3d(ctx.b, x, w, win.volumetric(), ctx.attr("group", 1))
+    else:
+        x2, w2 = _as_2d(ctx, x), _as_2d(ctx, w)
+        win = _window(ctx, x2.shape[2:], kernel, spatial)
+        y = _back(ctx, ctx.b.conv2d(x2, w2, list(win.strides), list(win.pads), list(win.dilations), ctx.attr("group", 1)), spatial)
     if bias is not None:
-        y = ctx.b.add(y, _channel_vector(ctx, bias, 4))
-    return [_back(ctx, y, spatial)]
+        y = ctx.b.add(y, _channel_vector(ctx, bias, len(y.shape)))
+    return [y]
 
 
 @converter("ConvTranspose")
@@ -88,47 +101,55 @@ def conv_transpose(ctx: NodeContext):
     """A transposed convolution is a convolution of the stride-dilated input with the flipped kernel."""
     x, w, bias = ctx.input(0), ctx.input(1), ctx.input(2)
     spatial = len(x.shape) - 2
-    x2, w2 = _as_2d(ctx, x), _as_2d(ctx, w)
+    x2, w2 = (x, w) if spatial == 3 else (_as_2d(ctx, x), _as_2d(ctx, w))
     groups = ctx.attr("group", 1)
-    (n, c, h, wd), (_, m, kh, kw) = x2.shape, w2.shape
+    (n, c, *sizes), (_, m, *kernel) = x2.shape, w2.shape
+    dims = len(sizes)
     strides = _per_dim(ctx.attr("strides", None), spatial, 1)
     dil = _per_dim(ctx.attr("dilations", None), spatial, 1)
     extra = _per_dim(ctx.attr("output_padding", None), spatial, 0)
-    auto_pad = ctx.attr("auto_pad", "NOTSET")
-    pads = ctx.attr("pads", None)
-    pads = tuple(int(p) for p in pads) if pads is not None else (0,) * (2 * spatial)
-    begin: Sequence[int]
-    end: Sequence[int]
-    begin, end = ((0,) + pads[:1], (0,) + pads[1:]) if spatial == 1 else (pads[:2], pads[2:])
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER") or ctx.has_attr("output_shape"):
-        # pads that give output_shape (default: input size * stride), split as ONNX defines
-        target = _per_dim(ctx.attr("output_shape", None), spatial, 1) if ctx.has_attr("output_shape") else (h * strides[0], wd * strides[1])
-        totals = [s * (size - 1) + o + (k - 1) * d + 1 - t
-                  for s, size, o, k, d, t in zip(strides, (h, wd), extra, (kh, kw), dil, target, strict=False)]
-        small, big = [t // 2 for t in totals], [t - t // 2 for t in totals]
-        begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
-    elif auto_pad == "VALID":
-        begin, end = (0, 0), (0, 0)
+    begin, end = _transposed_pads(ctx, spatial, sizes, kernel, strides, dil, extra)
     # insert stride - 1 zeros between input pixels: [.., H, 1, W, 1] padded to [.., H, s, W, s], trailing zeros cut
-    up = ctx.b.reshape(x2, [n, c, h, 1, wd, 1])
-    up = ctx.b.pad(up, [(0, 0), (0, 0), (0, 0), (0, strides[0] - 1), (0, 0), (0, strides[1] - 1)])
-    up = ctx.b.reshape(up, [n, c, h * strides[0], wd * strides[1]])
-    span = [(k - 1) * d for k, d in zip((kh, kw), dil, strict=False)]
-    full = [(s - (p or 0)) for s, p in zip(span, begin, strict=False)]
-    tail = [s - e + o - (st - 1) for s, e, o, st in zip(span, end, extra, strides, strict=False)]
-    # weights [C, M/g, kh, kw] -> [M, C/g, kh, kw], spatially flipped
-    wt = ctx.b.reshape(w2, [groups, c // groups, m, kh, kw])
-    wt = ctx.b.reshape(ctx.b.transpose(wt, [0, 2, 1, 3, 4]), [groups * m, c // groups, kh, kw])
-    wt = ctx.b.reverse(wt, [2, 3])
-    grow = [max(v, 0) for v in full + tail]
-    y = ctx.b.conv2d(ctx.b.pad(up, [(0, 0), (0, 0), (grow[0], grow[2]), (grow[1], grow[3])]), wt, [1, 1], [0, 0], list(dil), groups)
+    up = ctx.b.reshape(x2, [n, c, *(v for size in sizes for v in (size, 1))])
+    up = ctx.b.pad(up, [(0, 0), (0, 0), *(p for st in strides for p in ((0, 0), (0, st - 1)))])
+    up = ctx.b.reshape(up, [n, c, *(size * st for size, st in zip(sizes, strides, strict=True))])
+    span = [(k - 1) * d for k, d in zip(kernel, dil, strict=True)]
+    full = [sp - b for sp, b in zip(span, begin, strict=True)]
+    tail = [sp - e + o - (st - 1) for sp, e, o, st in zip(span, end, extra, strides, strict=True)]
+    # weights [C, M/g, *k] -> [M, C/g, *k], spatially flipped
+    wt = ctx.b.reshape(w2, [groups, c // groups, m, *kernel])
+    wt = ctx.b.reshape(ctx.b.transpose(wt, [0, 2, 1, *range(3, 3 + dims)]), [groups * m, c // groups, *kernel])
+    wt = ctx.b.reverse(wt, list(range(2, 2 + dims)))
+    up = ctx.b.pad(up, [(0, 0), (0, 0), *((max(f, 0), max(t, 0)) for f, t in zip(full, tail, strict=True))])
+    if dims == 3:
+        y = conv3d(ctx.b, up, wt, window3d(kernel, (1, 1, 1), dil, (0, 0, 0), (0, 0, 0)), groups)
+    else:
+        y = ctx.b.conv2d(up, wt, [1, 1], [0, 0], list(dil), groups)
     cut = [max(-v, 0) for v in full + tail]
     if any(cut):
-        _, _, oh, ow = y.shape
-        y = ctx.b.slice(y, [2, 3], [cut[0], cut[1]], [oh - cut[2], ow - cut[3]])
+        y = ctx.b.slice(y, list(range(2, 2 + dims)), cut[:dims], [o - e for o, e in zip(y.shape[2:], cut[dims:], strict=True)])
     if bias is not None:
-        y = ctx.b.add(y, _channel_vector(ctx, bias, 4))
+        y = ctx.b.add(y, _channel_vector(ctx, bias, len(y.shape)))
     return [_back(ctx, y, spatial)]
+
+
+def _transposed_pads(ctx: NodeContext, spatial: int, sizes, kernel, strides, dil, extra) -> tuple[list[int], list[int]]:
+    """A ConvTranspose node's pads before and after each spatial dim (in 2-D form for 1-D): explicit, or those that
+    give output_shape (auto_pad SAME: the input size times the stride), split as ONNX defines."""
+    pads = ctx.attr("pads", None)
+    dims = len(sizes)
+    pads = _per_dim(pads[:spatial], spatial, 0) + _per_dim(pads[spatial:], spatial, 0) if pads is not None else (0,) * 2 * dims
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER") or ctx.has_attr("output_shape"):
+        target = (_per_dim(ctx.attr("output_shape", None), spatial, 1) if ctx.has_attr("output_shape")
+                  else [size * s for size, s in zip(sizes, strides, strict=True)])
+        totals = [s * (size - 1) + o + (k - 1) * d + 1 - t
+                  for s, size, o, k, d, t in zip(strides, sizes, extra, kernel, dil, target, strict=True)]
+        small, big = [t // 2 for t in totals], [t - t // 2 for t in totals]
+        return (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    if auto_pad == "VALID":
+        return [0] * dims, [0] * dims
+    return list(pads[:dims]), list(pads[dims:])
 
 
 def _pool(ctx: NodeContext, pooling_type: str, x: Value | None = None, exclusive: bool | None = None) -> list[Value]:
@@ -136,13 +157,33 @@ def _pool(ctx: NodeContext, pooling_type: str, x: Value | None = None, exclusive
     count_include_pad."""
     x = ctx.input(0) if x is None else x
     spatial = len(x.shape) - 2
-    x2 = _as_2d(ctx, x)
-    win = _window(ctx, x2.shape[2:], ctx.attr("kernel_shape", None), spatial)
     if exclusive is None:
         exclusive = not ctx.attr("count_include_pad", 0)
-    y = ctx.b.pool2d(x2, pooling_type, list(win.kernel), list(win.strides), list(win.pads),
-                     bool(ctx.attr("ceil_mode", 0)), exclusive, dilations=list(win.dilations))
+    ceil_mode = bool(ctx.attr("ceil_mode", 0))
+    x2 = x if spatial == 3 else _as_2d(ctx, x)
+    win = _window(ctx, x2.shape[2:], ctx.attr("kernel_shape", None), spatial)
+    if spatial == 3:
+        y = pool3d(ctx.b, x2, pooling_type, win.volumetric(), ceil_mode, exclusive)
+    else:
+        y = ctx.b.pool2d(x2, pooling_type, list(win.kernel), list(win.strides), list(win.pads), ceil_mode, exclusive,
+                         dilations=list(win.dilations))
+    if pooling_type == "avg" and not exclusive:
+        y = _include_pad_divisor(ctx, y, x2.shape[2:], win)
     return [_back(ctx, y, spatial)]
+
+
+def _include_pad_divisor(ctx: NodeContext, y: Value, sizes: Sequence[int], win: _Window) -> Value:
+    """ONNX's count_include_pad average divides by the taps inside the padded input: a ceil-mode window that runs
+    past the end pads counts fewer than the whole kernel, which pool2d divides by."""
+    half = len(win.pads) // 2
+    dims = zip(sizes, y.shape[2:], win.kernel, win.strides, win.dilations, strict=True)
+    taps = [[sum(o * s + k * d < n + win.pads[i] + win.pads[half + i] for k in range(kernel)) for o in range(out)]
+            for i, (n, out, kernel, s, d) in enumerate(dims)]
+    counts = reduce(np.multiply.outer, [np.array(t) for t in taps])
+    whole = int(np.prod(win.kernel))
+    if (counts == whole).all():
+        return y
+    return ctx.b.multiply(y, ctx.b.create_constant((whole / counts).astype(y.dtype).reshape(1, 1, *counts.shape)))
 
 
 @converter("MaxPool")
