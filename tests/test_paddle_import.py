@@ -79,7 +79,8 @@ def test_input_shapes_checks():
 
 # -- legacy programs built here: semantics the fixtures do not reach ------------------------------
 def legacy_program(path: pathlib.Path, inputs: dict[str, tuple[int, ...]], ops: list[tuple], fetch: list[str]) -> None:
-    """Write a parameter-free .pdmodel: ops are (type, {slot: [vars]}, {slot: [vars]}, {attr: int or ints})."""
+    """Write a parameter-free .pdmodel: ops are (type, {slot: [vars]}, {slot: [vars]}, {attr: int, ints, bool or
+    str})."""
     desc = program_desc()()
     block = desc.blocks.add()
     names = list(inputs) + [n for _, _, outs, _ in ops for vs in outs.values() for n in vs]
@@ -105,6 +106,10 @@ def _add_op(block, op_type: str, inputs: dict, outputs: dict, attrs: dict) -> No
     for name, value in attrs.items():
         if isinstance(value, list):
             op.attrs.add(name=name, type=AttrType.INTS, ints=value)
+        elif isinstance(value, bool):
+            op.attrs.add(name=name, type=AttrType.BOOLEAN, b=value)
+        elif isinstance(value, str):
+            op.attrs.add(name=name, type=AttrType.STRING, s=value)
         else:
             op.attrs.add(name=name, type=AttrType.INT, i=value)
 
@@ -245,3 +250,45 @@ def test_cinn_run_paddle_errors(capsys):
     assert cli.main([str(FIXTURES / "encoder" / "pir")]) == 1
     err = capsys.readouterr().err
     assert "have symbolic dims; pass --input-shape" in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_conv3d_and_pool3d(tmp_path, tmp_cache):
+    """Paddle's conv3d (6-value paddings, groups, dilations) and pool3d (max, exclusive average, global) against the
+    same ops in onnxruntime."""
+    from onnx import TensorProto, helper
+
+    from tests.test_onnx_import import make_model, ort_run
+
+    path = tmp_path / "volumetric.pdmodel"
+    ops = [
+        ("conv3d", {"Input": ["x"], "Filter": ["w"]}, {"Output": ["c"]},
+         {"strides": [1, 2, 1], "paddings": [1, 0, 0, 1, 1, 1], "dilations": [2, 1, 1], "groups": 2}),
+        ("pool3d", {"X": ["c"]}, {"Out": ["m"]}, {"pooling_type": "max", "ksize": [2, 2, 2], "strides": [2, 2, 2],
+                                                 "paddings": [0, 0, 0], "ceil_mode": True}),
+        ("pool3d", {"X": ["c"]}, {"Out": ["a"]}, {"pooling_type": "avg", "ksize": [3, 2, 2], "strides": [1, 1, 1],
+                                                 "paddings": [1, 1, 0], "exclusive": True}),
+        ("pool3d", {"X": ["c"]}, {"Out": ["g"]}, {"pooling_type": "avg", "ksize": [1, 1, 1], "global_pooling": True}),
+    ]
+    legacy_program(path, {"x": (1, 4, 6, 7, 5), "w": (6, 2, 2, 3, 3)}, ops, ["m", "a", "g"])
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.uniform(-1, 1, (1, 4, 6, 7, 5)).astype("float32"),
+             "w": rng.uniform(-1, 1, (6, 2, 2, 3, 3)).astype("float32")}
+    got = run_program(cinn.load_paddle(path), feeds, tmp_cache)
+    f32 = TensorProto.FLOAT
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], strides=[1, 2, 1], pads=[1, 0, 1, 0, 1, 1], dilations=[2, 1, 1],
+                              group=2),
+             helper.make_node("MaxPool", ["c"], ["m"], kernel_shape=[2, 2, 2], strides=[2, 2, 2], ceil_mode=1),
+             helper.make_node("AveragePool", ["c"], ["a"], kernel_shape=[3, 2, 2], pads=[1, 1, 0, 1, 1, 0]),
+             helper.make_node("GlobalAveragePool", ["c"], ["g"])]
+    model = make_model(nodes, [("x", f32, (1, 4, 6, 7, 5)), ("w", f32, (6, 2, 2, 3, 3))],
+                       [("m", f32, None), ("a", f32, None), ("g", f32, None)])
+    for g, w in zip(got, ort_run(model, feeds), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_pool3d_refusals(tmp_path):
+    path = tmp_path / "pool.pdmodel"
+    op = ("pool3d", {"X": ["x"]}, {"Out": ["y"]}, {"pooling_type": "max", "ksize": [2, 2, 2], "adaptive": True})
+    legacy_program(path, {"x": (1, 2, 4, 4, 4)}, [op], ["y"])
+    with pytest.raises(PaddleImportError, match="adaptive pool3d"):
+        cinn.load_paddle(path)

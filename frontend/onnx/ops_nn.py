@@ -8,7 +8,7 @@ from functools import reduce
 import numpy as np
 
 from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
-from cinn.frontend.onnx.volumetric import Window3d, conv3d, pool3d, window3d
+from cinn.frontend.volumetric import Window3d, conv3d, pool3d, window3d
 from cinn.ir import Value
 
 

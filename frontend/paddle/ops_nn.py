@@ -1,4 +1,4 @@
-"""Converters of Paddle neural-network ops: matmul, mul, conv2d, pool2d, batch_norm, layer_norm."""
+"""Converters of Paddle neural-network ops: matmul, mul, conv2d/3d, pool2d/3d, batch_norm, layer_norm."""
 from __future__ import annotations
 
 import math
@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from cinn.frontend.paddle.graph import PaddleImportError
 from cinn.frontend.paddle.registry import OpContext, converter
+from cinn.frontend.volumetric import Window3d, conv3d, pool3d, window3d
 from cinn.ir import Value
 
 
@@ -66,6 +67,39 @@ def pool2d(ctx: OpContext):
                          global_pooling=bool(ctx.attr("global_pooling", False)),
                          data_format=_data_format(ctx, "data_format"), adaptive=bool(ctx.attr("adaptive", False)),
                          padding_algorithm=ctx.attr("padding_algorithm", "EXPLICIT"))]
+
+
+def _window3d(ctx: OpContext, kernel: Sequence[int]) -> Window3d:
+    """A conv3d/pool3d window: paddings (d, h, w) or (front, back, top, bottom, left, right), NCDHW, explicit."""
+    fmt = _data_format(ctx, "data_format")
+    if fmt not in ("NCHW", "NCDHW"):
+        raise PaddleImportError(f"data_format {fmt!r} is not supported (NCDHW only)")
+    algorithm = ctx.attr("padding_algorithm", "EXPLICIT")
+    pads = [int(p) for p in ctx.attr("paddings", [0, 0, 0])] if algorithm == "EXPLICIT" else [0, 0, 0]
+    if algorithm not in ("EXPLICIT", "VALID"):
+        raise PaddleImportError(f"padding_algorithm {algorithm!r} is not supported for 3-D ops (EXPLICIT or VALID)")
+    if len(pads) not in (3, 6):
+        raise PaddleImportError(f"paddings {pads} must have 3 or 6 values")
+    begin, end = (pads, pads) if len(pads) == 3 else (pads[0::2], pads[1::2])
+    return window3d(kernel, ctx.attr("strides", [1, 1, 1]), ctx.attr("dilations", [1, 1, 1]), begin, end)
+
+
+@converter("conv3d", outputs=("Output",))
+def conv3d_op(ctx: OpContext):
+    x, w = ctx.input("Input", 0), ctx.input("Filter", 1)
+    return [conv3d(ctx.b, x, w, _window3d(ctx, w.shape[2:]), ctx.attr("groups", 1))]
+
+
+@converter("pool3d")
+def pool3d_op(ctx: OpContext):
+    x = ctx.input("X", 0)
+    kind = ctx.attr("pooling_type")
+    if ctx.attr("global_pooling", False):
+        return [(ctx.b.reduce_max if kind == "max" else ctx.b.reduce_mean)(x, [2, 3, 4], keep_dim=True)]
+    if ctx.attr("adaptive", False):
+        raise PaddleImportError("adaptive pool3d is not supported")
+    win = _window3d(ctx, ctx.int_array("ksize", 1, "the kernel size"))
+    return [pool3d(ctx.b, x, kind, win, bool(ctx.attr("ceil_mode", False)), bool(ctx.attr("exclusive", True)))]
 
 
 def _optional_vector(ctx: OpContext, slot: str, pos: int, size: int, fill: float, like: Value) -> Value:
