@@ -38,12 +38,13 @@ class Task:
         return tvm.IRModule({"main": self.func()})
 
 
-def extract_tasks(program: Program | Sequence[Program], fuse: bool = True, passes: bool = True) -> list[Task]:
+def extract_tasks(program: Program | Sequence[Program], fuse: bool = True, passes: bool = True,
+                  int8: bool = False) -> list[Task]:
     """The unique kernels `cinn.compile` would build for a Program (or several: a symbolic program's bindings), in
-    first-use order, weighted by occurrences."""
+    first-use order, weighted by occurrences; `int8` as for a target with VNNI (Target.has_vnni)."""
     tasks: dict[str, Task] = {}
     for p in [program] if isinstance(program, Program) else program:
-        for lg in lower_program(p, fuse, passes)[1]:
+        for lg in lower_program(p, fuse, passes, int8=int8)[1]:
             t = Task.from_func(lg.func, lg.group.kind, lg.group.name)
             prev = tasks.get(t.workload)
             tasks[t.workload] = t if prev is None else dataclasses.replace(prev, weight=prev.weight + 1)

@@ -72,12 +72,12 @@ def _ident(name: str) -> str:
 
 
 def lower_program(program: Program, fuse: bool = True, passes: bool = True,
-                  in_place: bool = True) -> tuple[Program, list[LoweredGroup]]:
+                  in_place: bool = True, int8: bool = False) -> tuple[Program, list[LoweredGroup]]:
     """Verify, optimize and fuse a Program; returns the optimized Program and one PrimFunc per kernel, in order. With
     fusion and `in_place`, the concats and slices of find_views(program) take no kernel: their values are views of
     other values' buffers."""
     verify(program)
-    program = optimize(program, passes)
+    program = optimize(program, passes, int8)
     skipped = kernelless(program, find_views(program)) if in_place else frozenset()
     groups = fuse_groups(program, skipped) if fuse else unfused(program)
     return program, [lower_group(g, program.constants) for g in groups]

@@ -58,6 +58,11 @@ class Target:
         return _vector_bits(self.mcpu)
 
     @property
+    def has_vnni(self) -> bool:
+        """Whether the CPU has AVX-512 VNNI (vpdpbusd: uint8 x int8 dot products into int32)."""
+        return not self.is_cuda and _has_feature(self.mcpu, "avx512vnni")
+
+    @property
     def vector_registers(self) -> int:
         """Architectural vector registers: 32 with AVX-512 (zmm0-31), else 16."""
         return 32 if self.vector_bits == 512 else 16
@@ -82,6 +87,11 @@ class Target:
 
 def _llvm_dict(mcpu: str, cores: int) -> dict:
     return {"kind": "llvm", "mcpu": mcpu, "num-cores": cores}
+
+
+@functools.cache
+def _has_feature(mcpu: str, feature: str) -> bool:
+    return bool(codegen.target_has_features(feature, tvm.target.Target(_llvm_dict(mcpu, 1))))
 
 
 @functools.cache

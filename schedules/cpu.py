@@ -4,7 +4,7 @@ from __future__ import annotations
 from tvm.s_tir import Schedule
 
 from cinn.ops import PatternKind
-from cinn.schedules import cpu_attention, cpu_matmul, cpu_reduction, cpu_tiling
+from cinn.schedules import cpu_attention, cpu_int8, cpu_matmul, cpu_reduction, cpu_tiling
 from cinn.schedules.cpu_common import generic
 from cinn.schedules.knobs import DEFAULT, Knob, Knobs
 from cinn.target import Target
@@ -14,6 +14,8 @@ def schedule(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DE
     """Apply the specialised schedule of the group's kind when it matches, else the generic one."""
     if kind == PatternKind.NON_FUSIBLE and cpu_attention.applicable(sch):
         cpu_attention.schedule(sch, target, knobs)
+    elif kind == PatternKind.OUT_FUSIBLE and cpu_int8.applicable(sch, target):
+        cpu_int8.schedule(sch, target, knobs)
     elif kind == PatternKind.OUT_FUSIBLE and cpu_matmul.is_gemv(sch) and cpu_reduction.applicable(sch, False):
         cpu_reduction.schedule(sch, target, knobs)  # one dot product per output column, over contiguous operands
     elif kind == PatternKind.OUT_FUSIBLE and cpu_matmul.applicable(sch):

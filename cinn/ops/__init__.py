@@ -2,6 +2,7 @@
 from cinn.ops import attention as _attention  # noqa: F401  (registers)
 from cinn.ops import elementwise as _elementwise  # noqa: F401  (registers)
 from cinn.ops import nn as _nn  # noqa: F401  (registers)
+from cinn.ops import quant as _quant  # noqa: F401  (registers)
 from cinn.ops import reduction as _reduction  # noqa: F401  (registers)
 from cinn.ops import resize as _resize  # noqa: F401  (registers)
 from cinn.ops import shape as _shape  # noqa: F401  (registers)

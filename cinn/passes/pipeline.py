@@ -8,18 +8,20 @@ from cinn.passes.cse import cse
 from cinn.passes.dce import dce
 from cinn.passes.decompose import decompose
 from cinn.passes.fold_constants import fold_constants
+from cinn.passes.integer_matmuls import integer_matmuls
 from cinn.passes.pack_weights import pack_weights
 from cinn.passes.simplify import simplify
 
 
-def optimize(program: Program, passes: bool = True) -> Program:
+def optimize(program: Program, passes: bool = True, int8: bool = False) -> Program:
     """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), fuse
     attention subgraphs into one op (the softmax is still one node), decompose,
     simplify what the expansions emit, rewrite convs into denser forms (conv_forms), then fold constant subgraphs
     (the split groups' weight slices), merge common subexpressions, drop what no output needs and store constant
-    weights as the kernels read them."""
+    weights as the kernels read them. With `int8` (a CPU with VNNI), matmuls of quantized tensors and weights first
+    become integer matmuls (integer_matmuls)."""
     if not passes:
         return decompose(program)
-    program = fuse_attention(simplify(program))
+    program = fuse_attention(simplify(integer_matmuls(program) if int8 else program))
     program = conv_forms(simplify(decompose(program)))
     return dce(pack_weights(dce(cse(fold_constants(program)))))

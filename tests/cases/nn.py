@@ -78,3 +78,20 @@ CASES = [
     Case("dropout", (_f(4, 5),), {"dropout_prob": 0.3}),
     Case("dropout", (_f(4, 5),), {"dropout_prob": 0.3, "dropout_implementation": "upscale_in_train"}, id="dropout-upscale"),
 ]
+
+
+def _u8i8(rows: tuple[int, ...], k: int, n: int):
+    def make(rng: np.random.Generator) -> list[np.ndarray]:
+        from cinn.ops.quant import pack_vnni
+
+        x = rng.integers(0, 256, (*rows, k)).astype("uint8")  # the extremes: 255 x -128 summed over k
+        w = rng.integers(-128, 128, (k, n)).astype("int8")
+        return [x, pack_vnni(w)]
+
+    return make
+
+
+CASES += [
+    Case("matmul_u8i8", make=_u8i8((8,), 64, 32), constant_inputs=(1,), id="matmul_u8i8"),
+    Case("matmul_u8i8", make=_u8i8((2, 3), 12, 16), id="matmul_u8i8-batch-odd-rows"),
+]

@@ -1,0 +1,78 @@
+"""integer_matmuls: quantized matmuls (a dequantized uint8 tensor times int8-valued weights) run as matmul_u8i8."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cinn
+from cinn.lower import lower_program
+from cinn.passes.integer_matmuls import int8_weights, integer_matmuls
+from tests.test_passes import evaluate
+
+RNG = np.random.default_rng(5)
+
+
+def _weights(k: int, n: int, per_column: bool) -> np.ndarray:
+    """Dequantized symmetric int8 weights, as onnxruntime's quantizer writes them."""
+    values = RNG.integers(-127, 128, (k, n)).astype(np.int8)
+    values[0] = 127  # the largest magnitude of every column (and the tensor) is 127 steps
+    scale = RNG.uniform(1e-3, 1e-2, n if per_column else 1).astype(np.float32)
+    return (values.astype(np.float32) * scale).astype(np.float32)
+
+
+def _quantized_matmul(w: np.ndarray, zero: int, trans_y: bool = False, rows: tuple[int, ...] = (6, 32)):
+    """x -> quantize (uint8, scale 0.05, zero point `zero`) -> dequantize -> matmul w (+ bias)."""
+    b = cinn.NetBuilder("qmm")
+    x = b.create_input("float32", rows, "x")
+    s, z = b.create_constant(np.float32(0.05), "s"), b.create_constant(np.float32(zero), "z")
+    q = b.cast(b.clip(b.add(b.round(b.divide(x, s)), z), 0.0, 255.0), "uint8")
+    deq = b.multiply(b.subtract(b.cast(q, "float32"), z), s)
+    wt = b.create_constant(np.ascontiguousarray(w.T) if trans_y else w, "w")
+    y = b.add(b.matmul(deq, wt, trans_y=trans_y), b.create_constant(RNG.standard_normal(w.shape[1]).astype(np.float32), "bias"))
+    return b.build([y])
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+def test_int8_weights_are_recovered_exactly(per_column):
+    """Also where the largest magnitude over 127 is a unit in the last place off the scale (a neighbour is tried)."""
+    for _ in range(50):
+        w = _weights(64, 48, per_column)
+        values, scale = int8_weights(w)
+        assert values.dtype == np.int8 and scale.shape == (48,)
+        np.testing.assert_array_equal((values.astype(np.float32) * scale).astype(np.float32), w)
+    assert int8_weights(w + np.float32(1e-4)) is None  # not a product of int8 values and a scale: left in float
+
+
+@pytest.mark.parametrize(("zero", "trans_y", "per_column"), [(0, False, False), (128, False, True), (7, True, True)])
+def test_quantized_matmul_runs_in_integers_and_equals_the_float_graph(zero, trans_y, per_column, tmp_cache):
+    program = _quantized_matmul(_weights(32, 48, per_column), zero, trans_y, rows=(2, 3, 32))
+    rewritten = integer_matmuls(program)
+    assert [n.op for n in rewritten.nodes].count("matmul_u8i8") == 1
+    assert "matmul" not in [n.op for n in rewritten.nodes]
+    x = RNG.uniform(-6, 6, (2, 3, 32)).astype(np.float32)
+    want = evaluate(program, {"x": x})[0]
+    np.testing.assert_allclose(evaluate(rewritten, {"x": x})[0], want, rtol=1e-5, atol=1e-4)
+    (got,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_only_vnni_targets_and_exact_weights_take_the_integer_path(tmp_cache):
+    program = _quantized_matmul(_weights(32, 48, False), 3)
+    assert "matmul_u8i8" not in [n.op for n in lower_program(program, int8=False)[0].nodes]
+    floats = _quantized_matmul(RNG.standard_normal((32, 48)).astype(np.float32), 3)  # a float weight
+    assert "matmul_u8i8" not in [n.op for n in integer_matmuls(floats).nodes]
+    odd = _quantized_matmul(_weights(32, 40, False), 3)  # 40 columns: not whole 16-lane groups
+    assert "matmul_u8i8" not in [n.op for n in integer_matmuls(odd).nodes]
+    x = RNG.uniform(-6, 6, (6, 32)).astype(np.float32)
+    (vnni,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": x})
+    (avx2,) = cinn.compile(program, target="llvm -mcpu=znver3", cache_dir=tmp_cache).run({"x": x})
+    np.testing.assert_allclose(vnni, avx2, rtol=1e-5, atol=1e-4)
+
+
+def test_the_vnni_kernel_uses_vpdpbusd(tmp_cache):
+    from cinn.target import parse_target
+
+    if not parse_target("llvm").has_vnni:
+        pytest.skip("this CPU has no AVX-512 VNNI")
+    exe = cinn.compile(_quantized_matmul(_weights(64, 64, True), 0, rows=(16, 64)), cache_dir=tmp_cache)
+    assert any("vpdpbusd" in s for s in exe.kernel_sources())
