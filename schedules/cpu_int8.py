@@ -16,7 +16,9 @@ from cinn.schedules.knobs import DEFAULT, Knob, Knobs, divisors
 from cinn.target import Target
 
 INTRIN = "cinn_vnni_16x4"
-ROWS, VECTORS = 4, 4  # the default register tile: 16 accumulators, 4 weight loads and 4 broadcasts per step
+# the default register tiles: a matmul's 4 rows x 4 vectors (16 accumulators, 4 weight loads and 4 broadcasts per
+# step), a conv's up to 8 output columns x the vectors that keep REGISTERS accumulators
+ROWS, CONV_ROWS, REGISTERS = 4, 8, 24
 
 
 @T.prim_func(s_tir=True)
@@ -59,7 +61,7 @@ def _main_block(sch: Schedule):
 
 
 def applicable(sch: Schedule, target: Target) -> bool:
-    """A single matmul_u8i8 reduction (uint8 rows, VNNI-packed int8 weights) on a CPU with VNNI."""
+    """A single matmul_u8i8 or conv2d_u8i8 reduction (uint8 rows, VNNI-packed int8 weights) on a CPU with VNNI."""
     main = _main_block(sch)
     if main is None or not target.has_vnni:
         return False
@@ -67,38 +69,50 @@ def applicable(sch: Schedule, target: Target) -> bool:
     dtypes = sorted(str(r.source.dtype) for r in block.reads)
     weights = [r.source for r in block.reads if str(r.source.dtype) == "int8"]
     return (dtypes == ["int32", "int8", "uint8"] or dtypes == ["int8", "uint8"]) and len(weights) == 1 \
-        and [int(d) for d in weights[0].shape[2:]] == [LANES, DEPTH]
+        and [int(d) for d in weights[0].shape[-2:]] == [LANES, DEPTH]
 
 
 def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
-    """Tile rows x vectors in registers, k in steps of 4 (tensorized), tiles in parallel; the epilogue (dequantize,
-    bias, requantize) runs in the write-back of each tile."""
+    """Tile rows (a matmul's rows, a conv's output columns) x 16-lane vectors of output channels in registers, the
+    reduction in steps of 4 (tensorized), tiles in parallel; the epilogue (dequantize, bias, requantize) runs in
+    the write-back of each tile."""
     main = _main_block(sch)
     producers = {sch.get(b).name_hint for b in sch.get_producers(main)}
     inline_all(sch, keep=lambda b: sch.get(b).name_hint in producers)
     write_back = sch.cache_write(main, 0, "global")
     reverse_inline_all(sch, write_back)
-    *lead, m, n, k = sch.get_loops(main)
-    rows_ext, groups = (int(sch.get(lp).extent) for lp in (m, n))
-    groups //= LANES
-    rows = knobs.choose(sch, Knob.ROWS, divisors(rows_ext, 8), max(divisors(rows_ext, ROWS)))
-    vectors = knobs.choose(sch, Knob.COLS, divisors(groups, 8), max(divisors(groups, VECTORS)))
-    m_out, m_in = sch.split(m, [None, rows])
-    n_out, n_vec, n_in = sch.split(n, [None, vectors, LANES])
-    k_out, k_in = sch.split(k, [None, DEPTH])
-    sch.reorder(*lead, n_out, m_out, k_out, m_in, n_vec, n_in, k_in)
-    par = sch.fuse(*lead, n_out, m_out)  # a weight panel stays hot across consecutive row tiles
+    own = {sch.get(main).name_hint, sch.get(write_back).name_hint}
+    stages = [sch.get(b).name_hint for b in blocks(sch) if sch.get(b).name_hint not in own]
+    loops = sch.get_loops(main)
+    conv = len(loops) == 7  # n, oc, oh, ow, kh, kw, c
+    if conv:
+        n, col, row, ow, *reduce = loops
+        spatial = [n, row]
+        # the accumulators channels last: a 16-lane vector of output channels is contiguous
+        sch.transform_layout(main, ("write", 0), lambda n_, o, i, j: [n_, i, j, o])
+    else:
+        *spatial, row, col, k = loops
+        reduce = [k]
+    rows = _choose(sch, knobs, Knob.ROWS, int(sch.get(ow if conv else row).extent), CONV_ROWS if conv else ROWS)
+    vectors = _choose(sch, knobs, Knob.COLS, int(sch.get(col).extent) // LANES, max(1, REGISTERS // rows))
+    col_out, col_vec, col_in = sch.split(col, [None, vectors, LANES])
+    row_out, row_in = sch.split(ow if conv else row, [None, rows])
+    *reduce_out, depth = reduce
+    depth_out, depth_in = sch.split(depth, [None, DEPTH])
+    sch.reorder(col_out, *spatial, row_out, *reduce_out, depth_out, row_in, col_vec, col_in, depth_in)
+    par = sch.fuse(col_out, *spatial, row_out)  # a weight panel stays hot across consecutive tiles
     sch.parallel(par)
     sch.reverse_compute_at(write_back, par)
-    init = sch.decompose_reduction(main, k_out)
-    sch.tensorize(n_in, _register())
-    sch.unroll(m_in)
-    sch.unroll(n_vec)
+    init = sch.decompose_reduction(main, (reduce_out or [depth_out])[0])
+    sch.tensorize(col_in, _register())
+    sch.unroll(row_in)
+    sch.unroll(col_vec)
     vectorize_innermost(sch, init)
-    wb_loops = sch.get_loops(write_back)
-    _, lanes_loop = sch.split(wb_loops[-1], [None, LANES])
-    sch.vectorize(lanes_loop)
-    for block in blocks(sch):  # producers kept as stages (e.g. a quantize that several kernels read)
-        if sch.get(block).name_hint in producers:
-            injective(sch, block, target)
+    vectorize_innermost(sch, write_back)
+    for name in stages:  # producers kept as stages, epilogues TVM would not inline (a second output)
+        injective(sch, sch.get_sblock(name), target)
 
+
+def _choose(sch: Schedule, knobs: Knobs, knob: Knob, extent: int, limit: int) -> int:
+    """The largest divisor of `extent` up to `limit`; the tuner may take any divisor up to 8."""
+    return knobs.choose(sch, knob, divisors(extent, 8), max(divisors(extent, limit)))

@@ -80,6 +80,30 @@ def test_compare_flags_mismatch():
     assert not compare(Engine.FUSED, [a], [a[:1]]).ok
 
 
+def test_quantized_models_are_compared_by_mean_error(tmp_path):
+    """A quantized model's engines may round an intermediate to the neighbouring step: a few large differences pass,
+    a shifted output does not."""
+    want = np.linspace(-6, 6, 1000).astype(np.float32)
+    flipped = want.copy()
+    flipped[::100] += 0.14
+    assert not compare(Engine.FUSED, [flipped], [want]).ok and compare(Engine.FUSED, [flipped], [want], True).ok
+    assert not compare(Engine.FUSED, [want + 0.1], [want], True).ok
+    import onnx
+    from onnx import TensorProto, helper
+
+    from cinn.benchmarks.harness import is_quantized
+    from tests.test_onnx_import import make_model
+
+    f32, u8 = TensorProto.FLOAT, TensorProto.UINT8
+    q = make_model([helper.make_node("QuantizeLinear", ["x", "s"], ["y"])], [("x", f32, (2,))], [("y", u8, (2,))],
+                   [("s", np.float32(0.1))])
+    onnx.save(q, tmp_path / "q.onnx")
+    onnx.save(make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", f32, (2,))], [("y", f32, (2,))]),
+              tmp_path / "f.onnx")
+    assert is_quantized(str(tmp_path / "q.onnx")) and not is_quantized(str(tmp_path / "f.onnx"))
+    assert not is_quantized("bert_base")
+
+
 def test_table_shows_ratios_and_failures():
     res = {
         Engine.FUSED: EngineResult(Engine.FUSED, "m", 1.0, 2, 3, 0.5, 0.1),

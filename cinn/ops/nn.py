@@ -394,7 +394,7 @@ class Conv2dAttrs(Attrs):
         coerce_enum(self, "weight_layout", WeightLayout, "conv2d")
 
 
-def _conv_windows(xs: tuple[int, ...], ws: tuple[int, ...], a: Conv2dAttrs) -> tuple[_Window, _Window]:
+def conv_windows(xs: tuple[int, ...], ws: tuple[int, ...], a: Conv2dAttrs) -> tuple[_Window, _Window]:
     """Validate conv2d operands and resolve the window geometry (ws in OIHW order)."""
     _check_nchw("conv2d", a.data_format, xs)
     shapes = f"x {xs} and w {ws}"
@@ -416,14 +416,14 @@ def _conv_infer(types: Sequence[TensorType], a: Conv2dAttrs) -> list[TensorType]
         raise ValueError(f"conv2d: w of shape {w.shape} is not {layout.ndim}-D {layout}"
                          + (f" with panels of {PANEL}" if layout is WeightLayout.IHWO32 else ""))
     ws = layout.oihw(w.shape)
-    h, wd = _conv_windows(x.shape, ws, a)
+    h, wd = conv_windows(x.shape, ws, a)
     return [TensorType((x.shape[0], ws[0], h.out, wd.out), dtype)]
 
 
 def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
     x, w = tensors
     ws = a.weight_layout.oihw(_fshape(w))
-    h, wd = _conv_windows(_fshape(x), ws, a)
+    h, wd = conv_windows(_fshape(x), ws, a)
     weight = a.weight_layout.reader(w)
     if _is_flat_pointwise(ws, (h, wd), a):
         return [_pointwise_compute(x, weight, out_types[0])]
@@ -470,7 +470,7 @@ def _conv_flops(types: Sequence[TensorType], a: Conv2dAttrs, outs: Sequence[Tens
 def _conv_reference(arrays: Sequence[np.ndarray], a: Conv2dAttrs) -> list[np.ndarray]:
     x, w = arrays
     w = a.weight_layout.to_oihw(w)
-    h, wd = _conv_windows(x.shape, w.shape, a)
+    h, wd = conv_windows(x.shape, w.shape, a)
     g, (n, c) = a.groups, x.shape[:2]
     xp = np.pad(_accumulate(x), ((0, 0), (0, 0), (h.pad_begin, h.pad_end), (wd.pad_begin, wd.pad_end)))
     xp = xp.reshape(n, g, c // g, *xp.shape[2:])

@@ -8,7 +8,7 @@ from cinn.passes.cse import cse
 from cinn.passes.dce import dce
 from cinn.passes.decompose import decompose
 from cinn.passes.fold_constants import fold_constants
-from cinn.passes.integer_matmuls import integer_matmuls
+from cinn.passes.integer_kernels import integer_kernels
 from cinn.passes.pack_weights import pack_weights
 from cinn.passes.simplify import simplify
 
@@ -19,9 +19,9 @@ def optimize(program: Program, passes: bool = True, int8: bool = False) -> Progr
     simplify what the expansions emit, rewrite convs into denser forms (conv_forms), then fold constant subgraphs
     (the split groups' weight slices), merge common subexpressions, drop what no output needs and store constant
     weights as the kernels read them. With `int8` (a CPU with VNNI), matmuls of quantized tensors and weights first
-    become integer matmuls (integer_matmuls)."""
+    become integer matmuls (integer_kernels)."""
     if not passes:
         return decompose(program)
-    program = fuse_attention(simplify(integer_matmuls(program) if int8 else program))
+    program = fuse_attention(simplify(integer_kernels(program) if int8 else program))
     program = conv_forms(simplify(decompose(program)))
     return dce(pack_weights(dce(cse(fold_constants(program)))))

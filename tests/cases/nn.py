@@ -95,3 +95,21 @@ CASES += [
     Case("matmul_u8i8", make=_u8i8((8,), 64, 32), constant_inputs=(1,), id="matmul_u8i8"),
     Case("matmul_u8i8", make=_u8i8((2, 3), 12, 16), id="matmul_u8i8-batch-odd-rows"),
 ]
+
+
+def _u8i8_conv(x: tuple[int, ...], oc: int, k: int):
+    def make(rng: np.random.Generator) -> list[np.ndarray]:
+        from cinn.ops.quant import pack_vnni_conv
+
+        w = rng.integers(-128, 128, (oc, x[3], k, k)).astype("int8")
+        return [rng.integers(0, 256, x).astype("uint8"), pack_vnni_conv(w)]
+
+    return make
+
+
+CASES += [
+    Case("conv2d_u8i8", make=_u8i8_conv((1, 9, 9, 8), 32, 3), constant_inputs=(1,), id="conv2d_u8i8"),
+    Case("conv2d_u8i8", make=_u8i8_conv((2, 11, 7, 4), 16, 3), attrs={"strides": (2, 1), "dilations": (1, 2)},
+         id="conv2d_u8i8-strided-dilated"),
+    Case("conv2d_u8i8", make=_u8i8_conv((1, 7, 7, 12), 48, 1), id="conv2d_u8i8-1x1"),
+]

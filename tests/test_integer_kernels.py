@@ -1,4 +1,4 @@
-"""integer_matmuls: quantized matmuls (a dequantized uint8 tensor times int8-valued weights) run as matmul_u8i8."""
+"""integer_kernels: quantized matmuls and convs (a dequantized uint8 tensor times int8-valued weights) in integers."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 import cinn
 from cinn.lower import lower_program
-from cinn.passes.integer_matmuls import int8_weights, integer_matmuls
+from cinn.passes.integer_kernels import int8_weights, integer_kernels
 from tests.test_passes import evaluate
 
 RNG = np.random.default_rng(5)
@@ -46,7 +46,7 @@ def test_int8_weights_are_recovered_exactly(per_column):
 @pytest.mark.parametrize(("zero", "trans_y", "per_column"), [(0, False, False), (128, False, True), (7, True, True)])
 def test_quantized_matmul_runs_in_integers_and_equals_the_float_graph(zero, trans_y, per_column, tmp_cache):
     program = _quantized_matmul(_weights(32, 48, per_column), zero, trans_y, rows=(2, 3, 32))
-    rewritten = integer_matmuls(program)
+    rewritten = integer_kernels(program)
     assert [n.op for n in rewritten.nodes].count("matmul_u8i8") == 1
     assert "matmul" not in [n.op for n in rewritten.nodes]
     x = RNG.uniform(-6, 6, (2, 3, 32)).astype(np.float32)
@@ -60,9 +60,9 @@ def test_only_vnni_targets_and_exact_weights_take_the_integer_path(tmp_cache):
     program = _quantized_matmul(_weights(32, 48, False), 3)
     assert "matmul_u8i8" not in [n.op for n in lower_program(program, int8=False)[0].nodes]
     floats = _quantized_matmul(RNG.standard_normal((32, 48)).astype(np.float32), 3)  # a float weight
-    assert "matmul_u8i8" not in [n.op for n in integer_matmuls(floats).nodes]
+    assert "matmul_u8i8" not in [n.op for n in integer_kernels(floats).nodes]
     odd = _quantized_matmul(_weights(32, 40, False), 3)  # 40 columns: not whole 16-lane groups
-    assert "matmul_u8i8" not in [n.op for n in integer_matmuls(odd).nodes]
+    assert "matmul_u8i8" not in [n.op for n in integer_kernels(odd).nodes]
     x = RNG.uniform(-6, 6, (6, 32)).astype(np.float32)
     (vnni,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": x})
     (avx2,) = cinn.compile(program, target="llvm -mcpu=znver3", cache_dir=tmp_cache).run({"x": x})
@@ -76,3 +76,41 @@ def test_the_vnni_kernel_uses_vpdpbusd(tmp_cache):
         pytest.skip("this CPU has no AVX-512 VNNI")
     exe = cinn.compile(_quantized_matmul(_weights(64, 64, True), 0, rows=(16, 64)), cache_dir=tmp_cache)
     assert any("vpdpbusd" in s for s in exe.kernel_sources())
+
+
+def _quantized_conv(w: np.ndarray, zero: int, x_shape: tuple[int, ...], **attrs):
+    """x -> quantize (uint8) -> dequantize -> conv2d w -> + bias."""
+    b = cinn.NetBuilder("qconv")
+    x = b.create_input("float32", x_shape, "x")
+    s, z = b.create_constant(np.float32(0.05), "s"), b.create_constant(np.float32(zero), "z")
+    q = b.cast(b.clip(b.add(b.round(b.divide(x, s)), z), 0.0, 255.0), "uint8")
+    deq = b.multiply(b.subtract(b.cast(q, "float32"), z), s)
+    bias = b.create_constant(RNG.standard_normal((w.shape[0], 1, 1)).astype(np.float32), "bias")
+    return b.build([b.add(b.conv2d(deq, b.create_constant(w, "w"), **attrs), bias)])
+
+
+@pytest.mark.parametrize(("x_shape", "oc", "k", "zero", "attrs"), [
+    ((1, 8, 9, 9), 32, 3, 0, {"paddings": [1, 1]}),
+    ((2, 3, 12, 11), 16, 7, 128, {"strides": [2, 2], "paddings": [3, 2, 3, 2]}),  # an RGB stem: channels padded
+    ((1, 16, 7, 7), 48, 1, 7, {}),
+    ((1, 4, 10, 10), 16, 3, 3, {"dilations": [2, 2], "paddings": [0, 1, 2, 0]}),
+])
+def test_quantized_conv_runs_in_integers_and_equals_the_float_graph(x_shape, oc, k, zero, attrs, tmp_cache):
+    w = _weights(x_shape[1] * k * k, oc, per_column=True).T.reshape(oc, x_shape[1], k, k).copy()
+    program = _quantized_conv(w, zero, x_shape, **attrs)
+    rewritten = integer_kernels(program)
+    ops = [n.op for n in rewritten.nodes]
+    assert ops.count("conv2d_u8i8") == 1 and "conv2d" not in ops
+    x = RNG.uniform(-6, 6, x_shape).astype(np.float32)
+    want = evaluate(program, {"x": x})[0]
+    np.testing.assert_allclose(evaluate(rewritten, {"x": x})[0], want, rtol=1e-5, atol=1e-4)
+    (got,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_grouped_and_narrow_convs_stay_in_float():
+    w = _weights(8 * 9, 8, per_column=True).T.reshape(8, 8, 3, 3).copy()  # 8 output channels: no whole 16-lane group
+    assert "conv2d_u8i8" not in [n.op for n in integer_kernels(_quantized_conv(w, 0, (1, 8, 6, 6))).nodes]
+    g = _weights(4 * 9, 32, per_column=True).T.reshape(32, 4, 3, 3).copy()
+    grouped = _quantized_conv(g, 0, (1, 8, 6, 6), groups=2)
+    assert "conv2d_u8i8" not in [n.op for n in integer_kernels(grouped).nodes]

@@ -1,20 +1,24 @@
-"""Quantized matmuls in integers: matmul(dequantize(q), W) with q uint8 and W constant weights that are int8 values
-times a per-tensor or per-column scale (a dequantized int8 weight, as QDQ models hold them) becomes matmul_u8i8 on q
-and the int8 values, exact in int32, minus the zero point's share, times the two scales. For CPUs with AVX-512 VNNI,
-where the integer product runs at 3-4x the float one."""
+"""Quantized matmuls and convolutions in integers: matmul(dequantize(q), W) with q uint8 and W constant weights that
+are int8 values times a per-tensor or per-column scale (a dequantized int8 weight, as QDQ models hold them) becomes
+matmul_u8i8 on q and the int8 values, exact in int32, minus the zero point's share, times the two scales; a conv2d
+likewise becomes conv2d_u8i8 on q laid out channels last and padded with its zero point. For CPUs with AVX-512
+VNNI, where the integer products run at 3-4x the float ones."""
 from __future__ import annotations
 
 import numpy as np
 
 from cinn.ir import Node, Program, Value
 from cinn.ops.elementwise import CastAttrs
-from cinn.ops.quant import DEPTH, LANES, pack_vnni
+from cinn.ops.nn import Conv2dAttrs, DataFormat, WeightLayout, conv_windows
+from cinn.ops.quant import DEPTH, LANES, IntConvAttrs, pack_vnni, pack_vnni_conv
+from cinn.ops.shape import PadAttrs, TransposeAttrs
 from cinn.passes.rewrite import Rewriter, rewrite
 
 
-def integer_matmuls(program: Program) -> Program:
-    """Rewrite every matmul of a dequantized uint8 tensor and int8-valued constant weights (see the module)."""
-    return rewrite(program, _integer_matmul)
+def integer_kernels(program: Program) -> Program:
+    """Rewrite every matmul and conv2d of a dequantized uint8 tensor and int8-valued constant weights (see the
+    module)."""
+    return rewrite(program, lambda rw, node: _integer_matmul(rw, node) or _integer_conv(rw, node))
 
 
 def _integer_matmul(rw: Rewriter, node: Node) -> bool:
@@ -33,13 +37,50 @@ def _integer_matmul(rw: Rewriter, node: Node) -> bool:
     q, zero, scale = dequantized
     values, w_scale = split
     (acc,) = rw.emit("matmul_u8i8", [q, rw.new_constant(pack_vnni(values), "w_u8i8")])
-    if zero:  # (q - z) @ w = q @ w - z * (column sums of w), exact in int32
-        shift = (zero * values.astype(np.int64).sum(axis=0)).astype(np.int32)
-        (acc,) = rw.emit("subtract", [acc, rw.new_constant(shift, "zero_shift")])
-    (y,) = rw.emit("cast", [acc], CastAttrs("float32"))
-    (y,) = rw.emit("multiply", [y, rw.new_constant((np.float32(scale) * w_scale).astype(np.float32), "scale")])
-    rw.substitute(node.outputs[0], y)
+    _rescale(rw, node, acc, zero * values.astype(np.int64).sum(axis=0), np.float32(scale) * w_scale)
     return True
+
+
+def _integer_conv(rw: Rewriter, node: Node) -> bool:
+    a = node.attrs
+    if node.op != "conv2d" or not isinstance(a, Conv2dAttrs) or a.groups != 1 or a.weight_layout is not WeightLayout.OIHW \
+            or a.data_format is not DataFormat.NCHW:
+        return False
+    x, w = rw.inputs(node)
+    weights = rw.constant(w)
+    dequantized = _dequantized_uint8(rw, x)
+    if weights is None or dequantized is None or weights.dtype != np.float32:
+        return False
+    oc, c = weights.shape[:2]
+    split = int8_weights(weights.reshape(oc, -1).T)  # one scale per output channel at most
+    if split is None or oc % LANES:
+        return False
+    q, zero, scale = dequantized
+    values, w_scale = split[0].T.reshape(weights.shape), split[1]
+    rows, cols = conv_windows(x.shape, weights.shape, a)
+    (nhwc,) = rw.emit("transpose", [q], TransposeAttrs((0, 2, 3, 1)))
+    # padding is the zero point (a real zero); channels are padded to whole steps of 4 with zero weights (an RGB stem)
+    extra = -c % DEPTH
+    pads = ((0, 0), (rows.pad_begin, rows.pad_end), (cols.pad_begin, cols.pad_end), (0, extra))
+    if any(p for pair in pads for p in pair):
+        (nhwc,) = rw.emit("pad", [nhwc], PadAttrs(pads, float(zero)))
+    attrs = IntConvAttrs((rows.stride, cols.stride), (rows.dilation, cols.dilation))
+    packed = pack_vnni_conv(np.pad(values, ((0, 0), (0, extra), (0, 0), (0, 0))))
+    (acc,) = rw.emit("conv2d_u8i8", [nhwc, rw.new_constant(packed, "w_u8i8")], attrs)
+    per_channel = (oc, 1, 1)
+    shift = zero * values.astype(np.int64).sum(axis=(1, 2, 3)).reshape(per_channel)
+    _rescale(rw, node, acc, shift, (np.float32(scale) * w_scale).reshape(per_channel))
+    return True
+
+
+def _rescale(rw: Rewriter, node: Node, acc: Value, shift: np.ndarray, scale: np.ndarray) -> None:
+    """Replace node's output by (acc - shift) * scale: the zero point's share of the integer sums (exact in int32),
+    then the product of the input's and the weights' scales."""
+    if shift.any():
+        (acc,) = rw.emit("subtract", [acc, rw.new_constant(shift.astype(np.int32), "zero_shift")])
+    (y,) = rw.emit("cast", [acc], CastAttrs("float32"))
+    (y,) = rw.emit("multiply", [y, rw.new_constant(scale.astype(np.float32), "scale")])
+    rw.substitute(node.outputs[0], y)
 
 
 def _dequantized_uint8(rw: Rewriter, x: Value) -> tuple[Value, int, float] | None:
