@@ -84,12 +84,10 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     own = {sch.get(main).name_hint, sch.get(write_back).name_hint}
     stages = [sch.get(b).name_hint for b in blocks(sch) if sch.get(b).name_hint not in own]
     loops = sch.get_loops(main)
-    conv = len(loops) == 7  # n, oc, oh, ow, kh, kw, c
+    conv = len(loops) == 7  # n, oh, ow, oc, kh, kw, c
     if conv:
-        n, col, row, ow, *reduce = loops
+        n, row, ow, col, *reduce = loops
         spatial = [n, row]
-        # the accumulators channels last: a 16-lane vector of output channels is contiguous
-        sch.transform_layout(main, ("write", 0), lambda n_, o, i, j: [n_, i, j, o])
     else:
         *spatial, row, col, k = loops
         reduce = [k]
@@ -109,8 +107,13 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     sch.unroll(col_vec)
     vectorize_innermost(sch, init)
     vectorize_innermost(sch, write_back)
-    for name in stages:  # producers kept as stages, epilogues TVM would not inline (a second output)
-        injective(sch, sch.get_sblock(name), target)
+    for name in stages:  # producers kept as stages; epilogues TVM would not inline (a second output) run per tile
+        block = sch.get_sblock(name)
+        if name in producers:
+            injective(sch, block, target)
+        else:
+            sch.reverse_compute_at(block, par)
+            vectorize_innermost(sch, block)
 
 
 def _choose(sch: Schedule, knobs: Knobs, knob: Knob, extent: int, limit: int) -> int:

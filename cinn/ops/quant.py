@@ -2,7 +2,8 @@
 
 Their weights are stored in the layout of AVX-512 VNNI's vpdpbusd, which multiplies 4 consecutive uint8 of a row by
 4 int8 of each of 16 columns and adds each group of 4 products to one int32 lane: [N / 16, K / 4, 16, 4] for a
-matmul, [OC / 16, KH, KW, C / 4, 16, 4] for a convolution, whose input is channels last (NHWC) and already padded.
+matmul, [OC / 16, KH, KW, C / 4, 16, 4] for a convolution, whose input and output are channels last (NHWC, a
+channel vector contiguous) and whose input is padded already.
 """
 from __future__ import annotations
 
@@ -115,7 +116,7 @@ def _conv_infer(types: Sequence[TensorType], a: IntConvAttrs) -> list[TensorType
     oh, ow = _conv_out(x.shape, w.shape, a)
     if oh < 1 or ow < 1:
         raise ValueError(f"conv2d_u8i8: the window {w.shape[1:3]} does not fit the input {x.shape}")
-    return [TensorType((x.shape[0], w.shape[0] * LANES, oh, ow), "int32")]
+    return [TensorType((x.shape[0], oh, ow, w.shape[0] * LANES), "int32")]
 
 
 def _conv_compute(tensors, a: IntConvAttrs, out_types: Sequence[TensorType]):
@@ -124,7 +125,7 @@ def _conv_compute(tensors, a: IntConvAttrs, out_types: Sequence[TensorType]):
                                                                    (x.shape[3], "c")))
     (sh, sw), (dh, dw) = a.strides, a.dilations
 
-    def body(n, o, i, j):
+    def body(n, i, j, o):
         pixel = x[n, i * sh + kh * dh, j * sw + kw * dw, c].astype("int32")
         return te.sum(pixel * w[o // LANES, kh, kw, c // DEPTH, o % LANES, c % DEPTH].astype("int32"), axis=[kh, kw, c])
 
@@ -136,11 +137,11 @@ def _conv_reference(arrays: Sequence[np.ndarray], a: IntConvAttrs) -> list[np.nd
     w = unpack_vnni_conv(packed).astype(np.int64)
     oh, ow = _conv_out(x.shape, packed.shape, a)
     (sh, sw), (dh, dw) = a.strides, a.dilations
-    out = np.zeros((x.shape[0], w.shape[0], oh, ow), np.int64)
+    out = np.zeros((x.shape[0], oh, ow, w.shape[0]), np.int64)
     for i in range(w.shape[2]):
         for j in range(w.shape[3]):
             window = x[:, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
-            out += np.einsum("nhwc,oc->nohw", window.astype(np.int64), w[:, :, i, j])
+            out += np.einsum("nhwc,oc->nhwo", window.astype(np.int64), w[:, :, i, j])
     return [out.astype(np.int32)]
 
 
@@ -161,6 +162,6 @@ register(
         num_inputs=2,
         dtypes=D.INT,
         doc="Convolution of a padded uint8 NHWC input with int8 weights in the VNNI layout [OC/16, KH, KW, C/4, 16, 4] "
-            "(`pack_vnni_conv`), exact in int32, NCHW out: the integer core of a quantized convolution.",
+            "(`pack_vnni_conv`), exact in int32, NHWC out: the integer core of a quantized convolution.",
     )
 )

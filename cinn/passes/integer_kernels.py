@@ -67,6 +67,7 @@ def _integer_conv(rw: Rewriter, node: Node) -> bool:
     attrs = IntConvAttrs((rows.stride, cols.stride), (rows.dilation, cols.dilation))
     packed = pack_vnni_conv(np.pad(values, ((0, 0), (0, extra), (0, 0), (0, 0))))
     (acc,) = rw.emit("conv2d_u8i8", [nhwc, rw.new_constant(packed, "w_u8i8")], attrs)
+    (acc,) = rw.emit("transpose", [acc], TransposeAttrs((0, 3, 1, 2)))  # sink_transposes moves it to NCHW consumers
     per_channel = (oc, 1, 1)
     shift = zero * values.astype(np.int64).sum(axis=(1, 2, 3)).reshape(per_channel)
     _rescale(rw, node, acc, shift, (np.float32(scale) * w_scale).reshape(per_channel))

@@ -11,6 +11,7 @@ from cinn.passes.fold_constants import fold_constants
 from cinn.passes.integer_kernels import integer_kernels
 from cinn.passes.pack_weights import pack_weights
 from cinn.passes.simplify import simplify
+from cinn.passes.sink_transposes import sink_transposes
 
 
 def optimize(program: Program, passes: bool = True, int8: bool = False) -> Program:
@@ -18,10 +19,17 @@ def optimize(program: Program, passes: bool = True, int8: bool = False) -> Progr
     attention subgraphs into one op (the softmax is still one node), decompose,
     simplify what the expansions emit, rewrite convs into denser forms (conv_forms), then fold constant subgraphs
     (the split groups' weight slices), merge common subexpressions, drop what no output needs and store constant
-    weights as the kernels read them. With `int8` (a CPU with VNNI), matmuls of quantized tensors and weights first
-    become integer matmuls (integer_kernels)."""
+    weights as the kernels read them. With `int8` (a CPU with VNNI), matmuls and convs of quantized tensors and
+    weights first become integer kernels (integer_kernels), whose channels-last layout then carries from one conv to
+    the next (sink_transposes)."""
     if not passes:
         return decompose(program)
-    program = fuse_attention(simplify(integer_kernels(program) if int8 else program))
+    program = fuse_attention(simplify(_integer(program) if int8 else program))
     program = conv_forms(simplify(decompose(program)))
     return dce(pack_weights(dce(cse(fold_constants(program)))))
+
+
+def _integer(program: Program) -> Program:
+    """integer_kernels, then sink_transposes where it made integer convs (a float model's graph stays as it is)."""
+    rewritten = integer_kernels(program)
+    return sink_transposes(rewritten) if any(n.op == "conv2d_u8i8" for n in rewritten.nodes) else rewritten
