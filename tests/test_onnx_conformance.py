@@ -19,6 +19,8 @@ from cinn.frontend.onnx import CONVERTERS, OnnxImportError  # noqa: E402
 _ARGMAX_POOL = "MaxPool's Indices output: no argmax-pooling op"
 _ZERO_SPLIT = "Split with a zero-size section: zero-size tensors are not supported"
 EXCLUDED: dict[str, str] = {
+    "test_mvn": "onnx's strict shape inference fails inside MeanVarianceNormalization's function body (opset 13), so "
+                "the model is refused as invalid; test_mvn_expanded and the opset 18 form pass",
     "test_maxpool_with_argmax_2d_precomputed_pads": _ARGMAX_POOL,
     "test_maxpool_with_argmax_2d_precomputed_strides": _ARGMAX_POOL,
     **{f"test_rotary_embedding_{s}expanded": _ZERO_SPLIT for s in (
@@ -37,7 +39,7 @@ SKIP_REASONS = (
 # changes): a case declined for any other reason, or no longer declined, fails, so a regression cannot hide as a skip.
 DECLINED: dict[str, str] = json.loads(
     (pathlib.Path(__file__).parent / "fixtures" / "onnx_conformance_declined.json").read_text())
-PASSING = 1359  # the cases of supported ops that must pass (onnx 1.23)
+PASSING = 1363  # the cases of supported ops that must pass (onnx 1.23)
 # float16 kernels compute in float16; the references were computed in float32 and rounded (a few ulp apart)
 _TOLERANCE = {"float16": (4e-3, 2e-3)}
 

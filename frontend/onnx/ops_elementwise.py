@@ -223,3 +223,13 @@ def dropout(ctx: NodeContext):
     x = ctx.input(0)
     # inference: y = x and the mask is all ones
     return [ctx.b.identity(x), ctx.b.fill_constant(x.shape, True, "bool")]
+
+
+@converter("Shrink")
+def shrink(ctx: NodeContext):
+    """x + bias below -lambd, x - bias above lambd, 0 between."""
+    x = ctx.input(0)
+    lambd, bias = float(ctx.attr("lambd", 0.5)), float(ctx.attr("bias", 0.0))
+    const = lambda v: ctx.b.fill_constant((), v, x.dtype)
+    above = ctx.b.select(ctx.b.greater_than(x, const(lambd)), ctx.b.subtract(x, const(bias)), const(0))
+    return [ctx.b.select(ctx.b.less_than(x, const(-lambd)), ctx.b.add(x, const(bias)), above)]

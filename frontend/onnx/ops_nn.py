@@ -236,6 +236,38 @@ def instance_norm(ctx: NodeContext):
     return [ctx.b.add(ctx.b.multiply(y, _channel_vector(ctx, scale, rank)), _channel_vector(ctx, bias, rank))]
 
 
+@converter("GroupNormalization")
+def group_norm(ctx: NodeContext):
+    """Normalization over each group of channels with its spatial dims; scale and bias per channel (opset 21) or per
+    group (opset 18), applied after."""
+    x, scale, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    groups = int(ctx.attr("num_groups", 0))
+    n, c = x.shape[:2]
+    if groups < 1 or c % groups:
+        raise OnnxImportError(f"num_groups {groups} does not divide the {c} channels of x {x.shape}")
+    grouped = ctx.b.reshape(x, [n, groups, int(np.prod(x.shape[1:])) // groups])
+    centered = ctx.b.subtract(grouped, ctx.b.reduce_mean(grouped, [2], keep_dim=True))
+    var = ctx.b.reduce_mean(ctx.b.multiply(centered, centered), [2], keep_dim=True)
+    eps = ctx.b.fill_constant((), ctx.attr("epsilon", 1e-5), x.dtype)
+    y = ctx.b.reshape(ctx.b.multiply(centered, ctx.b.rsqrt(ctx.b.add(var, eps))), list(x.shape))
+    scale, bias = (v if v.shape[0] == c else ctx.b.reshape(ctx.b.broadcast_to(ctx.b.reshape(v, [groups, 1]),
+                                                                              [groups, c // groups]), [c])
+                   for v in (scale, bias))
+    rank = len(x.shape)
+    return [ctx.b.add(ctx.b.multiply(y, _channel_vector(ctx, scale, rank)), _channel_vector(ctx, bias, rank))]
+
+
+@converter("MeanVarianceNormalization")
+def mean_variance_norm(ctx: NodeContext):
+    """(x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9) over `axes`, as ONNX's function body computes it."""
+    x = ctx.input(0)
+    axes = sorted(int(a) % len(x.shape) for a in ctx.attr("axes", [0, 2, 3]))
+    mean = ctx.b.reduce_mean(x, axes, keep_dim=True)
+    var = ctx.b.subtract(ctx.b.reduce_mean(ctx.b.multiply(x, x), axes, keep_dim=True), ctx.b.multiply(mean, mean))
+    std = ctx.b.add(ctx.b.sqrt(var), ctx.b.fill_constant((), 1e-9, x.dtype))
+    return [ctx.b.divide(ctx.b.subtract(x, mean), std)]
+
+
 @converter("LayerNormalization")
 def layer_norm(ctx: NodeContext):
     x = ctx.input(0)
