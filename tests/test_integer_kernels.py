@@ -41,6 +41,9 @@ def test_int8_weights_are_recovered_exactly(per_column):
         assert values.dtype == np.int8 and scale.shape == (48,)
         np.testing.assert_array_equal((values.astype(np.float32) * scale).astype(np.float32), w)
     assert int8_weights(w + np.float32(1e-4)) is None  # not a product of int8 values and a scale: left in float
+    integers = RNG.integers(-128, 128, (8, 16)).astype(np.float32)  # MatMulInteger's weights: their own values
+    values, scale = int8_weights(integers)
+    assert (scale == 1).all() and np.array_equal(values, integers)
 
 
 @pytest.mark.parametrize(("zero", "trans_y", "per_column"), [(0, False, False), (128, False, True), (7, True, True)])

@@ -106,10 +106,12 @@ def _dequantized_uint8(rw: Rewriter, x: Value) -> tuple[Value, int, float] | Non
 
 
 def int8_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(int8 values [K, N], float32 scale [N]) whose products are exactly w, trying one scale for the tensor, then
-    one per column: the largest magnitude over 127 (the symmetric int8 quantization that writes such weights) or a
-    float32 next to it; None when w is not such a product."""
+    """(int8 values [K, N], float32 scale [N]) whose products are exactly w: w itself when it holds int8 integers,
+    else one scale for the tensor, then one per column: the largest magnitude over 127 (the symmetric int8
+    quantization that writes such weights) or a float32 next to it; None when w is not such a product."""
     magnitude = np.abs(w)
+    if np.all(np.mod(w, 1) == 0) and w.min() >= -128 and w.max() <= 127:  # integers already (MatMulInteger)
+        return w.astype(np.int8), np.ones(w.shape[1], np.float32)
     for largest in (magnitude.max(keepdims=True), magnitude.max(axis=0, keepdims=True)):
         scale = _exact_scale(w, (largest / np.float32(127)).astype(np.float32))
         if scale is not None:

@@ -79,7 +79,11 @@ def _channel_vector(ctx: NodeContext, v: Value, rank: int) -> Value:
 
 @converter("Conv")
 def conv(ctx: NodeContext):
-    x, w, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    return [convolve(ctx, ctx.input(0), ctx.input(1), ctx.input(2))]
+
+
+def convolve(ctx: NodeContext, x: Value, w: Value, bias: Value | None) -> Value:
+    """The node's convolution (its window attributes) of x with w, plus a per-channel bias."""
     spatial = len(x.shape) - 2
     kernel = ctx.attr("kernel_shape", w.shape[2:])
     if tuple(kernel) != tuple(w.shape[2:]):
@@ -93,7 +97,7 @@ def conv(ctx: NodeContext):
         y = _back(ctx, ctx.b.conv2d(x2, w2, list(win.strides), list(win.pads), list(win.dilations), ctx.attr("group", 1)), spatial)
     if bias is not None:
         y = ctx.b.add(y, _channel_vector(ctx, bias, len(y.shape)))
-    return [y]
+    return y
 
 
 @converter("ConvTranspose")

@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 
 from cinn.frontend.onnx.ops_contrib import MS
-from cinn.frontend.onnx.ops_nn import conv, gemm
+from cinn.frontend.onnx.ops_nn import convolve, gemm
 from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter, onnx_dtype
 from cinn.ir import Value
 
@@ -122,8 +122,7 @@ def qlinear_conv(ctx: NodeContext):
     wf = dequantize(ctx, w, _along(ctx, w_scale, len(w.shape), 0),
                     None if w_zp is None else _along(ctx, w_zp, len(w.shape), 0))
     bf = None if bias is None else ctx.b.multiply(ctx.b.cast(bias, x_scale.dtype), ctx.b.multiply(x_scale, w_scale))
-    (y,) = conv(dataclasses.replace(ctx, inputs=(xf, wf, bf)))
-    return [_requantize(ctx, y, 6, x)]
+    return [_requantize(ctx, convolve(ctx, xf, wf, bf), 6, x)]
 
 
 @converter("MatMulInteger")
@@ -135,6 +134,17 @@ def matmul_integer(ctx: NodeContext):
     a_zp = None if ctx.input(2) is None else _along(ctx, ctx.input(2), len(a.shape), -2)
     b_zp = None if ctx.input(3) is None else _along(ctx, ctx.input(3), len(b.shape), -1)
     y = ctx.b.matmul(dequantize(ctx, a, one, a_zp), dequantize(ctx, b, one, b_zp))
+    return [ctx.b.cast(ctx.b.round(y), "int32")]
+
+
+@converter("ConvInteger")
+def conv_integer(ctx: NodeContext):
+    """conv(x - x_zero_point, w - w_zero_point) in int32, accumulated in float32 as MatMulInteger (a per-channel
+    weight zero point runs along the output channels)."""
+    x, w = ctx.input(0), ctx.input(1)
+    one = ctx.b.create_constant(np.float32(1))
+    w_zp = None if ctx.input(3) is None else _along(ctx, ctx.input(3), len(w.shape), 0)
+    y = convolve(ctx, dequantize(ctx, x, one, ctx.input(2)), dequantize(ctx, w, one, w_zp), None)
     return [ctx.b.cast(ctx.b.round(y), "int32")]
 
 
