@@ -533,3 +533,40 @@ def check_real_cnn(name: str, cache, target: str) -> None:
     want = ort_run(model, feeds)
     (got,) = cinn.compile(cinn.load_onnx(model), target=target, cache_dir=cache).run(feeds)
     np.testing.assert_allclose(got, want[0], rtol=1e-3, atol=1e-3 * float(np.abs(want[0]).max()))
+
+
+def _if_model(cond_const: bool | None) -> onnx.ModelProto:
+    """y = If(c) then relu(x) * 2 else x - 1; the branches read x from the enclosing graph."""
+    two, one = numpy_helper.from_array(np.float32(2), "two"), numpy_helper.from_array(np.float32(1), "one")
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "two"], ["t"])],
+                             "then", [], [helper.make_tensor_value_info("t", F32, (2, 3))], [two])
+    other = helper.make_graph([helper.make_node("Sub", ["x", "one"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", F32, (2, 3))], [one])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)
+    inputs = [("x", F32, (2, 3))] + ([("c", TensorProto.BOOL, ())] if cond_const is None else [])
+    inits = [] if cond_const is None else [("c", np.array(cond_const))]
+    return make_model([node], inputs, [("y", F32, (2, 3))], inits)
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_with_a_constant_condition_inlines_its_branch(cond, tmp_cache):
+    model = _if_model(cond)
+    assert "If" not in [n.op for n in cinn.load_onnx(model).nodes]
+    assert_matches_ort(model, {"x": rand(2, 3)}, tmp_cache)
+
+
+def test_if_on_an_input_is_specialized_by_its_value(tmp_cache):
+    model = _if_model(None)
+    exe = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache)
+    x = rand(2, 3)
+    for c in (True, False, True):
+        feeds = {"x": x, "c": np.array(c)}
+        np.testing.assert_allclose(exe.run(feeds)[0], ort_run(model, feeds)[0], rtol=1e-6)
+
+
+def test_if_branch_with_an_unsupported_op_is_refused_by_name():
+    model = _if_model(True)
+    branch_node = next(a.g for a in model.graph.node[0].attribute if a.name == "then_branch").node[0]
+    branch_node.op_type, branch_node.domain = "NotAnOp", "com.microsoft"
+    with pytest.raises(NotImplementedError, match="NotAnOp"):
+        cinn.load_onnx(model)

@@ -29,6 +29,7 @@ from cinn.frontend.onnx.registry import (
     NeedsConstant,
     NodeContext,
     OnnxImportError,
+    converter,
     converter_key,
     onnx_dtype,
     tensor_to_array,
@@ -228,7 +229,7 @@ def _convert(b: FoldingBuilder, node: onnx.NodeProto, env: dict[str, Value], ops
     undefined = [n for n in node.input if n and n not in env]
     if undefined:
         raise OnnxImportError(f"{where}: reads undefined values {undefined}")
-    ctx = NodeContext(b, node, tuple(env[n] if n else None for n in node.input), opset)
+    ctx = NodeContext(b, node, tuple(env[n] if n else None for n in node.input), opset, env)
     try:
         outputs = list(CONVERTERS[converter_key(node)](ctx))
     except (ValueError, TypeError, NotImplementedError) as e:
@@ -264,3 +265,22 @@ def _rename(program: Program, renames: dict[str, str]) -> Program:
         outputs=tuple(map(value, program.outputs)),
         constants={renames.get(k, k): a for k, a in program.constants.items()},
     )
+
+
+@converter("If")
+def if_(ctx: NodeContext):
+    """The branch its condition picks, inlined: the condition must be known when converting (a constant, computed
+    from shapes, or a graph input read by value: the model is then specialized per value, as for a shape input)."""
+    cond = ctx.require_const(0, "If's condition")
+    if cond.size != 1:
+        raise OnnxImportError(f"If's condition must hold one value, got shape {cond.shape}")
+    branch = ctx.attr("then_branch" if bool(cond.reshape(-1)[0]) else "else_branch", None)
+    _check_supported(branch)
+    env = dict(ctx.scope)  # the branch reads the enclosing graph's values by name; its own names stay inside
+    env.update((t.name, ctx.b.create_constant(tensor_to_array(t))) for t in branch.initializer)
+    for node in branch.node:
+        _convert(ctx.b, node, env, ctx.opset)
+    missing = [o.name for o in branch.output if o.name not in env]
+    if missing:
+        raise OnnxImportError(f"If's branch {branch.name!r} does not produce its outputs {missing}")
+    return [env[o.name] for o in branch.output]

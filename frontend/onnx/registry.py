@@ -1,8 +1,8 @@
 """The ONNX op-mapper table: one converter per ONNX op type, and the context a converter reads."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,12 +37,14 @@ class NeedsConstant(OnnxImportError):
 
 @dataclass(frozen=True)
 class NodeContext:
-    """One ONNX node being converted: its inputs as Values (None for omitted optional ones), attributes, opset."""
+    """One ONNX node being converted: its inputs as Values (None for omitted optional ones), attributes, opset, and
+    the values in scope (what a subgraph of the node may read by name)."""
 
     b: FoldingBuilder
     node: onnx.NodeProto
     inputs: tuple[Value | None, ...]
     opset: int
+    scope: Mapping[str, Value] = field(default_factory=dict)
 
     def attr(self, name: str, default: Any) -> Any:
         """An attribute's value (strings decoded, tensors as numpy arrays), or `default` when absent."""
