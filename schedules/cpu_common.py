@@ -32,6 +32,7 @@ def lanes(dtype: str, target: Target) -> int:
 
 
 MIN_LANES = 4  # the narrowest vector registers worth using (xmm)
+TRANSPOSE_TILE = 16  # input rows per tile of a transposing copy
 WINDOW_MAX = 64  # reduced elements per output up to which a reduction is a window (pooling), vectorized over outputs
 
 
@@ -142,7 +143,7 @@ def window(sch: Schedule, block, target: Target) -> None:
 def injective(sch: Schedule, block, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Vectorize a spatial block's inner lanes and parallelize the rest (fused) when large."""
     loops = sch.get_loops(block)
-    if not loops:
+    if not loops or _transpose_in_tiles(sch, block, target):
         return
     extent = prod(extents(sch, loops))
     cut, width = _vector_suffix(sch, block, lanes(write_dtype(sch, block), target))
@@ -162,6 +163,40 @@ def injective(sch: Schedule, block, target: Target, knobs: Knobs = DEFAULT) -> N
     if extent > 1 and knobs.choose(sch, Knob.PARALLEL, [0, 1], int(extent >= PARALLEL_MIN)):
         sch.parallel(fused)
     unroll(sch, knobs, fused)
+
+
+def _transpose_in_tiles(sch: Schedule, block, target: Target) -> bool:
+    """A copy that moves the input's innermost axis (a transpose): tiles of TRANSPOSE_TILE input rows x one vector
+    of output columns, the tile in L1, each output row written as a vector (a 64x112x112 NHWC -> NCHW float copy:
+    0.37 -> 0.07 ms, against whole output rows that read every input row once per column). Returns whether it
+    applied."""
+    loops = sch.get_loops(block)
+    b = sch.get(block)
+    if not is_fresh(sch, block) or len(b.reads) != 1 or len(loops) < 2:
+        return False
+    iters = [iv.var for iv in b.iter_vars]
+    index = [rg.min for rg in b.reads[0].region]
+    read_vars = [e for e in index if isinstance(e, tirx.Var)]  # the others: constant indices of unit dims
+    if len(read_vars) + sum(isinstance(e, tirx.IntImm) for e in index) != len(index) or not read_vars \
+            or not isinstance(index[-1], tirx.Var) or index[-1].same_as(iters[-1]) \
+            or not all(any(v.same_as(i) for i in iters) for v in read_vars):
+        return False
+    ext = extents(sch, loops)
+    row = next(k for k, v in enumerate(iters) if v.same_as(index[-1]))  # the output axis the input runs along
+    width = lanes(write_dtype(sch, block), target)
+    cols = next((d for d in (width, width // 2, width // 4) if d >= MIN_LANES and ext[-1] % d == 0), 0)
+    rows = next((d for d in (TRANSPOSE_TILE, TRANSPOSE_TILE // 2, TRANSPOSE_TILE // 4) if ext[row] % d == 0), 0)
+    if not cols or not rows:
+        return False
+    row_out, row_in = sch.split(loops[row], [None, rows])
+    col_out, col_in = sch.split(loops[-1], [None, cols])
+    others = [lp for k, lp in enumerate(loops[:-1]) if k != row]
+    sch.reorder(*others, row_out, col_out, row_in, col_in)
+    fused = sch.fuse(*others, row_out, col_out)
+    if prod(ext) >= PARALLEL_MIN:
+        sch.parallel(fused)
+    sch.vectorize(col_in)
+    return True
 
 
 def _vector_suffix(sch: Schedule, block, width: int) -> tuple[int, int]:
