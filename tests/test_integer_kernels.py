@@ -137,6 +137,20 @@ def test_opposite_transposes_meet_through_elementwise_ops_and_cancel():
         np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+def test_a_concat_of_transposes_becomes_a_transposed_concat():
+    """squeezenet's fire modules: the two expand convs' channels-last outputs concatenated over channels."""
+    from cinn.passes.sink_transposes import sink_transposes
+
+    b = cinn.NetBuilder("cat")
+    x, y = b.create_input("float32", (1, 5, 6, 16), "x"), b.create_input("float32", (1, 5, 6, 8), "y")
+    cat = b.concat([b.transpose(x, [0, 3, 1, 2]), b.transpose(y, [0, 3, 1, 2])], axis=1)
+    program = b.build([b.transpose(b.relu(cat), [0, 2, 3, 1])])
+    sunk = sink_transposes(program)
+    assert [n.op for n in sunk.nodes] == ["concat", "relu"] and sunk.nodes[0].attrs.axis == 3
+    feeds = {"x": RNG.standard_normal((1, 5, 6, 16)).astype(np.float32), "y": RNG.standard_normal((1, 5, 6, 8)).astype(np.float32)}
+    np.testing.assert_array_equal(evaluate(sunk, feeds)[0], evaluate(program, feeds)[0])
+
+
 def rand_c(c: int) -> np.ndarray:
     return RNG.uniform(0.5, 1.5, (c, 1, 1)).astype(np.float32)
 

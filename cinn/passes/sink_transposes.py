@@ -11,7 +11,7 @@ import numpy as np
 
 from cinn.ir import Node, Program
 from cinn.ops import PatternKind, get_op
-from cinn.ops.shape import TransposeAttrs
+from cinn.ops.shape import AxisAttrs, TransposeAttrs
 from cinn.passes.dce import dce
 from cinn.passes.rewrite import Rewriter, rewrite, same_graph
 from cinn.passes.simplify import merge_transposes
@@ -31,7 +31,10 @@ def sink_transposes(program: Program) -> Program:
 
 
 def _sink(rw: Rewriter, node: Node) -> bool:
-    """op(transpose(a, p), transpose(b, p), constants) -> transpose(op(a, b, constants permuted back), p)."""
+    """op(transpose(a, p), transpose(b, p), constants) -> transpose(op(a, b, constants permuted back), p); a concat
+    of transposes likewise, along the axis the permutation maps its own to."""
+    if node.op == "concat":
+        return _sink_concat(rw, node)
     if get_op(node.op).kind is not PatternKind.ELEMENTWISE or node.op in AXIS_BOUND or len(node.outputs) != 1:
         return False
     inputs = rw.inputs(node)
@@ -57,6 +60,22 @@ def _sink(rw: Rewriter, node: Node) -> bool:
         full = data.reshape((1,) * (rank - data.ndim) + data.shape)
         sources.append(rw.new_constant(np.ascontiguousarray(np.transpose(full, back)), v.name))
     (y,) = rw.emit(node.op, sources, node.attrs)
+    (t,) = rw.emit("transpose", [y], TransposeAttrs(perm))
+    rw.substitute(node.outputs[0], t)
+    return True
+
+
+def _sink_concat(rw: Rewriter, node: Node) -> bool:
+    inputs = rw.inputs(node)
+    if not inputs or not all(_transposed(rw, v) for v in inputs):
+        return False
+    perms = {rw.producer(v).attrs.axis for v in inputs}  # type: ignore[union-attr]
+    if len(perms) != 1:
+        return False
+    (perm,) = perms
+    sources = [rw.inputs(rw.producer(v))[0] for v in inputs]  # type: ignore[arg-type]
+    axis = perm[node.attrs.axis % len(perm)]
+    (y,) = rw.emit("concat", sources, AxisAttrs(axis))
     (t,) = rw.emit("transpose", [y], TransposeAttrs(perm))
     rw.substitute(node.outputs[0], t)
     return True
