@@ -9,7 +9,7 @@ from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
 from cinn.ops.quant import DEPTH, LANES
-from cinn.schedules.analysis import blocks, inline_all, is_reduction, reverse_inline_all
+from cinn.schedules.analysis import blocks, inline_all, is_reduction, reverse_inline_all, spatial_count
 from cinn.schedules.cpu_common import injective
 from cinn.schedules.cpu_matmul import vectorize_innermost
 from cinn.schedules.knobs import DEFAULT, Knob, Knobs, divisors
@@ -19,6 +19,7 @@ INTRIN = "cinn_vnni_16x4"
 # the default register tiles: a matmul's 4 rows x 4 vectors (16 accumulators, 4 weight loads and 4 broadcasts per
 # step), a conv's up to 8 output columns x the vectors that keep REGISTERS accumulators
 ROWS, CONV_ROWS, REGISTERS = 4, 8, 24
+PIXEL_ROWS = 16  # pixels that have no divisor of 4-8 (13x13 = 169): up to 16 pixels x one vector
 
 
 @T.prim_func(s_tir=True)
@@ -84,17 +85,15 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     own = {sch.get(main).name_hint, sch.get(write_back).name_hint}
     stages = [sch.get(b).name_hint for b in blocks(sch) if sch.get(b).name_hint not in own]
     loops = sch.get_loops(main)
-    conv = len(loops) == 7  # n, oh, ow, oc, kh, kw, c
-    if conv:
-        n, row, ow, col, *reduce = loops
-        spatial = [n, row]
-    else:
-        *spatial, row, col, k = loops
-        reduce = [k]
-    rows = _choose(sch, knobs, Knob.ROWS, int(sch.get(ow if conv else row).extent), CONV_ROWS if conv else ROWS)
+    reduce = loops[spatial_count(sch, main):]  # a conv's kh, kw, c; a matmul's k
+    *spatial, row, col = loops[: -len(reduce)]  # a conv's [n, oh], ow or [n], pixel; a matmul's batch, m
+    extent = int(sch.get(row).extent)
+    conv = len(reduce) == 3
+    limit = ROWS if not conv else CONV_ROWS if max(divisors(extent, CONV_ROWS)) >= CONV_ROWS // 2 else PIXEL_ROWS
+    rows = _choose(sch, knobs, Knob.ROWS, extent, limit)
     vectors = _choose(sch, knobs, Knob.COLS, int(sch.get(col).extent) // LANES, max(1, REGISTERS // rows))
     col_out, col_vec, col_in = sch.split(col, [None, vectors, LANES])
-    row_out, row_in = sch.split(ow if conv else row, [None, rows])
+    row_out, row_in = sch.split(row, [None, rows])
     *reduce_out, depth = reduce
     depth_out, depth_in = sch.split(depth, [None, DEPTH])
     sch.reorder(col_out, *spatial, row_out, *reduce_out, depth_out, row_in, col_vec, col_in, depth_in)
@@ -117,5 +116,5 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
 
 
 def _choose(sch: Schedule, knobs: Knobs, knob: Knob, extent: int, limit: int) -> int:
-    """The largest divisor of `extent` up to `limit`; the tuner may take any divisor up to 8."""
-    return knobs.choose(sch, knob, divisors(extent, 8), max(divisors(extent, limit)))
+    """The largest divisor of `extent` up to `limit`; the tuner may take any divisor up to `limit` or 8."""
+    return knobs.choose(sch, knob, divisors(extent, max(limit, 8)), max(divisors(extent, limit)))

@@ -112,4 +112,6 @@ CASES += [
     Case("conv2d_u8i8", make=_u8i8_conv((2, 11, 7, 4), 16, 3), attrs={"strides": (2, 1), "dilations": (1, 2)},
          id="conv2d_u8i8-strided-dilated"),
     Case("conv2d_u8i8", make=_u8i8_conv((1, 7, 7, 12), 48, 1), id="conv2d_u8i8-1x1"),
+    # 13 output columns (no divisor of 4-8): computed over a flat pixel axis
+    Case("conv2d_u8i8", make=_u8i8_conv((2, 15, 15, 8), 32, 3), id="conv2d_u8i8-13x13-pixels"),
 ]
