@@ -11,7 +11,7 @@ from cinn.ir import Node, Program, Value
 from cinn.ops.elementwise import CastAttrs
 from cinn.ops.nn import Conv2dAttrs, DataFormat, WeightLayout, conv_windows
 from cinn.ops.quant import DEPTH, LANES, IntConvAttrs, pack_vnni, pack_vnni_conv
-from cinn.ops.shape import PadAttrs, TransposeAttrs
+from cinn.ops.shape import PadAttrs, SliceAttrs, TransposeAttrs
 from cinn.passes.rewrite import Rewriter, rewrite
 
 
@@ -32,11 +32,15 @@ def _integer_matmul(rw: Rewriter, node: Node) -> bool:
     weights = weights.T if node.attrs.trans_y else weights
     k, n = weights.shape
     split = int8_weights(weights)
-    if split is None or k % DEPTH or n % LANES:
+    if split is None or k % DEPTH:
         return False
     q, zero, scale = dequantized
     values, w_scale = split
-    (acc,) = rw.emit("matmul_u8i8", [q, rw.new_constant(pack_vnni(values), "w_u8i8")])
+    # columns padded to whole 16-lane vectors with zero weights (1000 classes), sliced off again
+    packed = pack_vnni(np.pad(values, ((0, 0), (0, -n % LANES))))
+    (acc,) = rw.emit("matmul_u8i8", [q, rw.new_constant(packed, "w_u8i8")])
+    if n % LANES:
+        (acc,) = rw.emit("slice", [acc], SliceAttrs((len(acc.shape) - 1,), (0,), (n,)))
     _rescale(rw, node, acc, zero * values.astype(np.int64).sum(axis=0), np.float32(scale) * w_scale)
     return True
 
