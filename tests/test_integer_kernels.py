@@ -114,9 +114,13 @@ def test_quantized_conv_runs_in_integers_and_equals_the_float_graph(x_shape, oc,
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
-def test_grouped_and_narrow_convs_stay_in_float():
-    w = _weights(8 * 9, 8, per_column=True).T.reshape(8, 8, 3, 3).copy()  # 8 output channels: no whole 16-lane group
-    assert "conv2d_u8i8" not in [n.op for n in integer_kernels(_quantized_conv(w, 0, (1, 8, 6, 6))).nodes]
+def test_narrow_convs_are_padded_and_grouped_ones_stay_in_float(tmp_cache):
+    w = _weights(8 * 9, 8, per_column=True).T.reshape(8, 8, 3, 3).copy()  # 8 output channels: padded to 16, sliced
+    narrow = _quantized_conv(w, 0, (1, 8, 6, 6))
+    assert [n.op for n in integer_kernels(narrow).nodes].count("slice") == 1
+    x = RNG.uniform(-6, 6, (1, 8, 6, 6)).astype(np.float32)
+    (got,) = cinn.compile(narrow, cache_dir=tmp_cache).run({"x": x})
+    np.testing.assert_allclose(got, evaluate(narrow, {"x": x})[0], rtol=1e-5, atol=1e-4)
     g = _weights(4 * 9, 32, per_column=True).T.reshape(32, 4, 3, 3).copy()
     grouped = _quantized_conv(g, 0, (1, 8, 6, 6), groups=2)
     assert "conv2d_u8i8" not in [n.op for n in integer_kernels(grouped).nodes]

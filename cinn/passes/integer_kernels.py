@@ -57,7 +57,7 @@ def _integer_conv(rw: Rewriter, node: Node) -> bool:
         return False
     oc, c = weights.shape[:2]
     split = int8_weights(weights.reshape(oc, -1).T)  # one scale per output channel at most
-    if split is None or oc % LANES:
+    if split is None:
         return False
     q, zero, scale = dequantized
     values, w_scale = split[0].T.reshape(weights.shape), split[1]
@@ -69,8 +69,11 @@ def _integer_conv(rw: Rewriter, node: Node) -> bool:
     if any(p for pair in pads for p in pair):
         (nhwc,) = rw.emit("pad", [nhwc], PadAttrs(pads, float(zero)))
     attrs = IntConvAttrs((rows.stride, cols.stride), (rows.dilation, cols.dilation))
-    packed = pack_vnni_conv(np.pad(values, ((0, 0), (0, extra), (0, 0), (0, 0))))
+    # output channels padded to whole 16-lane vectors with zero weights (1000 classes), sliced off again
+    packed = pack_vnni_conv(np.pad(values, ((0, -oc % LANES), (0, extra), (0, 0), (0, 0))))
     (acc,) = rw.emit("conv2d_u8i8", [nhwc, rw.new_constant(packed, "w_u8i8")], attrs)
+    if oc % LANES:
+        (acc,) = rw.emit("slice", [acc], SliceAttrs((3,), (0,), (oc,)))
     (acc,) = rw.emit("transpose", [acc], TransposeAttrs((0, 3, 1, 2)))  # sink_transposes moves it to NCHW consumers
     per_channel = (oc, 1, 1)
     shift = zero * values.astype(np.int64).sum(axis=(1, 2, 3)).reshape(per_channel)
