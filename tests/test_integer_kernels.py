@@ -184,3 +184,11 @@ def test_consecutive_quantized_convs_keep_channels_last(tmp_cache):
     xs = RNG.uniform(-3, 3, (1, 16, 8, 8)).astype(np.float32)
     (got,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": xs})
     np.testing.assert_allclose(got, evaluate(program, {"x": xs})[0], rtol=1e-5, atol=0.04 + 1e-5)  # a step at most
+
+
+def test_a_quantized_vector_times_a_matrix_stays_float(tmp_cache):
+    program = _quantized_matmul(_weights(32, 48, False), 3, rows=(32,))
+    assert "matmul_u8i8" not in [n.op for n in integer_kernels(program).nodes]
+    x = RNG.uniform(-6, 6, (32,)).astype(np.float32)
+    (got,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": x})
+    np.testing.assert_allclose(got, evaluate(program, {"x": x})[0], rtol=1e-5, atol=1e-4)

@@ -27,8 +27,8 @@ def _integer_matmul(rw: Rewriter, node: Node) -> bool:
     x, w = rw.inputs(node)
     weights = rw.constant(w)
     dequantized = _dequantized_uint8(rw, x)
-    if weights is None or weights.ndim != 2 or dequantized is None or weights.dtype != np.float32:
-        return False
+    if weights is None or weights.ndim != 2 or dequantized is None or weights.dtype != np.float32 or len(x.shape) < 2:
+        return False  # (a vector times a matrix stays float: matmul_u8i8 takes rows)
     weights = weights.T if node.attrs.trans_y else weights
     k, n = weights.shape
     split = int8_weights(weights)
