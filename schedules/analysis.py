@@ -18,6 +18,12 @@ def is_reduction(sch: Schedule, block) -> bool:
     return any(iv.iter_type == REDUCE_ITER for iv in sch.get(block).iter_vars)
 
 
+def single_reduction(sch: Schedule):
+    """The group's single reduction block (a matmul's or conv's), or None when it has none or several."""
+    found = [b for b in blocks(sch) if is_reduction(sch, b)]
+    return found[0] if len(found) == 1 else None
+
+
 def is_output(sch: Schedule, block) -> bool:
     """Whether the block writes a function parameter (a kernel output)."""
     return is_output_block(sch, block)

@@ -25,6 +25,7 @@ from cinn.schedules.analysis import (
     is_fresh,
     is_reduction,
     reverse_inline_all,
+    single_reduction,
     spatial_count,
     vars_in,
     write_dtype,
@@ -77,16 +78,10 @@ class Tiling:
         return self.pack_perm != tuple(range(len(self.pack_perm)))
 
 
-def _main_block(sch: Schedule):
-    """The group's single reduction block, or None."""
-    found = [b for b in blocks(sch) if is_reduction(sch, b)]
-    return found[0] if len(found) == 1 else None
-
-
 def applicable(sch: Schedule) -> bool:
     """One fresh reduction block with spatial and reduce iterators whose last spatial iterator indexes the output's
     last dimension."""
-    main = _main_block(sch)
+    main = single_reduction(sch)
     if main is None or not is_fresh(sch, main):
         return False
     n = spatial_count(sch, main)
@@ -100,7 +95,7 @@ def applicable(sch: Schedule) -> bool:
 def is_gemv(sch: Schedule) -> bool:
     """One reduction block with a single non-unit spatial axis whose operands are all contiguous along the reduction
     (a batch-1 fully connected layer with [N, K] weights): a dot product per output, not a register tile."""
-    main = _main_block(sch)
+    main = single_reduction(sch)
     if main is None or not is_fresh(sch, main):
         return False
     block = sch.get(main)
@@ -397,7 +392,7 @@ def _packable(block, n: int, col: int, vec_reads: list) -> tuple[int | None, tup
 
 def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Tile the reduction into register blocks, fold the epilogue into the write-back, parallelize the tiles."""
-    main = _main_block(sch)
+    main = single_reduction(sch)
     producers = {sch.get(b).name_hint for b in sch.get_producers(main)}
     # the reduction's producers (e.g. padding) stay stages: inlined, they would put a branch in the inner loop
     inline_all(sch, keep=lambda b: sch.get(b).name_hint in producers)

@@ -12,7 +12,15 @@ from dataclasses import dataclass
 
 from tvm.s_tir import Schedule, ScheduleError
 
-from cinn.schedules.analysis import blocks, inline_all, is_reduction, reverse_inline_all, spatial_count, vars_in
+from cinn.schedules.analysis import (
+    blocks,
+    inline_all,
+    is_reduction,
+    reverse_inline_all,
+    single_reduction,
+    spatial_count,
+    vars_in,
+)
 from cinn.schedules.cuda_common import injective, is_bound, thread_inner
 from cinn.schedules.knobs import DEFAULT, Knob, Knobs, unroll
 from cinn.target import Target
@@ -32,11 +40,6 @@ class Tiling:
     col_split: tuple[int, int]  # (threads, registers)
     row: int | None
     row_split: tuple[int, int]
-
-
-def _main_block(sch: Schedule):
-    """The group's reduction block (cpu_matmul.applicable has checked there is exactly one)."""
-    return next(b for b in blocks(sch) if is_reduction(sch, b))
 
 
 def _largest_divisor(extent: int, cap: int) -> int:
@@ -75,7 +78,7 @@ def plan(sch: Schedule, main, knobs: Knobs = DEFAULT) -> Tiling:
 
 def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Tile over blocks, threads and registers; stage operands in shared memory; fuse the epilogue."""
-    main = _main_block(sch)
+    main = single_reduction(sch)
     producers = [sch.get(b).name_hint for b in sch.get_producers(main)]
     # the reduction's producers (padding) are inlined into the shared-memory fetch instead, below
     inline_all(sch, keep=lambda b: sch.get(b).name_hint in producers)

@@ -14,7 +14,7 @@ from cinn.ir import TensorType  # noqa: E402
 from cinn.ops import PatternKind as K  # noqa: E402
 from cinn.ops import get_op, infer  # noqa: E402
 from cinn.schedules import apply_default, cpu_matmul, cpu_reduction  # noqa: E402
-from cinn.schedules.analysis import extents  # noqa: E402
+from cinn.schedules.analysis import extents, single_reduction  # noqa: E402
 from cinn.target import parse_target  # noqa: E402
 
 TARGET = parse_target("llvm")
@@ -142,7 +142,7 @@ def test_conv_register_tile_spans_output_rows():
     x = te.placeholder((1, 64, 56, 56), name="x")
     w = te.placeholder((64, 64, 3, 3), name="w")
     sch = schedule_of([x, w, topi.nn.conv2d_nchw(x, w, 1, 1, 1)])
-    t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), parse_target("llvm -mcpu=znver3 -num-cores=2"))
+    t = cpu_matmul.plan(sch, single_reduction(sch), parse_target("llvm -mcpu=znver3 -num-cores=2"))
     assert (t.col, t.cols, t.row, t.rows, t.row2, t.rows2) == (3, 8, 1, 4, 2, 2)
 
 
@@ -352,7 +352,7 @@ def test_channel_tiles(c, o, hw, k, stride, want):
     y = topi.nn.conv2d_nchw(x, topi.transpose(w, (3, 0, 1, 2)), stride, k // 2, 1)
     sch = schedule_of([x, w, y])
     target = parse_target("llvm -mcpu=skylake-avx512 -num-cores=2")
-    t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), target)
+    t = cpu_matmul.plan(sch, single_reduction(sch), target)
     assert (t.col, t.cols, t.row, t.rows) == want
 
 
@@ -396,7 +396,7 @@ def test_depthwise_tiles_span_whole_output_rows(mcpu, hw, want):
     w = te.placeholder((8, 1, 3, 3), name="w")
     y = topi.nn.group_conv2d_nchw(x, w, 1, 1, 1, 8)
     sch = schedule_of([x, w, y])
-    t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), parse_target(f"llvm -mcpu={mcpu} -num-cores=2"))
+    t = cpu_matmul.plan(sch, single_reduction(sch), parse_target(f"llvm -mcpu={mcpu} -num-cores=2"))
     assert (t.col, t.cols, t.row, t.rows) == want
     check([x, w], [y], K.OUT_FUSIBLE, lambda xa, wa: [conv_ref(xa, wa, 1, 1, 8)])
 
@@ -411,7 +411,7 @@ def test_depthwise_convs_on_narrow_rows_vectorize_over_channels(hw, stride, chan
     w = te.placeholder((1, 3, 3, 32), name="w")  # IHWO, as pack_weights stores constant weights
     y = topi.nn.group_conv2d_nchw(x, topi.transpose(w, (3, 0, 1, 2)), stride, 1, 1, 32)
     sch = schedule_of([x, w, y])
-    t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
+    t = cpu_matmul.plan(sch, single_reduction(sch), parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
     assert (t.col, t.per_tile) == ((1, True) if channel_vectors else (3, False))
     ref = lambda xa, wa: [conv_ref(xa, wa.transpose(3, 0, 1, 2), stride, 1, 32)]
     check([x, w], [y], K.OUT_FUSIBLE, ref)
@@ -451,7 +451,7 @@ def test_grouped_pointwise_conv_is_not_taken_for_depthwise():
     w = te.placeholder((112, 28, 1, 1), name="w")
     y = topi.nn.group_conv2d_nchw(x, w, 1, 0, 1, 4)
     sch = schedule_of([x, w, y])
-    t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
+    t = cpu_matmul.plan(sch, single_reduction(sch), parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
     assert not t.per_tile
     check([x, w], [y], K.OUT_FUSIBLE, lambda xa, wa: [conv_ref(xa, wa, 1, 0, 4)])
 
@@ -465,7 +465,7 @@ def test_rows_that_share_an_operand_may_take_the_registers_the_loads_leave(rows,
     k = te.reduce_axis((0, 24), name="k")
     c = te.compute((rows, 16), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
     sch = schedule_of([a, b, c])
-    t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
+    t = cpu_matmul.plan(sch, single_reduction(sch), parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
     assert (t.cols, t.rows) == (16, want)
 
 
@@ -477,6 +477,6 @@ def test_a_tile_that_would_leave_a_core_idle_is_split_and_not_packed():
     k = te.reduce_axis((0, 1024), name="k")
     c = te.compute((32, 10), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
     sch = schedule_of([a, b, c])
-    t = cpu_matmul.plan(sch, cpu_matmul._main_block(sch), parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
+    t = cpu_matmul.plan(sch, single_reduction(sch), parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
     assert (t.col, t.cols, t.row, t.rows, t.pack) == (0, 16, 1, 10, None)
     check([a, b], [c], K.OUT_FUSIBLE, lambda x, y: [x @ y], rtol=1e-4, atol=1e-3)
