@@ -96,11 +96,7 @@ def _has_feature(mcpu: str, feature: str) -> bool:
 
 @functools.cache
 def _vector_bits(mcpu: str) -> int:
-    target = tvm.target.Target(_llvm_dict(mcpu, 1))
-    for feature, bits in (("avx512f", 512), ("avx2", 256)):
-        if codegen.target_has_features(feature, target):
-            return bits
-    return 128
+    return next((bits for feature, bits in (("avx512f", 512), ("avx2", 256)) if _has_feature(mcpu, feature)), 128)
 
 
 def cpu_caches(mcpu: str) -> CacheSizes:

@@ -34,10 +34,14 @@ def unpack_vnni(w: np.ndarray) -> np.ndarray:
     return w.transpose(1, 3, 0, 2).reshape(steps * DEPTH, groups * LANES)
 
 
+def _check_dtypes(op: str, x: TensorType, w: TensorType) -> None:
+    if x.dtype != "uint8" or w.dtype != "int8":
+        raise TypeError(f"{op}: needs uint8 x and int8 weights, got {x.dtype}{x.shape} and {w.dtype}{w.shape}")
+
+
 def _infer(types: Sequence[TensorType], _a: NoAttrs) -> list[TensorType]:
     x, w = types
-    if x.dtype != "uint8" or w.dtype != "int8":
-        raise TypeError(f"matmul_u8i8: needs uint8 x and int8 weights, got {x.dtype}{x.shape} and {w.dtype}{w.shape}")
+    _check_dtypes("matmul_u8i8", x, w)
     if len(x.shape) < 2 or len(w.shape) != 4 or w.shape[2:] != (LANES, DEPTH) or w.shape[1] * DEPTH != x.shape[-1]:
         raise ValueError(f"matmul_u8i8: x {x.shape} [..., M, K] and weights {w.shape} [N/{LANES}, K/{DEPTH}, {LANES}, "
                          f"{DEPTH}] do not match")
@@ -108,8 +112,7 @@ def _conv_out(x: tuple[int, ...], w: tuple[int, ...], a: IntConvAttrs) -> tuple[
 
 def _conv_infer(types: Sequence[TensorType], a: IntConvAttrs) -> list[TensorType]:
     x, w = types
-    if x.dtype != "uint8" or w.dtype != "int8":
-        raise TypeError(f"conv2d_u8i8: needs uint8 x and int8 weights, got {x.dtype}{x.shape} and {w.dtype}{w.shape}")
+    _check_dtypes("conv2d_u8i8", x, w)
     if len(x.shape) != 4 or len(w.shape) != 6 or w.shape[4:] != (LANES, DEPTH) or w.shape[3] * DEPTH != x.shape[3]:
         raise ValueError(f"conv2d_u8i8: x {x.shape} [N, H, W, C] and weights {w.shape} [OC/{LANES}, KH, KW, "
                          f"C/{DEPTH}, {LANES}, {DEPTH}] do not match")

@@ -100,16 +100,16 @@ def _dequantized_uint8(rw: Rewriter, x: Value) -> tuple[Value, int, float] | Non
     scale_data = rw.constant(scale)
     if scale_data is None or scale_data.size != 1:
         return None
-    zero, cast = 0, rw.producer(shifted)
-    if cast is not None and cast.op == "subtract":
-        shifted, point = rw.inputs(cast)
+    zero, producer = 0, rw.producer(shifted)
+    if producer is not None and producer.op == "subtract":  # the zero point (absent: 0)
+        shifted, point = rw.inputs(producer)
         point_data = rw.constant(point)
         if point_data is None or point_data.size != 1 or not float(point_data.item()).is_integer():
             return None
-        zero, cast = int(point_data.item()), rw.producer(shifted)
-    if cast is None or cast.op != "cast" or rw.inputs(cast)[0].dtype != "uint8":
+        zero, producer = int(point_data.item()), rw.producer(shifted)
+    if producer is None or producer.op != "cast" or rw.inputs(producer)[0].dtype != "uint8":
         return None
-    return rw.inputs(cast)[0], zero, float(scale_data.item())
+    return rw.inputs(producer)[0], zero, float(scale_data.item())
 
 
 def int8_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
