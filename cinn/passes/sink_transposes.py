@@ -38,12 +38,9 @@ def _sink(rw: Rewriter, node: Node) -> bool:
     if get_op(node.op).kind is not PatternKind.ELEMENTWISE or node.op in AXIS_BOUND or len(node.outputs) != 1:
         return False
     inputs = rw.inputs(node)
-    perms = {rw.producer(v).attrs.axis for v in inputs if _transposed(rw, v)}  # type: ignore[union-attr]
+    perm = _one_permutation(rw, inputs)
     rank = len(node.outputs[0].shape)
-    if len(perms) != 1:
-        return False
-    (perm,) = perms
-    if len(perm) != rank:
+    if perm is None or len(perm) != rank:
         return False
     back = tuple(int(i) for i in np.argsort(perm))
     sources = []
@@ -59,26 +56,31 @@ def _sink(rw: Rewriter, node: Node) -> bool:
             continue
         full = data.reshape((1,) * (rank - data.ndim) + data.shape)
         sources.append(rw.new_constant(np.ascontiguousarray(np.transpose(full, back)), v.name))
-    (y,) = rw.emit(node.op, sources, node.attrs)
-    (t,) = rw.emit("transpose", [y], TransposeAttrs(perm))
-    rw.substitute(node.outputs[0], t)
+    _transposed_result(rw, node, sources, node.attrs, perm)
     return True
 
 
 def _sink_concat(rw: Rewriter, node: Node) -> bool:
     inputs = rw.inputs(node)
-    if not inputs or not all(_transposed(rw, v) for v in inputs):
+    perm = _one_permutation(rw, inputs)
+    if perm is None or not all(_transposed(rw, v) for v in inputs):
         return False
-    perms = {rw.producer(v).attrs.axis for v in inputs}  # type: ignore[union-attr]
-    if len(perms) != 1:
-        return False
-    (perm,) = perms
     sources = [rw.inputs(rw.producer(v))[0] for v in inputs]  # type: ignore[arg-type]
-    axis = perm[node.attrs.axis % len(perm)]
-    (y,) = rw.emit("concat", sources, AxisAttrs(axis))
+    _transposed_result(rw, node, sources, AxisAttrs(perm[node.attrs.axis % len(perm)]), perm)
+    return True
+
+
+def _one_permutation(rw: Rewriter, inputs) -> tuple[int, ...] | None:
+    """The permutation the transposed inputs share, or None when there are none or they differ."""
+    perms = {rw.producer(v).attrs.axis for v in inputs if _transposed(rw, v)}  # type: ignore[union-attr]
+    return next(iter(perms)) if len(perms) == 1 else None
+
+
+def _transposed_result(rw: Rewriter, node: Node, sources: list, attrs, perm: tuple[int, ...]) -> None:
+    """Replace node's output by transpose(node's op on `sources`, perm)."""
+    (y,) = rw.emit(node.op, sources, attrs)
     (t,) = rw.emit("transpose", [y], TransposeAttrs(perm))
     rw.substitute(node.outputs[0], t)
-    return True
 
 
 def _transposed(rw: Rewriter, v) -> bool:
