@@ -18,7 +18,7 @@ from cinn.schedules.analysis import (
     vars_in,
     write_dtype,
 )
-from cinn.schedules.knobs import DEFAULT, Knob, Knobs, unroll
+from cinn.schedules.knobs import DEFAULT, Knob, Knobs, divisors, unroll
 from cinn.target import Target
 
 PARALLEL_MIN = 4096  # elements below which a thread fork costs more than it saves
@@ -183,11 +183,11 @@ def _transpose_in_tiles(sch: Schedule, block, target: Target) -> bool:
         return False
     ext = extents(sch, loops)
     row = next(k for k, v in enumerate(iters) if v.same_as(index[-1]))  # the output axis the input runs along
+    if ext[-1] < MIN_LANES or ext[row] < MIN_LANES:
+        return False
     width = lanes(write_dtype(sch, block), target)
     cols = _tile_side(ext[-1], (width, width // 2, width // 4), 4 * width)
     rows = _tile_side(ext[row], (TRANSPOSE_TILE, TRANSPOSE_TILE // 2, TRANSPOSE_TILE // 4), TRANSPOSE_TILE)
-    if ext[-1] < MIN_LANES or ext[row] < MIN_LANES:
-        return False
     row_out, row_in = sch.split(loops[row], [None, rows])
     col_out, col_in = sch.split(loops[-1], [None, cols])
     others = [lp for k, lp in enumerate(loops[:-1]) if k != row]
@@ -205,8 +205,8 @@ def _tile_side(extent: int, preferred: tuple[int, ...], limit: int) -> int:
     fits = [d for d in preferred if d >= MIN_LANES and extent % d == 0]
     if fits:
         return fits[0]
-    divisors_ = [d for d in range(MIN_LANES, limit + 1) if extent % d == 0]
-    return divisors_[-1] if divisors_ else preferred[0]
+    wide = [d for d in divisors(extent, limit) if d >= MIN_LANES]
+    return wide[-1] if wide else preferred[0]
 
 
 def _vector_suffix(sch: Schedule, block, width: int) -> tuple[int, int]:

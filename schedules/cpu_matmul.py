@@ -497,7 +497,12 @@ def _tile_output_spills(sch: Schedule, main, tiles: int, target: Target) -> bool
     """Whether each channel tile's share of the output outgrows L2: its accumulators, laid out channels last, would
     reach memory before the write-back transposes them. Output rows then run in parallel, each written back while hot
     (squeezenet's 3->64 3x3/2 stem on 111x111, 1.6 MB a tile: 0.35 -> 0.20 ms; resnet50's 7x7/2 stem 0.71 -> 0.58 ms)."""
-    return _bytes(sch.get(main).writes[0].source) // max(1, tiles) > target.l2_bytes
+    return _output_share(sch, main, tiles) > target.l2_bytes
+
+
+def _output_share(sch: Schedule, main, tiles: int) -> int:
+    """Bytes of the output (the accumulators) one of `tiles` parallel tiles writes."""
+    return _bytes(sch.get(main).writes[0].source) // max(1, tiles)
 
 
 def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target) -> bool:
@@ -516,8 +521,7 @@ def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target)
     n = spatial_count(sch, main)
     if any(int(iv.dom.extent) > 1 for iv in block.iter_vars[n + 1 :]):
         return False
-    share = _bytes(block.writes[0].source) // max(1, tiles)
-    if col != n - 1 and share > TRANSPOSED_SHARE * target.l2_bytes:
+    if col != n - 1 and _output_share(sch, main, tiles) > TRANSPOSED_SHARE * target.l2_bytes:
         return True
     return any(_bytes(b) > target.l2_bytes for b in _row_operands(block, col))
 
