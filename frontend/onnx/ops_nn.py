@@ -53,23 +53,31 @@ def _window(ctx: NodeContext, in_sizes: Sequence[int], kernel, spatial: int) -> 
     kernel = _per_dim(kernel, spatial, 1)
     strides = _per_dim(ctx.attr("strides", None), spatial, 1)
     dilations = _per_dim(ctx.attr("dilations", None), spatial, 1)
-    pads = ctx.attr("pads", None)
-    pads = _per_dim(pads[:spatial], spatial, 0) + _per_dim(pads[spatial:], spatial, 0) if pads is not None else ()
     dims = len(kernel)
-    begin: Sequence[int] = pads[:dims] or (0,) * dims
-    end: Sequence[int] = pads[dims:] or (0,) * dims
+    begin, end = _explicit_pads(ctx, spatial, dims)
     auto_pad = ctx.attr("auto_pad", "NOTSET")
     if auto_pad == "VALID":
-        begin, end = (0,) * dims, (0,) * dims
+        begin, end = [0] * dims, [0] * dims
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        totals = [max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
-                  for n, k, s, d in zip(in_sizes, kernel, strides, dilations, strict=True)]
-        small = [t // 2 for t in totals]
-        big = [t - t // 2 for t in totals]
-        begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+        begin, end = _split_same([max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
+                                  for n, k, s, d in zip(in_sizes, kernel, strides, dilations, strict=True)], auto_pad)
     elif auto_pad != "NOTSET":
         raise OnnxImportError(f"auto_pad {auto_pad!r} is not supported")
     return _Window(kernel, strides, dilations, (*begin, *end))
+
+
+def _explicit_pads(ctx: NodeContext, spatial: int, dims: int) -> tuple[list[int], list[int]]:
+    """The node's `pads` (begins, then ends; none: zeros) in 2-D form, the unit height of a 1-D op unpadded."""
+    pads = ctx.attr("pads", None)
+    if pads is None:
+        return [0] * dims, [0] * dims
+    return list(_per_dim(pads[:spatial], spatial, 0)), list(_per_dim(pads[spatial:], spatial, 0))
+
+
+def _split_same(totals: Sequence[int], auto_pad: str) -> tuple[list[int], list[int]]:
+    """SAME padding totals split as ONNX defines: the odd one at the end (SAME_UPPER) or at the start (SAME_LOWER)."""
+    small, big = [t // 2 for t in totals], [t - t // 2 for t in totals]
+    return (small, big) if auto_pad == "SAME_UPPER" else (big, small)
 
 
 def _channel_vector(ctx: NodeContext, v: Value, rank: int) -> Value:
@@ -140,20 +148,17 @@ def conv_transpose(ctx: NodeContext):
 def _transposed_pads(ctx: NodeContext, spatial: int, sizes, kernel, strides, dil, extra) -> tuple[list[int], list[int]]:
     """A ConvTranspose node's pads before and after each spatial dim (in 2-D form for 1-D): explicit, or those that
     give output_shape (auto_pad SAME: the input size times the stride), split as ONNX defines."""
-    pads = ctx.attr("pads", None)
     dims = len(sizes)
-    pads = _per_dim(pads[:spatial], spatial, 0) + _per_dim(pads[spatial:], spatial, 0) if pads is not None else (0,) * 2 * dims
     auto_pad = ctx.attr("auto_pad", "NOTSET")
     if auto_pad in ("SAME_UPPER", "SAME_LOWER") or ctx.has_attr("output_shape"):
         target = (_per_dim(ctx.attr("output_shape", None), spatial, 1) if ctx.has_attr("output_shape")
                   else [size * s for size, s in zip(sizes, strides, strict=True)])
-        totals = [s * (size - 1) + o + (k - 1) * d + 1 - t
-                  for s, size, o, k, d, t in zip(strides, sizes, extra, kernel, dil, target, strict=True)]
-        small, big = [t // 2 for t in totals], [t - t // 2 for t in totals]
-        return (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+        return _split_same([s * (size - 1) + o + (k - 1) * d + 1 - t
+                            for s, size, o, k, d, t in zip(strides, sizes, extra, kernel, dil, target, strict=True)],
+                           auto_pad)
     if auto_pad == "VALID":
         return [0] * dims, [0] * dims
-    return list(pads[:dims]), list(pads[dims:])
+    return _explicit_pads(ctx, spatial, dims)
 
 
 def _pool(ctx: NodeContext, pooling_type: str, x: Value | None = None, exclusive: bool | None = None) -> list[Value]:
@@ -231,11 +236,7 @@ def batch_norm(ctx: NodeContext):
 @converter("InstanceNormalization")
 def instance_norm(ctx: NodeContext):
     x, scale, bias = ctx.inputs
-    eps = ctx.attr("epsilon", 1e-5)
-    axes = list(range(2, len(x.shape)))
-    centered = ctx.b.subtract(x, ctx.b.reduce_mean(x, axes, keep_dim=True))
-    var = ctx.b.reduce_mean(ctx.b.multiply(centered, centered), axes, keep_dim=True)
-    y = ctx.b.multiply(centered, ctx.b.rsqrt(ctx.b.add(var, ctx.b.fill_constant((), eps, x.dtype))))
+    y, _, _ = _standardized(ctx, x, list(range(2, len(x.shape))), ctx.attr("epsilon", 1e-5))
     rank = len(x.shape)
     return [ctx.b.add(ctx.b.multiply(y, _channel_vector(ctx, scale, rank)), _channel_vector(ctx, bias, rank))]
 
@@ -250,10 +251,7 @@ def group_norm(ctx: NodeContext):
     if groups < 1 or c % groups:
         raise OnnxImportError(f"num_groups {groups} does not divide the {c} channels of x {x.shape}")
     grouped = ctx.b.reshape(x, [n, groups, int(np.prod(x.shape[1:])) // groups])
-    centered = ctx.b.subtract(grouped, ctx.b.reduce_mean(grouped, [2], keep_dim=True))
-    var = ctx.b.reduce_mean(ctx.b.multiply(centered, centered), [2], keep_dim=True)
-    eps = ctx.b.fill_constant((), ctx.attr("epsilon", 1e-5), x.dtype)
-    y = ctx.b.reshape(ctx.b.multiply(centered, ctx.b.rsqrt(ctx.b.add(var, eps))), list(x.shape))
+    y = ctx.b.reshape(_standardized(ctx, grouped, [2], ctx.attr("epsilon", 1e-5))[0], list(x.shape))
     scale, bias = (v if v.shape[0] == c else ctx.b.reshape(ctx.b.broadcast_to(ctx.b.reshape(v, [groups, 1]),
                                                                               [groups, c // groups]), [c])
                    for v in (scale, bias))
@@ -289,13 +287,17 @@ def layer_norm_outputs(ctx: NodeContext, x: Value, scale: Value, bias: Value | N
     if not any(stats):
         return [ctx.b.layer_norm(x, scale, bias, begin_norm_axis=axis, epsilon=eps)]
     # Mean and InvStdDev are wanted too: the same decomposition, spelled out to expose them
-    axes = list(range(axis, len(x.shape)))
+    normed, mean, inv_std = _standardized(ctx, x, list(range(axis, len(x.shape))), eps)
+    return [ctx.b.add(ctx.b.multiply(normed, scale), bias), mean, inv_std]
+
+
+def _standardized(ctx: NodeContext, x: Value, axes: list[int], eps: float) -> tuple[Value, Value, Value]:
+    """(x - mean) * rsqrt(var + eps) over `axes`, with the mean and the inverse standard deviation (kept dims)."""
     mean = ctx.b.reduce_mean(x, axes, keep_dim=True)
     centered = ctx.b.subtract(x, mean)
     var = ctx.b.reduce_mean(ctx.b.multiply(centered, centered), axes, keep_dim=True)
     inv_std = ctx.b.rsqrt(ctx.b.add(var, ctx.b.fill_constant((), eps, x.dtype)))
-    y = ctx.b.add(ctx.b.multiply(ctx.b.multiply(centered, inv_std), scale), bias)
-    return [y, mean, inv_std]
+    return ctx.b.multiply(centered, inv_std), mean, inv_std
 
 
 @converter("Gemm")
