@@ -8,7 +8,7 @@ import functools
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
-from cinn.ops.quant import DEPTH, LANES
+from cinn.ops.quant import COLUMN_TILES, DEPTH, LANES, tiles_columns
 from cinn.schedules.analysis import blocks, inline_all, reverse_inline_all, single_reduction, spatial_count
 from cinn.schedules.cpu_common import injective
 from cinn.schedules.cpu_matmul import vectorize_innermost
@@ -18,7 +18,7 @@ from cinn.target import Target
 INTRIN = "cinn_vnni_16x4"
 # the default register tiles: a matmul's 4 rows x 4 vectors (16 accumulators, 4 weight loads and 4 broadcasts per
 # step), a conv's up to 8 output columns x the vectors that keep REGISTERS accumulators
-ROWS, CONV_ROWS, REGISTERS = 4, 8, 24
+ROWS, CONV_ROWS, REGISTERS = 4, COLUMN_TILES[-1], 24
 PIXEL_ROWS = 16  # pixels that have no divisor of 4-8 (13x13 = 169): up to 16 pixels x one vector
 
 
@@ -84,7 +84,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     *spatial, row, col = loops[: -len(reduce)]  # a conv's [n, oh], ow or [n], pixel; a matmul's batch, m
     extent = int(sch.get(row).extent)
     conv = len(reduce) == 3
-    limit = ROWS if not conv else CONV_ROWS if max(divisors(extent, CONV_ROWS)) >= CONV_ROWS // 2 else PIXEL_ROWS
+    limit = ROWS if not conv else CONV_ROWS if tiles_columns(extent) else PIXEL_ROWS
     rows = _choose(sch, knobs, Knob.ROWS, extent, limit)
     vectors = _choose(sch, knobs, Knob.COLS, int(sch.get(col).extent) // LANES, max(1, REGISTERS // rows))
     col_out, col_vec, col_in = sch.split(col, [None, vectors, LANES])

@@ -20,6 +20,12 @@ from cinn.ops.registry import PatternKind as K
 
 LANES = 16  # int32 lanes of a zmm register: columns per weight group
 DEPTH = 4  # uint8 x int8 products summed into one lane
+COLUMN_TILES = range(4, 9)  # output columns a conv's register tile takes; rows with none of them tile flat pixels
+
+
+def tiles_columns(extent: int) -> bool:
+    """Whether `extent` output columns (or pixels) divide into register tiles of COLUMN_TILES."""
+    return any(extent % d == 0 for d in COLUMN_TILES)
 
 
 def pack_vnni(w: np.ndarray) -> np.ndarray:
@@ -136,7 +142,7 @@ def _conv_compute(tensors, a: IntConvAttrs, out_types: Sequence[TensorType]):
         pixel = x[n, i * sh + kh * dh, j * sw + kw * dw, c].astype("int32")
         return te.sum(pixel * w[o // LANES, kh, kw, c // DEPTH, o % LANES, c % DEPTH].astype("int32"), axis=[kh, kw, c])
 
-    if any(ow % d == 0 for d in range(4, 9)):
+    if tiles_columns(ow):
         return [te.compute(out_types[0].shape, product, name="conv2d_u8i8")]
     flat = te.compute((batch, oh * ow, oc), lambda n, p, o: product(n, p // ow, p % ow, o), name="conv2d_u8i8")
     return [te.compute(out_types[0].shape, lambda n, i, j, o: flat[n, i * ow + j, o], name="conv2d_u8i8_nhwc")]
