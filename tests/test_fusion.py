@@ -229,3 +229,17 @@ def test_a_concat_that_only_a_slice_views_still_runs(tmp_cache):
     assert {v.base for v in find_views(optimize(program, True)).values()} == {y.name}
     _, _, (out,) = _run_both(program, {"x": xv}, tmp_cache)
     np.testing.assert_allclose(out, 2 * np.concatenate([np.maximum(xv, 0), np.exp(xv)], axis=1)[:1], rtol=1e-5)
+
+
+def test_a_slice_that_is_a_concat_part_writes_it(tmp_cache):
+    # a crop (rows and columns: no range of its input) feeding an in-place concat is a part of that concat, not a view
+    # of its input: its kernel must still copy the crop into the concat's buffer (a Winograd conv's overhanging
+    # tiles, sliced back in front of inception's concat, left those channels unwritten)
+    b = cinn.NetBuilder("crop_into_concat")
+    x = b.create_input("float32", (1, 4, 6, 6), "x")
+    crop = b.slice(b.exp(x), axes=[2, 3], starts=[0, 0], ends=[5, 5])
+    z = b.scale(b.concat([crop, b.relu(b.slice(x, axes=[2, 3], starts=[1, 1], ends=[6, 6]))], axis=1), 2.0)
+    program, xv = b.build([z]), _rand(1, 4, 6, 6)
+    _, _, (out,) = _run_both(program, {"x": xv}, tmp_cache)
+    np.testing.assert_allclose(out, 2 * np.concatenate([np.exp(xv)[:, :, :5, :5], np.maximum(xv, 0)[:, :, 1:, 1:]], 1),
+                               rtol=1e-5)

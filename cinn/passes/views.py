@@ -94,7 +94,8 @@ def kernelless(program: Program, views: Mapping[str, View]) -> frozenset[str]:
         out = n.outputs[0].name
         if n.op == "concat":
             return all(v.name in views and views[v.name].base == out for v in n.inputs)
-        return n.op == "slice" and out in views
+        # a slice that is a concat's part is in `views` too, as that part: it stays a kernel that writes it
+        return n.op == "slice" and out in views and views[out].base == n.inputs[0].name
 
     return frozenset(n.outputs[0].name for n in program.nodes if in_place(n))
 
