@@ -11,6 +11,7 @@ from cinn.build import workload_key
 from cinn.ir import Program
 from cinn.lower import lower_program
 from cinn.ops import PatternKind
+from cinn.target import Target
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,12 @@ class Task:
 
 
 def extract_tasks(program: Program | Sequence[Program], fuse: bool = True, passes: bool = True,
-                  int8: bool = False) -> list[Task]:
+                  target: Target | None = None) -> list[Task]:
     """The unique kernels `cinn.compile` would build for a Program (or several: a symbolic program's bindings), in
-    first-use order, weighted by occurrences; `int8` as for a target with VNNI (Target.has_vnni)."""
+    first-use order, weighted by occurrences; `target` picks its rewrites (cinn.passes.pipeline.optimize)."""
     tasks: dict[str, Task] = {}
     for p in [program] if isinstance(program, Program) else program:
-        for lg in lower_program(p, fuse, passes, int8=int8)[1]:
+        for lg in lower_program(p, fuse, passes, target=target)[1]:
             t = Task.from_func(lg.func, lg.group.kind, lg.group.name)
             prev = tasks.get(t.workload)
             tasks[t.workload] = t if prev is None else dataclasses.replace(prev, weight=prev.weight + 1)

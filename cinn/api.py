@@ -87,7 +87,7 @@ def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> E
     tgt = parse_target(o.target)
     # CUDA kernels may load vectors that an offset into another value's buffer would misalign: their concats copy
     in_place = o.fuse and not tgt.is_cuda
-    program, lowered = lower_program(program, o.fuse, o.passes, in_place, tgt.has_vnni)
+    program, lowered = lower_program(program, o.fuse, o.passes, in_place, tgt)
     records = _tuning_records(o.tuning_log, tgt)
     specs = []
     for lg in lowered:

@@ -16,6 +16,7 @@ from cinn.passes.fusion import fuse as fuse_groups
 from cinn.passes.pipeline import optimize
 from cinn.passes.verify import verify
 from cinn.passes.views import find_views, kernelless
+from cinn.target import Target
 
 FOLDED_WITH_ZERO = frozenset({"multiply", "add"})  # ops whose float zero operand TVM's simplifier folds away
 
@@ -72,12 +73,12 @@ def _ident(name: str) -> str:
 
 
 def lower_program(program: Program, fuse: bool = True, passes: bool = True,
-                  in_place: bool = True, int8: bool = False) -> tuple[Program, list[LoweredGroup]]:
+                  in_place: bool = True, target: Target | None = None) -> tuple[Program, list[LoweredGroup]]:
     """Verify, optimize and fuse a Program; returns the optimized Program and one PrimFunc per kernel, in order. With
     fusion and `in_place`, the concats and slices of find_views(program) take no kernel: their values are views of
     other values' buffers."""
     verify(program)
-    program = optimize(program, passes, int8)
+    program = optimize(program, passes, target)
     skipped = kernelless(program, find_views(program)) if in_place else frozenset()
     groups = fuse_groups(program, skipped) if fuse else unfused(program)
     return program, [lower_group(g, program.constants) for g in groups]

@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _tune(args) -> list[TaskSummary]:
     """Load the model, extract its tasks and tune them."""
     target = parse_target(args.target)
-    tasks = extract_tasks(_load(args.model, args.input_shape, args.shape_hint), int8=target.has_vnni)
+    tasks = extract_tasks(_load(args.model, args.input_shape, args.shape_hint), target=target)
     print(f"cinn-tune: {len(tasks)} tasks, {args.trials} trials, target {target}, log {args.log}", file=sys.stderr)
     measure = MeasureConfig(run_timeout=args.timeout, repeat=args.repeat, cache_flush=args.cache_flush)
     runner = RpcRunner(args.rpc_tracker, args.rpc_key, measure) if args.rpc_tracker else LocalRunner(measure)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from tvm.s_tir import Schedule
 
 from cinn.ops import PatternKind
-from cinn.schedules import cpu_attention, cpu_int8, cpu_matmul, cpu_reduction, cpu_tiling
+from cinn.schedules import cpu_attention, cpu_int8, cpu_matmul, cpu_reduction, cpu_tiling, cpu_winograd
 from cinn.schedules.cpu_common import generic
 from cinn.schedules.knobs import DEFAULT, Knob, Knobs
 from cinn.target import Target
@@ -12,7 +12,9 @@ from cinn.target import Target
 
 def schedule(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Apply the specialised schedule of the group's kind when it matches, else the generic one."""
-    if kind == PatternKind.NON_FUSIBLE and cpu_attention.applicable(sch):
+    if kind in (PatternKind.NON_FUSIBLE, PatternKind.OUT_FUSIBLE) and cpu_winograd.applicable(sch):
+        cpu_winograd.schedule(sch, target)
+    elif kind == PatternKind.NON_FUSIBLE and cpu_attention.applicable(sch):
         cpu_attention.schedule(sch, target, knobs)
     elif kind == PatternKind.OUT_FUSIBLE and cpu_int8.applicable(sch, target):
         cpu_int8.schedule(sch, target, knobs)

@@ -7,6 +7,7 @@ import pytest
 import cinn
 from cinn.lower import lower_program
 from cinn.passes.integer_kernels import int8_weights, integer_kernels
+from cinn.target import parse_target
 from tests.test_passes import evaluate
 
 RNG = np.random.default_rng(5)
@@ -61,7 +62,7 @@ def test_quantized_matmul_runs_in_integers_and_equals_the_float_graph(zero, tran
 
 def test_only_vnni_targets_and_exact_weights_take_the_integer_path(tmp_cache):
     program = _quantized_matmul(_weights(32, 48, False), 3)
-    assert "matmul_u8i8" not in [n.op for n in lower_program(program, int8=False)[0].nodes]
+    assert "matmul_u8i8" not in [n.op for n in lower_program(program)[0].nodes]
     floats = _quantized_matmul(RNG.standard_normal((32, 48)).astype(np.float32), 3)  # a float weight
     assert "matmul_u8i8" not in [n.op for n in integer_kernels(floats).nodes]
     odd = _quantized_matmul(_weights(32, 40, False), 3)  # 40 columns: padded to 48 with zero weights, sliced back
@@ -178,7 +179,7 @@ def test_consecutive_quantized_convs_keep_channels_last(tmp_cache):
     h = b.relu(b.conv2d(fake_quant(x, 0.05, 100), b.create_constant(w1, "w1"), paddings=[1, 1]))
     y = b.add(b.conv2d(fake_quant(h, 0.02, 0), b.create_constant(w2, "w2")), x)
     program = b.build([fake_quant(y, 0.04, 128)])
-    lowered, _ = lower_program(program, int8=True)
+    lowered, _ = lower_program(program, target=parse_target("llvm -mcpu=znver5"))
     ops = [n.op for n in lowered.nodes]
     assert ops.count("conv2d_u8i8") == 2 and ops.count("transpose") == 2
     xs = RNG.uniform(-3, 3, (1, 16, 8, 8)).astype(np.float32)

@@ -12,21 +12,25 @@ from cinn.passes.integer_kernels import integer_kernels
 from cinn.passes.pack_weights import pack_weights
 from cinn.passes.simplify import simplify
 from cinn.passes.sink_transposes import sink_transposes
+from cinn.passes.winograd import winograd
+from cinn.target import Target
 
 
-def optimize(program: Program, passes: bool = True, int8: bool = False) -> Program:
+def optimize(program: Program, passes: bool = True, target: Target | None = None) -> Program:
     """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), fuse
     attention subgraphs into one op (the softmax is still one node), decompose,
     simplify what the expansions emit, rewrite convs into denser forms (conv_forms), then fold constant subgraphs
     (the split groups' weight slices), merge common subexpressions, drop what no output needs and store constant
-    weights as the kernels read them. With `int8` (a CPU with VNNI), matmuls and convs of quantized tensors and
-    weights first become integer kernels (integer_kernels), whose channels-last layout then carries from one conv to
-    the next (sink_transposes)."""
+    weights as the kernels read them. The target's rewrites (none without one): on a CPU with VNNI, matmuls and
+    convs of quantized tensors and weights first become integer kernels (integer_kernels), whose channels-last layout
+    then carries from one conv to the next (sink_transposes); on a CPU, stride-1 3x3 convs become Winograd convs
+    where that gains (winograd)."""
     if not passes:
         return decompose(program)
-    program = fuse_attention(simplify(_integer(program) if int8 else program))
-    program = conv_forms(simplify(decompose(program)))
-    return dce(pack_weights(dce(cse(fold_constants(program)))))
+    cpu = target is not None and not target.is_cuda
+    program = fuse_attention(simplify(_integer(program) if target is not None and target.has_vnni else program))
+    program = dce(cse(fold_constants(conv_forms(simplify(decompose(program))))))
+    return dce(pack_weights(winograd(program) if cpu else program))
 
 
 def _integer(program: Program) -> Program:

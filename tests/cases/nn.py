@@ -115,3 +115,15 @@ CASES += [
     # 13 output columns (no divisor of 4-8): computed over a flat pixel axis
     Case("conv2d_u8i8", make=_u8i8_conv((2, 15, 15, 8), 32, 3), id="conv2d_u8i8-13x13-pixels"),
 ]
+
+CASES += [
+    Case("winograd_input", inputs=(((1, 3, 10, 9), "float32"),), attrs={"tile": 4, "paddings": (1, 1, 1, 1)},
+         id="winograd_input-f4"),
+    # two images, asymmetric paddings, tiles that overhang the output (9x8 in tiles of 2)
+    Case("winograd_input", inputs=(((2, 5, 8, 7), "float32"),), attrs={"tile": 2, "paddings": (1, 0, 2, 3)},
+         id="winograd_input-f2-batch-asymmetric"),
+    Case("winograd_output", inputs=(((36, 3, 6), "float32"),), attrs={"tile": 4, "tiles": (2, 3)},
+         id="winograd_output-f4"),
+    Case("winograd_output", inputs=(((16, 4, 24), "float32"),), attrs={"tile": 2, "tiles": (3, 4)},
+         id="winograd_output-f2-batch"),
+]

@@ -1,0 +1,213 @@
+"""Winograd convolution F(m x m, 3 x 3) (Lavin and Gray, 2016): a stride-1 3x3 convolution as a transform of input
+tiles, one batched matmul per tile position and a transform back, m*m outputs per (m+2)^2 products instead of 9*m*m.
+
+With alpha = m + 2, for every output tile of m x m (its input tile alpha x alpha, d) and channel pair (g: 3 x 3):
+Y = A^T [(G g G^T) * (B^T d B)] A. The weights' transform U = G g G^T is done once, at compile time (the winograd
+pass); `winograd_input` makes V[t, c, p] = (B^T d B)[t] for tile p of channel c; the matmul U[t] @ V[t] sums over
+channels; `winograd_output` makes Y from M[t, k, p] = sum_c U[t, k, c] V[t, c, p].
+
+The matrices come from the Toom-Cook interpolation points (the usual 0, +-1, +-2 and infinity): A and G from the
+points, B solved from the identity every 1-D output satisfies, so nothing is tabulated by hand.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import te, tirx
+
+from cinn.ir import Attrs, TensorType
+from cinn.ops.registry import DtypeClass as D
+from cinn.ops.registry import OpDef, register
+from cinn.ops.registry import PatternKind as K
+from cinn.ops.te_util import const
+
+KERNEL = 3
+POINTS = {2: (0, 1, -1), 4: (0, 1, -1, 2, -2)}  # finite interpolation points per output tile size
+
+
+@functools.cache
+def transforms(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A^T [m, alpha], G [alpha, 3], B^T [alpha, alpha]) of F(m, 3), float64."""
+    points, r = np.array(POINTS[m], dtype=np.float64), KERNEL
+    alpha, n = m + r - 1, len(POINTS[m])
+    at, g = np.zeros((m, alpha)), np.zeros((alpha, r))
+    for i, p in enumerate(points):
+        at[:, i] = p ** np.arange(m)
+        g[i] = p ** np.arange(r) / np.prod([p - q for q in np.delete(points, i)])
+    at[m - 1, n] = g[n, r - 1] = 1  # the point at infinity
+    # y_j = sum_k g_k d_(j+k) for every j, k, l: sum_i A^T[j, i] G[i, k] B^T[i, l] = [l == j + k]
+    system = np.einsum("ji,ik,lL->jklLi", at, g, np.eye(alpha)).reshape(m * r * alpha, alpha * alpha)
+    target = np.array([float(l_ == j + k) for j in range(m) for k in range(r) for l_ in range(alpha)])
+    bt = np.linalg.lstsq(system, target, rcond=None)[0].reshape(alpha, alpha).T
+    return at, g, np.round(bt, 9) + 0.0
+
+
+def weight_transform(w: np.ndarray, m: int) -> np.ndarray:
+    """U[t, k, c] = (G w[k, c] G^T) flattened over t, from OIHW 3x3 weights."""
+    g = transforms(m)[1]
+    u = np.einsum("ai,kcij,bj->abkc", g, w.astype(np.float64), g)
+    return u.reshape(-1, *w.shape[:2]).astype(w.dtype)
+
+
+@dataclass(frozen=True)
+class WinogradInputAttrs(Attrs):
+    """Output tile size m and the conv's zero paddings (top, left, bottom, right)."""
+
+    tile: int = 4
+    paddings: tuple[int, int, int, int] = (1, 1, 1, 1)
+
+
+@dataclass(frozen=True)
+class WinogradOutputAttrs(Attrs):
+    """Output tile size m and the tiles per column and row of one image (the output is m times those)."""
+
+    tile: int = 4
+    tiles: tuple[int, int] = (1, 1)
+
+
+def input_tiles(shape: Sequence[int], a: WinogradInputAttrs) -> tuple[int, int]:
+    """Tiles per column and row of one image: its conv output rows and columns over m, rounded up."""
+    top, left, bottom, right = a.paddings
+    rows, cols = (int(shape[2]) + top + bottom - KERNEL + 1, int(shape[3]) + left + right - KERNEL + 1)
+    return math.ceil(rows / a.tile), math.ceil(cols / a.tile)
+
+
+def _check_tile(op: str, tile: int) -> None:
+    if tile not in POINTS:
+        raise ValueError(f"{op}: tile {tile} not supported (one of {sorted(POINTS)})")
+
+
+def _input_infer(types: Sequence[TensorType], a: WinogradInputAttrs) -> list[TensorType]:
+    (x,) = types
+    _check_tile("winograd_input", a.tile)
+    th, tw = input_tiles(x.shape, a) if len(x.shape) == 4 else (0, 0)
+    if th < 1 or tw < 1 or min(a.paddings) < 0:
+        raise ValueError(f"winograd_input: x {x.shape} [N, C, H, W] with paddings {a.paddings} has no 3x3 window")
+    return [TensorType(((a.tile + 2) ** 2, x.shape[1], x.shape[0] * th * tw), x.dtype)]
+
+
+def _output_infer(types: Sequence[TensorType], a: WinogradOutputAttrs) -> list[TensorType]:
+    (mm,) = types
+    _check_tile("winograd_output", a.tile)
+    per_image = a.tiles[0] * a.tiles[1]
+    if len(mm.shape) != 3 or mm.shape[0] != (a.tile + 2) ** 2 or min(a.tiles) < 1 or mm.shape[2] % per_image:
+        raise ValueError(f"winograd_output: M {mm.shape} is no [(tile + 2)^2, K, N * tiles] for tile {a.tile} and "
+                         f"tiles {a.tiles}")
+    return [TensorType((mm.shape[2] // per_image, mm.shape[1], a.tiles[0] * a.tile, a.tiles[1] * a.tile), mm.dtype)]
+
+
+def _select(table: np.ndarray, index: Sequence, term, dtype: str):
+    """table[index] * term as a chain of selects on the (loop) indices: once the loops are unrolled every condition is
+    a constant and the chain folds to one product; a zero entry gives -0.0, which an addition drops exactly (x + -0.0
+    is x for every x, NaN and -0.0 included; x * 0 is not 0 for inf or NaN)."""
+    if not index:
+        c = float(table)
+        return const(-0.0, dtype) if c == 0 else term if c == 1 else -term if c == -1 else term * const(c, dtype)
+    i, *rest = index
+    out = _select(table[-1], rest, term, dtype)
+    for v in range(len(table) - 2, -1, -1):
+        out = tirx.Select(i == v, _select(table[v], rest, term, dtype), out)
+    return out
+
+
+def _input_compute(tensors, a: WinogradInputAttrs, out_types: Sequence[TensorType]):
+    """A zero-padded copy of the input (so that no tile reads out of bounds), its columns stored phase by phase,
+    [row, column % m, column // m], so that a tap of consecutive tiles is a contiguous vector; then V[t, c, p], p
+    running over (image, tile row, tile column)."""
+    (x,) = tensors
+    m, alpha, bt = a.tile, a.tile + 2, transforms(a.tile)[2]
+    n, c, h, w = (int(d) for d in x.shape)
+    th, tw = input_tiles((n, c, h, w), a)
+    top, left = a.paddings[:2]
+    dtype = out_types[0].dtype
+
+    def pad(b, ch, i, phase, col):
+        j = col * m + phase
+        inside = tirx.all(i >= top, i < top + h, j >= left, j < left + w)
+        return tirx.if_then_else(inside, x[b, ch, i - top, j - left], const(0, dtype))
+
+    padded = te.compute((n, c, th * m + 2, m, tw + 1), pad, name="winograd_pad")
+
+    def value(t, ch, p):
+        b, row, col = p // (th * tw), p // tw % th, p % tw
+        total = const(-0.0, dtype)
+        for i in range(alpha):
+            for j in range(alpha):
+                tap = padded[b, ch, row * m + i, j % m, col + j // m]
+                total = total + _select(np.einsum("e,n->en", bt[:, i], bt[:, j]).reshape(-1), [t], tap, dtype)
+        return total
+
+    return [te.compute(out_types[0].shape, value, name="winograd_input")]
+
+
+def _output_compute(tensors, a: WinogradOutputAttrs, out_types: Sequence[TensorType]):
+    """Y[n, k, h, w] from the tile of M at (n, h // m, w // m), the product chosen by (h % m, w % m)."""
+    (mm,) = tensors
+    m, alpha, at = a.tile, a.tile + 2, transforms(a.tile)[0]
+    th, tw = a.tiles
+    dtype = out_types[0].dtype
+
+    def value(b, k, h, w):
+        p = (b * th + h // m) * tw + w // m
+        total = const(-0.0, dtype)
+        for e in range(alpha):
+            for f in range(alpha):
+                total = total + _select(np.einsum("a,b->ab", at[:, e], at[:, f]), [h % m, w % m],
+                                        mm[e * alpha + f, k, p], dtype)
+        return total
+
+    return [te.compute(out_types[0].shape, value, name="winograd_output")]
+
+
+def _input_reference(arrays: Sequence[np.ndarray], a: WinogradInputAttrs) -> list[np.ndarray]:
+    (x,) = arrays
+    m, alpha, bt = a.tile, a.tile + 2, transforms(a.tile)[2]
+    th, tw = input_tiles(x.shape, a)
+    top, left = a.paddings[:2]
+    padded = np.zeros((*x.shape[:2], th * m + 2, tw * m + 2), np.float64)
+    rows, cols = min(x.shape[2], th * m + 2 - top), min(x.shape[3], tw * m + 2 - left)
+    padded[:, :, top:top + rows, left:left + cols] = x[:, :, :rows, :cols]
+    tiles = np.lib.stride_tricks.sliding_window_view(padded, (alpha, alpha), axis=(2, 3))[:, :, ::m, ::m]
+    v = np.einsum("ei,nchwij,fj->efcnhw", bt, tiles, bt)
+    return [v.reshape(alpha * alpha, x.shape[1], -1).astype(x.dtype)]
+
+
+def _output_reference(arrays: Sequence[np.ndarray], a: WinogradOutputAttrs) -> list[np.ndarray]:
+    (mm,) = arrays
+    m, alpha, at = a.tile, a.tile + 2, transforms(a.tile)[0]
+    th, tw = a.tiles
+    tiles = mm.astype(np.float64).reshape(alpha, alpha, mm.shape[1], -1, th, tw)
+    y = np.einsum("ae,efknhw,bf->nkhawb", at, tiles, at)
+    return [y.reshape(y.shape[0], mm.shape[1], th * m, tw * m).astype(mm.dtype)]
+
+
+register(
+    OpDef(
+        name="winograd_input",
+        kind=K.NON_FUSIBLE,
+        infer=_input_infer,
+        compute=_input_compute,
+        reference=_input_reference,
+        attrs=WinogradInputAttrs,
+        dtypes=D.FLOAT,
+        doc="Winograd F(m x m, 3x3) input transform of a zero-padded NCHW input: V[(tile + 2)^2, C, N * tiles] "
+            "(the winograd pass emits it for stride-1 3x3 convolutions).",
+    )
+)
+register(
+    OpDef(
+        name="winograd_output",
+        kind=K.OUT_FUSIBLE,
+        infer=_output_infer,
+        compute=_output_compute,
+        reference=_output_reference,
+        attrs=WinogradOutputAttrs,
+        dtypes=D.FLOAT,
+        doc="Winograd F(m x m, 3x3) output transform: Y[N, K, tiles_h * m, tiles_w * m] from M[(m + 2)^2, K, "
+            "N * tiles], the batched product of transformed weights and winograd_input's V.",
+    )
+)

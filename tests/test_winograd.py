@@ -1,0 +1,109 @@
+"""Winograd convolution: the transform matrices, the pass's choice of convs and tile sizes, and compiled Winograd
+convs against the direct conv (numpy) on odd sizes, batches, asymmetric paddings and fused epilogues."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import cinn
+from cinn.lower import lower_program
+from cinn.ops.winograd import POINTS, transforms, weight_transform
+from cinn.passes.winograd import choose_tile
+from cinn.target import parse_target
+from tests.test_passes import evaluate
+
+RNG = np.random.default_rng(0)
+CPU = parse_target("llvm")
+# measured largest error over the direct conv, relative to the output's largest magnitude: F(2x2) ~1e-6, F(4x4)
+# ~1e-5 (its transforms multiply by up to 25 before the products cancel)
+TOLERANCE = {2: 1e-5, 4: 5e-5}
+
+
+@pytest.mark.parametrize("m", sorted(POINTS))
+def test_transforms_compute_the_correlation_exactly(m):
+    at, g, bt = transforms(m)
+    kernel, data = RNG.standard_normal(3), RNG.standard_normal(m + 2)
+    expected = np.correlate(data, kernel, mode="valid")
+    np.testing.assert_allclose(at @ ((g @ kernel) * (bt @ data)), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_weight_transform_is_g_w_gt_per_channel_pair():
+    w = RNG.standard_normal((5, 3, 3, 3)).astype("float32")
+    u = weight_transform(w, 2)
+    g = transforms(2)[1]
+    assert u.shape == (16, 5, 3) and u.dtype == np.float32
+    np.testing.assert_allclose(u[:, 4, 2].reshape(4, 4), g @ w[4, 2] @ g.T, rtol=1e-6)
+
+
+@pytest.mark.parametrize(("shape", "tile"), [
+    ((1, 64, 64, (56, 56)), 4),  # resnet50's first stage
+    ((1, 128, 128, (28, 28)), 4),
+    ((1, 256, 256, (14, 14)), 2),  # 16 tiles of 4x4 (6 of them mostly padding) against 49 of 2x2
+    ((1, 512, 512, (7, 7)), None),  # 16 tiles: the transformed weights (16 MB) outweigh the saved products
+    ((1, 64, 64, (224, 224)), None),  # 29 MB of transformed input for 64 channels: memory-bound
+    ((1, 128, 128, (112, 112)), 4),
+    ((1, 16, 64, (56, 56)), None),  # too few input channels
+])
+def test_tile_choice(shape, tile):
+    assert choose_tile(*shape) == tile
+
+
+def _conv_program(n, c, k, size, pads, epilogue: bool):
+    b = cinn.NetBuilder("conv3x3")
+    x = b.create_input("float32", (n, c, *size), "x")
+    w = b.create_constant(RNG.standard_normal((k, c, 3, 3)).astype("float32") / np.sqrt(9 * c), "w")
+    y = b.conv2d(x, w, paddings=list(pads))
+    if epilogue:
+        bias = b.create_constant(RNG.standard_normal((k, 1, 1)).astype("float32"), "bias")
+        y = b.relu(b.add(b.add(y, bias), b.create_input("float32", y.shape, "residual")))
+    return b.build([y])
+
+
+@pytest.mark.parametrize(("n", "c", "k", "size", "pads", "tile"), [
+    (1, 32, 48, (24, 24), (1, 1), 4),
+    (2, 32, 32, (27, 22), (1, 1), 4),  # tiles overhang the output: sliced back; two images share the matmul
+    (1, 48, 32, (14, 14), (1, 0, 2, 1), 2),  # asymmetric padding (top, left, bottom, right), output 15x13
+    (1, 32, 32, (18, 18), (0, 0), 2),  # no padding; 16 tiles of 4x4 are too few
+])
+def test_winograd_conv_matches_the_direct_conv(n, c, k, size, pads, tile, tmp_cache):
+    program = _conv_program(n, c, k, size, pads, epilogue=True)
+    feeds = {v.name: RNG.standard_normal(v.shape).astype("float32") for v in program.inputs}
+    optimized, lowered = lower_program(program, target=CPU)
+    ops = Counter(node.op for node in optimized.nodes)
+    assert ops["winograd_input"] == ops["winograd_output"] == 1 and ops["conv2d"] == 0
+    assert next(node.attrs.tile for node in optimized.nodes if node.op == "winograd_input") == tile
+    # the input transform, the batched matmul, the output transform with the epilogue (where no slice is between)
+    assert [lg.group.name for lg in lowered[:2]] == ["winograd_input", "matmul"]
+    assert lowered[2].group.name.startswith("fused_winograd_output_add")
+    (expected,) = evaluate(program, feeds)
+    (got,) = cinn.compile(program, cache_dir=tmp_cache).run(feeds)
+    assert got.shape == expected.shape
+    assert np.abs(got - expected).max() <= TOLERANCE[tile] * np.abs(expected).max()
+
+
+def test_convs_that_do_not_gain_stay_direct():
+    for program in (_conv_program(1, 8, 8, (32, 32), (1, 1), False),  # few channels
+                    _conv_program(1, 512, 512, (7, 7), (1, 1), False)):  # few tiles
+        ops = Counter(node.op for node in lower_program(program, target=CPU)[0].nodes)
+        assert ops["conv2d"] == 1 and ops["winograd_input"] == 0
+
+
+def test_no_winograd_without_a_cpu_target():
+    program = _conv_program(1, 64, 64, (56, 56), (1, 1), False)
+    for target in (None, parse_target("cuda")):
+        assert "winograd_input" not in [n.op for n in lower_program(program, target=target)[0].nodes]
+
+
+def test_a_nan_spreads_over_its_tile():
+    """Documented: a non-finite input value makes its whole output tile NaN (the transforms add and subtract it),
+    where the direct conv makes only the outputs whose window holds it non-finite; finite outputs elsewhere are
+    unchanged."""
+    program = _conv_program(1, 32, 32, (24, 24), (1, 1), False)
+    x = RNG.standard_normal((1, 32, 24, 24)).astype("float32")
+    x[0, 3, 0, 0] = np.nan
+    (got,) = cinn.compile(program).run({"x": x})
+    assert np.isnan(got[:, :, :2, :2]).all()  # the direct conv's NaNs: the windows holding (0, 0)
+    assert np.isnan(got[:, :, :4, :4]).all() and np.isfinite(got[:, :, 4:, :]).all() \
+        and np.isfinite(got[:, :, :, 4:]).all()  # the rest of the first 4x4 tile, and nothing beyond it
