@@ -45,6 +45,9 @@ def test_weight_transform_is_g_w_gt_per_channel_pair():
     ((1, 64, 64, (224, 224)), None),  # 29 MB of transformed input for 64 channels: memory-bound
     ((1, 128, 128, (112, 112)), 4),
     ((1, 16, 64, (56, 56)), None),  # too few input channels
+    ((1, 128, 32, (56, 56)), None),  # too few output channels: densenet's 128->32
+    ((1, 96, 128, (27, 27)), 4),  # inception_v1: 7x7 tiles of 4, sliced back to 27x27
+    ((1, 48, 192, (27, 27)), None),  # squeezenet: the output transform and the slice back outweigh the products
 ])
 def test_tile_choice(shape, tile):
     assert choose_tile(*shape) == tile
@@ -62,10 +65,10 @@ def _conv_program(n, c, k, size, pads, epilogue: bool):
 
 
 @pytest.mark.parametrize(("n", "c", "k", "size", "pads", "tile"), [
-    (1, 32, 48, (24, 24), (1, 1), 4),
-    (2, 32, 32, (27, 22), (1, 1), 4),  # tiles overhang the output: sliced back; two images share the matmul
-    (1, 48, 32, (14, 14), (1, 0, 2, 1), 2),  # asymmetric padding (top, left, bottom, right), output 15x13
-    (1, 32, 32, (18, 18), (0, 0), 2),  # no padding; 16 tiles of 4x4 are too few
+    (1, 32, 64, (24, 24), (1, 1), 4),
+    (2, 64, 64, (27, 22), (1, 1), 4),  # tiles overhang the output: sliced back; two images share the matmul
+    (1, 96, 96, (14, 14), (1, 0, 1, 2), 2),  # asymmetric padding (top, left, bottom, right); 16 tiles of 4 too few
+    (1, 64, 64, (34, 34), (0, 0), 4),  # no padding
 ])
 def test_winograd_conv_matches_the_direct_conv(n, c, k, size, pads, tile, tmp_cache):
     program = _conv_program(n, c, k, size, pads, epilogue=True)
@@ -100,7 +103,7 @@ def test_a_nan_spreads_over_its_tile():
     """Documented: a non-finite input value makes its whole output tile NaN (the transforms add and subtract it),
     where the direct conv makes only the outputs whose window holds it non-finite; finite outputs elsewhere are
     unchanged."""
-    program = _conv_program(1, 32, 32, (24, 24), (1, 1), False)
+    program = _conv_program(1, 32, 64, (24, 24), (1, 1), False)
     x = RNG.standard_normal((1, 32, 24, 24)).astype("float32")
     x[0, 3, 0, 0] = np.nan
     (got,) = cinn.compile(program).run({"x": x})

@@ -100,18 +100,28 @@ def _output_infer(types: Sequence[TensorType], a: WinogradOutputAttrs) -> list[T
     return [TensorType((mm.shape[2] // per_image, mm.shape[1], a.tiles[0] * a.tile, a.tiles[1] * a.tile), mm.dtype)]
 
 
-def _select(table: np.ndarray, index: Sequence, term, dtype: str):
-    """table[index] * term as a chain of selects on the (loop) indices: once the loops are unrolled every condition is
-    a constant and the chain folds to one product; a zero entry gives -0.0, which an addition drops exactly (x + -0.0
-    is x for every x, NaN and -0.0 included; x * 0 is not 0 for inf or NaN)."""
-    if not index:
-        c = float(table)
-        return const(-0.0, dtype) if c == 0 else term if c == 1 else -term if c == -1 else term * const(c, dtype)
-    i, *rest = index
-    out = _select(table[-1], rest, term, dtype)
-    for v in range(len(table) - 2, -1, -1):
-        out = tirx.Select(i == v, _select(table[v], rest, term, dtype), out)
+def _coefficient(column: np.ndarray, index, dtype: str):
+    """column[index] as a chain of selects on a (loop) index: once the loop is unrolled the chain folds to a constant,
+    and the simplifier drops the products by 0 and 1."""
+    out = const(float(column[-1]), dtype)
+    for v in range(len(column) - 2, -1, -1):
+        out = tirx.Select(index == v, const(float(column[v]), dtype), out)
     return out
+
+
+def _transform(left: np.ndarray, right: np.ndarray, rows, cols, tap, dtype: str):
+    """(left @ D @ right^T)[rows, cols] for the tile D = tap(i, j), as sum_i left[rows, i] * (sum_j right[cols, j] *
+    tap(i, j)): separable, so the expression stays small (compile time) and the inner sums are shared by the
+    unrolled positions of one row."""
+    total = None
+    for i in range(left.shape[1]):
+        inner = None
+        for j in range(right.shape[1]):
+            term = _coefficient(right[:, j], cols, dtype) * tap(i, j)
+            inner = term if inner is None else inner + term
+        term = _coefficient(left[:, i], rows, dtype) * inner
+        total = term if total is None else total + term
+    return total
 
 
 def _input_compute(tensors, a: WinogradInputAttrs, out_types: Sequence[TensorType]):
@@ -134,12 +144,8 @@ def _input_compute(tensors, a: WinogradInputAttrs, out_types: Sequence[TensorTyp
 
     def value(t, ch, p):
         b, row, col = p // (th * tw), p // tw % th, p % tw
-        total = const(-0.0, dtype)
-        for i in range(alpha):
-            for j in range(alpha):
-                tap = padded[b, ch, row * m + i, j % m, col + j // m]
-                total = total + _select(np.einsum("e,n->en", bt[:, i], bt[:, j]).reshape(-1), [t], tap, dtype)
-        return total
+        return _transform(bt, bt, t // alpha, t % alpha,
+                          lambda i, j: padded[b, ch, row * m + i, j % m, col + j // m], dtype)
 
     return [te.compute(out_types[0].shape, value, name="winograd_input")]
 
@@ -153,12 +159,7 @@ def _output_compute(tensors, a: WinogradOutputAttrs, out_types: Sequence[TensorT
 
     def value(b, k, h, w):
         p = (b * th + h // m) * tw + w // m
-        total = const(-0.0, dtype)
-        for e in range(alpha):
-            for f in range(alpha):
-                total = total + _select(np.einsum("a,b->ab", at[:, e], at[:, f]), [h % m, w % m],
-                                        mm[e * alpha + f, k, p], dtype)
-        return total
+        return _transform(at, at, h % m, w % m, lambda e, f: mm[e * alpha + f, k, p], dtype)
 
     return [te.compute(out_types[0].shape, value, name="winograd_output")]
 

@@ -21,13 +21,24 @@ from cinn.ops.shape import SliceAttrs
 from cinn.ops.winograd import KERNEL, WinogradInputAttrs, WinogradOutputAttrs, weight_transform
 from cinn.passes.rewrite import Rewriter, rewrite
 
-MIN_CHANNELS = 32  # input and output channels below which the batched matmul is too thin to gain
-MIN_TILES = 32  # tiles per image below which the transformed weights outweigh the saved products
-TILES = (4, 2)  # output tile sizes by preference
+MIN_CHANNELS = 32  # input channels below which the batched matmul is too thin to gain
+# output channels below which the input transform outweighs the saved products (densenet's 128->32 on 56x56: 0.62
+# ms against the direct 0.57)
+MIN_OUT_CHANNELS = 64
+MIN_TILES = 32  # tiles per image below which the transformed weights outweigh the saved products (512 on 7x7)
+TILES = (4, 2)  # output tile sizes tried
 # transformed inputs larger than this (bytes) go through memory twice more than the direct conv's input; with few
 # channels per tile that costs more than the products save (vgg19's 64->64 on 224x224: 10.0 ms, direct 8.6)
 MAX_TRANSFORMED = 8 << 20
 WIDE_CHANNELS = 128  # channels from which the products outweigh the transforms at any size
+GAIN = 0.9  # the estimated Winograd time must be under this share of the direct conv's
+# rates measured here (2 cores, AVX-512): the direct conv's FLOP/s; the batched matmul's by its shorter of rows
+# (output channels) and reduction (input channels); transformed elements made and read per second (fewer once they
+# spill from L2); output elements a slice back copies per second
+DIRECT_RATE = 470e9
+MATMUL_RATES = ((96, 380e9), (64, 320e9), (0, 200e9))
+TRANSFORM_RATE, SPILLED_TRANSFORM_RATE, OUTPUT_RATE, SLICE_RATE = 8e9, 3.5e9, 10e9, 3e9
+L2_BYTES = 2 << 20
 LANES = 16
 # transformed weights above this size (bytes) are stored [t, C, K] (read as transposed), so that a matmul whose tile
 # count is no whole number of vectors, vectorized over output channels, reads them in place instead of copying them
@@ -75,12 +86,31 @@ def _eligible(a: Conv2dAttrs, shape: tuple[int, ...], dtype: str) -> bool:
 
 
 def choose_tile(batch: int, channels: int, out_channels: int, size: tuple[int, int]) -> int | None:
-    """The output tile size for a conv of this shape, None where the direct conv is faster."""
-    if min(channels, out_channels) < MIN_CHANNELS:
+    """The output tile size for a conv of this shape whose estimated time is least, None where the direct conv is
+    estimated faster or the guards (channels, tiles, transformed size) rule it out."""
+    if channels < MIN_CHANNELS or out_channels < MIN_OUT_CHANNELS:
         return None
-    for m in TILES:
-        tiles = math.ceil(size[0] / m) * math.ceil(size[1] / m)
-        transformed = (m + 2) ** 2 * channels * batch * tiles * 4
-        if tiles >= MIN_TILES and (transformed <= MAX_TRANSFORMED or min(channels, out_channels) >= WIDE_CHANNELS):
-            return m
-    return None
+    direct = 2 * KERNEL * KERNEL * batch * channels * out_channels * size[0] * size[1] / DIRECT_RATE
+    times = {m: _estimate(batch, channels, out_channels, size, m) for m in TILES if _allowed(batch, channels,
+                                                                                          out_channels, size, m)}
+    best = min(times, key=times.__getitem__, default=None)
+    return best if best is not None and times[best] < GAIN * direct else None
+
+
+def _allowed(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int) -> bool:
+    tiles = math.ceil(size[0] / m) * math.ceil(size[1] / m)
+    transformed = (m + 2) ** 2 * channels * batch * tiles * 4
+    return tiles >= MIN_TILES and (transformed <= MAX_TRANSFORMED or min(channels, out_channels) >= WIDE_CHANNELS)
+
+
+def _estimate(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int) -> float:
+    """Seconds for the input transform, the batched matmul, the output transform and the slice back, if any."""
+    rows, cols = math.ceil(size[0] / m), math.ceil(size[1] / m)
+    positions, tiles = (m + 2) ** 2, batch * rows * cols
+    rate = next(r for least, r in MATMUL_RATES if min(channels, out_channels) >= least)
+    made = positions * channels * tiles
+    seconds = 2 * positions * channels * out_channels * tiles / rate + positions * out_channels * tiles / OUTPUT_RATE
+    seconds += made / (TRANSFORM_RATE if made * 4 <= L2_BYTES else SPILLED_TRANSFORM_RATE)
+    if (rows * m, cols * m) != size:
+        seconds += batch * out_channels * size[0] * size[1] / SLICE_RATE
+    return seconds
