@@ -46,6 +46,7 @@ def _output(sch: Schedule) -> None:
     main = sch.get_sblock(OUTPUT)
     tile = round(int(sch.get(main).reads[0].source.shape[0]) ** 0.5) - 2
     reverse_inline_all(sch, main)  # the producer block keeps its name, now writing the epilogue's output
+    stages = [sch.get(b).name_hint for b in blocks(sch) if sch.get(b).name_hint != OUTPUT]
     n, k, h, w = sch.get_loops(main)
     th, a = sch.split(h, [None, tile])
     tw, col = sch.split(w, [None, tile])
@@ -54,8 +55,17 @@ def _output(sch: Schedule) -> None:
     sch.parallel(par)
     sch.unroll(a)
     sch.unroll(col)
+    for name in stages:  # epilogue stages TVM would not inline run per tile row
+        block = sch.get_sblock(name)
+        sch.reverse_compute_at(block, th)
+        vectorize_innermost(sch, block)
+    tiles = int(sch.get(tw).extent)
+    if tiles > 1 and _overhangs(sch, main, tile):
+        # the last tile column overhangs the output: its own loop keeps the bounds test, the others are one vector
+        tw = sch.loop_partition(tw, [tiles - 1, None])[0]
     sch.vectorize(tw)
-    for block in blocks(sch):  # epilogue stages TVM would not inline run per tile row
-        if sch.get(block).name_hint != OUTPUT:
-            sch.reverse_compute_at(block, th)
-            vectorize_innermost(sch, block)
+
+
+def _overhangs(sch: Schedule, block, tile: int) -> bool:
+    """Whether the output's columns are no whole number of tiles."""
+    return int(sch.get(block).writes[0].source.shape[-1]) % tile != 0

@@ -63,10 +63,12 @@ class WinogradInputAttrs(Attrs):
 
 @dataclass(frozen=True)
 class WinogradOutputAttrs(Attrs):
-    """Output tile size m and the tiles per column and row of one image (the output is m times those)."""
+    """Output tile size m, the tiles per column and row of one image and the output's rows and columns (up to m
+    times those: the tiles of the last row and column may overhang)."""
 
     tile: int = 4
     tiles: tuple[int, int] = (1, 1)
+    size: tuple[int, int] = (4, 4)
 
 
 def input_tiles(shape: Sequence[int], a: WinogradInputAttrs) -> tuple[int, int]:
@@ -97,7 +99,9 @@ def _output_infer(types: Sequence[TensorType], a: WinogradOutputAttrs) -> list[T
     if len(mm.shape) != 3 or mm.shape[0] != (a.tile + 2) ** 2 or min(a.tiles) < 1 or mm.shape[2] % per_image:
         raise ValueError(f"winograd_output: M {mm.shape} is no [(tile + 2)^2, K, N * tiles] for tile {a.tile} and "
                          f"tiles {a.tiles}")
-    return [TensorType((mm.shape[2] // per_image, mm.shape[1], a.tiles[0] * a.tile, a.tiles[1] * a.tile), mm.dtype)]
+    if any(not (t - 1) * a.tile < s <= t * a.tile for s, t in zip(a.size, a.tiles, strict=True)):
+        raise ValueError(f"winograd_output: size {a.size} is not covered by tiles {a.tiles} of {a.tile}")
+    return [TensorType((mm.shape[2] // per_image, mm.shape[1], *a.size), mm.dtype)]
 
 
 def _coefficient(column: np.ndarray, index, dtype: str):
@@ -183,7 +187,7 @@ def _output_reference(arrays: Sequence[np.ndarray], a: WinogradOutputAttrs) -> l
     th, tw = a.tiles
     tiles = mm.astype(np.float64).reshape(alpha, alpha, mm.shape[1], -1, th, tw)
     y = np.einsum("ae,efknhw,bf->nkhawb", at, tiles, at)
-    return [y.reshape(y.shape[0], mm.shape[1], th * m, tw * m).astype(mm.dtype)]
+    return [y.reshape(y.shape[0], mm.shape[1], th * m, tw * m)[:, :, : a.size[0], : a.size[1]].astype(mm.dtype)]
 
 
 register(
@@ -208,7 +212,8 @@ register(
         reference=_output_reference,
         attrs=WinogradOutputAttrs,
         dtypes=D.FLOAT,
-        doc="Winograd F(m x m, 3x3) output transform: Y[N, K, tiles_h * m, tiles_w * m] from M[(m + 2)^2, K, "
-            "N * tiles], the batched product of transformed weights and winograd_input's V.",
+        doc="Winograd F(m x m, 3x3) output transform: Y[N, K, rows, cols] (the tiles of the last row and column "
+            "may overhang it) from M[(m + 2)^2, K, N * tiles], the batched product of transformed weights and "
+            "winograd_input's V.",
     )
 )

@@ -1,6 +1,6 @@
 """Stride-1 3x3 convolutions with constant weights as Winograd convolutions (cinn.ops.winograd): winograd_input, a
 batched matmul with the weights transformed at compile time, winograd_output (the conv's epilogue fuses into it),
-and a slice where the tiles overhang the output. F(4x4, 3x3) does 36 products per 16 outputs where the direct conv
+which writes only the conv's output where the last tiles overhang it. F(4x4, 3x3) does 36 products per 16 outputs where the direct conv
 does 144, F(2x2, 3x3) 16 per 4 (36).
 
 Measured (2 cores, AVX-512, each kernel alone; the direct convs run at 450-500 GFLOP/s): resnet50's 64->64 on
@@ -17,7 +17,6 @@ from typing import cast
 
 from cinn.ir import Node, Program
 from cinn.ops.nn import Conv2dAttrs, DataFormat, MatmulAttrs, PaddingAlgorithm, WeightLayout
-from cinn.ops.shape import SliceAttrs
 from cinn.ops.winograd import KERNEL, WinogradInputAttrs, WinogradOutputAttrs, weight_transform
 from cinn.passes.rewrite import Rewriter, rewrite
 
@@ -34,10 +33,10 @@ WIDE_CHANNELS = 128  # channels from which the products outweigh the transforms 
 GAIN = 0.9  # the estimated Winograd time must be under this share of the direct conv's
 # rates measured here (2 cores, AVX-512): the direct conv's FLOP/s; the batched matmul's by its shorter of rows
 # (output channels) and reduction (input channels); transformed elements made and read per second (fewer once they
-# spill from L2); output elements a slice back copies per second
+# spill from L2)
 DIRECT_RATE = 470e9
-MATMUL_RATES = ((96, 380e9), (64, 320e9), (0, 200e9))
-TRANSFORM_RATE, SPILLED_TRANSFORM_RATE, OUTPUT_RATE, SLICE_RATE = 8e9, 3.5e9, 10e9, 3e9
+MATMUL_RATES = ((96, 380e9), (64, 320e9), (0, 160e9))
+TRANSFORM_RATE, SPILLED_TRANSFORM_RATE, OUTPUT_RATE = 8e9, 3.5e9, 10e9
 L2_BYTES = 2 << 20
 LANES = 16
 # transformed weights above this size (bytes) are stored [t, C, K] (read as transposed), so that a matmul whose tile
@@ -70,9 +69,7 @@ def _rewrite(rw: Rewriter, node: Node) -> bool:
     u = rw.new_constant(transformed.transpose(0, 2, 1).copy() if trans else transformed, f"{w.name}_winograd{tile}")
     (mm,) = rw.emit("matmul", [u, v], MatmulAttrs(trans_x=trans))
     tiles = (math.ceil(oh / tile), math.ceil(ow / tile))
-    (y,) = rw.emit("winograd_output", [mm], WinogradOutputAttrs(tile=tile, tiles=tiles))
-    if (oh, ow) != (tiles[0] * tile, tiles[1] * tile):
-        (y,) = rw.emit("slice", [y], SliceAttrs(axes=(2, 3), starts=(0, 0), ends=(oh, ow)))
+    (y,) = rw.emit("winograd_output", [mm], WinogradOutputAttrs(tile=tile, tiles=tiles, size=(oh, ow)))
     rw.substitute(node.outputs[0], y)
     return True
 
@@ -104,13 +101,11 @@ def _allowed(batch: int, channels: int, out_channels: int, size: tuple[int, int]
 
 
 def _estimate(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int) -> float:
-    """Seconds for the input transform, the batched matmul, the output transform and the slice back, if any."""
+    """Seconds for the input transform, the batched matmul and the output transform."""
     rows, cols = math.ceil(size[0] / m), math.ceil(size[1] / m)
     positions, tiles = (m + 2) ** 2, batch * rows * cols
     rate = next(r for least, r in MATMUL_RATES if min(channels, out_channels) >= least)
     made = positions * channels * tiles
     seconds = 2 * positions * channels * out_channels * tiles / rate + positions * out_channels * tiles / OUTPUT_RATE
     seconds += made / (TRANSFORM_RATE if made * 4 <= L2_BYTES else SPILLED_TRANSFORM_RATE)
-    if (rows * m, cols * m) != size:
-        seconds += batch * out_channels * size[0] * size[1] / SLICE_RATE
     return seconds

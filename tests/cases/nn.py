@@ -122,8 +122,11 @@ CASES += [
     # two images, asymmetric paddings, tiles that overhang the output (9x8 in tiles of 2)
     Case("winograd_input", inputs=(((2, 5, 8, 7), "float32"),), attrs={"tile": 2, "paddings": (1, 0, 2, 3)},
          id="winograd_input-f2-batch-asymmetric"),
-    Case("winograd_output", inputs=(((36, 3, 6), "float32"),), attrs={"tile": 4, "tiles": (2, 3)},
+    Case("winograd_output", inputs=(((36, 3, 6), "float32"),), attrs={"tile": 4, "tiles": (2, 3), "size": (8, 12)},
          id="winograd_output-f4"),
-    Case("winograd_output", inputs=(((16, 4, 24), "float32"),), attrs={"tile": 2, "tiles": (3, 4)},
-         id="winograd_output-f2-batch"),
+    # the last tiles overhang the output (7x11 of 4x6 tiles of 2)
+    Case("winograd_output", inputs=(((16, 4, 48), "float32"),), attrs={"tile": 2, "tiles": (4, 6), "size": (7, 11)},
+         id="winograd_output-f2-batch-overhang"),
+    Case("winograd_output", inputs=(((36, 2, 49), "float32"),), attrs={"tile": 4, "tiles": (7, 7), "size": (27, 26)},
+         id="winograd_output-f4-overhang"),
 ]
