@@ -46,7 +46,7 @@ def test_weight_transform_is_g_w_gt_per_channel_pair():
     ((1, 128, 128, (112, 112)), 4),
     ((1, 16, 64, (56, 56)), None),  # too few input channels
     ((1, 128, 32, (56, 56)), None),  # too few output channels: densenet's 128->32
-    ((1, 96, 128, (27, 27)), 4),  # inception_v1: 7x7 tiles of 4, sliced back to 27x27
+    ((1, 96, 128, (27, 27)), 4),  # inception_v1: 7x7 tiles of 4, the last ones overhanging 27x27
     ((1, 48, 192, (27, 27)), None),  # squeezenet: 48 channels make a slow matmul; the transforms outweigh the rest
 ])
 def test_tile_choice(shape, tile):
