@@ -6,7 +6,6 @@ from tvm.s_tir import Schedule
 
 from cinn.schedules.analysis import blocks, reverse_inline_all
 from cinn.schedules.cpu_matmul import vectorize_innermost
-from cinn.target import Target
 
 INPUT, OUTPUT, PAD = "winograd_input", "winograd_output", "winograd_pad"
 
@@ -16,7 +15,7 @@ def applicable(sch: Schedule) -> bool:
     return any(sch.get(b).name_hint in (INPUT, OUTPUT) for b in blocks(sch))
 
 
-def schedule(sch: Schedule, target: Target) -> None:
+def schedule(sch: Schedule) -> None:
     """Schedule whichever transform the kernel holds."""
     names = {sch.get(b).name_hint for b in blocks(sch)}
     (_input if INPUT in names else _output)(sch)

@@ -1,7 +1,7 @@
 """Stride-1 3x3 convolutions with constant weights as Winograd convolutions (cinn.ops.winograd): winograd_input, a
 batched matmul with the weights transformed at compile time, winograd_output (the conv's epilogue fuses into it),
-which writes only the conv's output where the last tiles overhang it. F(4x4, 3x3) does 36 products per 16 outputs where the direct conv
-does 144, F(2x2, 3x3) 16 per 4 (36).
+which writes only the conv's output where the last tiles overhang it. F(4x4, 3x3) does 36 products per 16 outputs
+where the direct conv does 144, F(2x2, 3x3) 16 per 4 (36).
 
 Measured (2 cores, AVX-512, each kernel alone; the direct convs run at 450-500 GFLOP/s): resnet50's 64->64 on
 56x56, F(4x4): 0.06 + 0.18 + 0.05 ms against 0.50; 128->128 on 28x28, F(4x4): 0.24 against 0.50; 256->256 on 14x14,
@@ -38,7 +38,7 @@ DIRECT_RATE = 470e9
 MATMUL_RATES = ((96, 380e9), (64, 320e9), (0, 160e9))
 TRANSFORM_RATE, SPILLED_TRANSFORM_RATE, OUTPUT_RATE = 8e9, 3.5e9, 10e9
 L2_BYTES = 2 << 20
-LANES = 16
+LANES = 16  # a tile count that is no multiple of this makes the matmul vectorize over output channels
 # transformed weights above this size (bytes) are stored [t, C, K] (read as transposed), so that a matmul whose tile
 # count is no whole number of vectors, vectorized over output channels, reads them in place instead of copying them
 # per run transposed (vgg19's 512->512 on 14x14: 13.2 -> 1.4 ms); small ones stay [t, K, C] (64 channels on 56x56)
