@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
+from cinn.ops.winograd import tile_size
 from cinn.schedules.analysis import blocks, reverse_inline_all
 from cinn.schedules.cpu_matmul import vectorize_innermost
 
@@ -26,8 +27,7 @@ def _input(sch: Schedule) -> None:
     the tile columns as one vector."""
     main, pad = sch.get_sblock(INPUT), sch.get_sblock(PAD)
     t, c, p = sch.get_loops(main)
-    positions = int(sch.get(t).extent)
-    tile = round(positions ** 0.5) - 2
+    tile = tile_size(int(sch.get(t).extent))
     n, _, rows, _, cols = (int(d) for d in sch.get(pad).writes[0].source.shape)
     b, row, col = sch.split(p, [n, (rows - 2) // tile, cols - 1])
     sch.reorder(c, b, row, t, col)
@@ -43,10 +43,11 @@ def _output(sch: Schedule) -> None:
     """The epilogue inlined; per (image, channel) in parallel: tile rows x the unrolled m x m positions in a tile x
     the tile columns as one vector."""
     main = sch.get_sblock(OUTPUT)
-    tile = round(int(sch.get(main).reads[0].source.shape[0]) ** 0.5) - 2
+    tile = tile_size(int(sch.get(main).reads[0].source.shape[0]))
     reverse_inline_all(sch, main)  # the producer block keeps its name, now writing the epilogue's output
     stages = [sch.get(b).name_hint for b in blocks(sch) if sch.get(b).name_hint != OUTPUT]
     n, k, h, w = sch.get_loops(main)
+    overhangs = int(sch.get(w).extent) % tile != 0  # the last tile column is partly outside the output
     th, a = sch.split(h, [None, tile])
     tw, col = sch.split(w, [None, tile])
     sch.reorder(th, a, col, tw)
@@ -59,12 +60,8 @@ def _output(sch: Schedule) -> None:
         sch.reverse_compute_at(block, th)
         vectorize_innermost(sch, block)
     tiles = int(sch.get(tw).extent)
-    if tiles > 1 and _overhangs(sch, main, tile):
+    if tiles > 1 and overhangs:
         # the last tile column overhangs the output: its own loop keeps the bounds test, the others are one vector
         tw = sch.loop_partition(tw, [tiles - 1, None])[0]
     sch.vectorize(tw)
 
-
-def _overhangs(sch: Schedule, block, tile: int) -> bool:
-    """Whether the output's columns are no whole number of tiles."""
-    return int(sch.get(block).writes[0].source.shape[-1]) % tile != 0

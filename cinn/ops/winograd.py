@@ -71,11 +71,20 @@ class WinogradOutputAttrs(Attrs):
     size: tuple[int, int] = (4, 4)
 
 
+def tile_grid(size: Sequence[int], tile: int) -> tuple[int, int]:
+    """Tiles of `tile` x `tile` per column and row that cover an output of `size` (rows, columns)."""
+    return math.ceil(size[0] / tile), math.ceil(size[1] / tile)
+
+
+def tile_size(positions: int) -> int:
+    """The output tile size m of a transform over `positions` = (m + 2)^2 tile positions."""
+    return round(positions ** 0.5) - (KERNEL - 1)
+
+
 def input_tiles(shape: Sequence[int], a: WinogradInputAttrs) -> tuple[int, int]:
     """Tiles per column and row of one image: its conv output rows and columns over m, rounded up."""
     top, left, bottom, right = a.paddings
-    rows, cols = (int(shape[2]) + top + bottom - KERNEL + 1, int(shape[3]) + left + right - KERNEL + 1)
-    return math.ceil(rows / a.tile), math.ceil(cols / a.tile)
+    return tile_grid((int(shape[2]) + top + bottom - KERNEL + 1, int(shape[3]) + left + right - KERNEL + 1), a.tile)
 
 
 def _check_tile(op: str, tile: int) -> None:

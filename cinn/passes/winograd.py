@@ -17,7 +17,7 @@ from typing import cast
 
 from cinn.ir import Node, Program
 from cinn.ops.nn import Conv2dAttrs, DataFormat, MatmulAttrs, PaddingAlgorithm, WeightLayout
-from cinn.ops.winograd import KERNEL, WinogradInputAttrs, WinogradOutputAttrs, weight_transform
+from cinn.ops.winograd import KERNEL, WinogradInputAttrs, WinogradOutputAttrs, tile_grid, weight_transform
 from cinn.passes.rewrite import Rewriter, rewrite
 
 MIN_CHANNELS = 32  # input channels below which the batched matmul is too thin to gain
@@ -68,7 +68,7 @@ def _rewrite(rw: Rewriter, node: Node) -> bool:
     trans = v.shape[2] % LANES != 0 and transformed.nbytes > SMALL_WEIGHTS
     u = rw.new_constant(transformed.transpose(0, 2, 1).copy() if trans else transformed, f"{w.name}_winograd{tile}")
     (mm,) = rw.emit("matmul", [u, v], MatmulAttrs(trans_x=trans))
-    tiles = (math.ceil(oh / tile), math.ceil(ow / tile))
+    tiles = tile_grid((oh, ow), tile)
     (y,) = rw.emit("winograd_output", [mm], WinogradOutputAttrs(tile=tile, tiles=tiles, size=(oh, ow)))
     rw.substitute(node.outputs[0], y)
     return True
@@ -95,15 +95,14 @@ def choose_tile(batch: int, channels: int, out_channels: int, size: tuple[int, i
 
 
 def _allowed(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int) -> bool:
-    tiles = math.ceil(size[0] / m) * math.ceil(size[1] / m)
+    tiles = math.prod(tile_grid(size, m))
     transformed = (m + 2) ** 2 * channels * batch * tiles * 4
     return tiles >= MIN_TILES and (transformed <= MAX_TRANSFORMED or min(channels, out_channels) >= WIDE_CHANNELS)
 
 
 def _estimate(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int) -> float:
     """Seconds for the input transform, the batched matmul and the output transform."""
-    rows, cols = math.ceil(size[0] / m), math.ceil(size[1] / m)
-    positions, tiles = (m + 2) ** 2, batch * rows * cols
+    positions, tiles = (m + 2) ** 2, batch * math.prod(tile_grid(size, m))
     rate = next(r for least, r in MATMUL_RATES if min(channels, out_channels) >= least)
     made = positions * channels * tiles
     seconds = 2 * positions * channels * out_channels * tiles / rate + positions * out_channels * tiles / OUTPUT_RATE
