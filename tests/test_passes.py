@@ -19,6 +19,7 @@ from cinn.passes.pack_weights import pack_weights
 from cinn.passes.pipeline import optimize
 from cinn.passes.simplify import simplify
 from cinn.passes.verify import verify
+from cinn.target import parse_target
 
 RNG = np.random.default_rng(0)
 
@@ -414,3 +415,44 @@ def test_rewriter_keeps_a_scalar_constant_scalar():
     assert rw.new_constant(np.float32(2.0), "two").shape == ()
     rw.make_constant(x, np.float32(3.0))
     assert rw.constants["x"].shape == ()
+
+
+def _inverted_residual(hw: int, stride: int) -> Program:
+    """A MobileNetV2 block: 1x1 expand + relu6, 3x3 depthwise + relu6, 1x1 project (+ the input where stride 1)."""
+    rng = np.random.default_rng(0)
+    b = cinn.NetBuilder("block")
+    x = b.create_input("float32", (1, 8, hw, hw), "x")
+
+    def conv(v, o, c, k, **attrs):
+        w = b.create_constant((rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32))
+        bias = b.create_constant(rng.standard_normal((o, 1, 1)).astype(np.float32))
+        return b.add(b.conv2d(v, w, **attrs), bias)
+
+    e = b.clip(conv(x, 48, 8, 1), 0.0, 6.0)
+    d = b.clip(conv(e, 48, 1, 3, strides=(stride, stride), paddings=(1, 1), groups=48), 0.0, 6.0)
+    y = conv(d, 8, 48, 1)
+    return b.build([b.add(y, x) if stride == 1 else y])
+
+
+@pytest.mark.parametrize(("hw", "stride"), [(7, 1), (14, 2)])
+def test_channels_last_carries_from_conv_to_conv(hw, stride, tmp_cache):
+    """A depthwise conv with narrow rows and the 1x1 convs around it compute NHWC: two transposes remain, at the
+    block's ends; the compiled block equals the one compiled without the passes."""
+    program = _inverted_residual(hw, stride)
+    optimized = optimize(program, target=parse_target("llvm -mcpu=znver4"))
+    convs = [n for n in optimized.nodes if n.op == "conv2d"]
+    assert [n.attrs.data_format for n in convs] == ["NHWC"] * 3
+    assert Counter(n.op for n in optimized.nodes)["transpose"] == 2
+    x = np.random.default_rng(1).standard_normal((1, 8, hw, hw)).astype(np.float32)
+    (got,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": x})
+    (want,) = cinn.compile(program, cache_dir=tmp_cache, passes=False).run({"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_channels_last_keeps_rows_of_whole_vectors_nchw():
+    """Rows of 28 are whole half-vectors with AVX2 (8 lanes): that depthwise conv vectorizes over them, NCHW; with
+    AVX-512 it goes channels last."""
+    program = _inverted_residual(28, 1)
+    formats = {mcpu: {n.attrs.data_format for n in optimize(program, target=parse_target(f"llvm -mcpu={mcpu}")).nodes
+                      if n.op == "conv2d"} for mcpu in ("znver3", "znver4")}
+    assert formats == {"znver3": {"NCHW"}, "znver4": {"NHWC"}}

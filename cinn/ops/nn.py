@@ -341,33 +341,48 @@ def _window_pad(x, hw: tuple[_Window, _Window], value):
     return _zero_pad(x, (h, w), value)
 
 
-def _zero_pad(x, hw: tuple[_Window, _Window], value):
-    """x padded on its last two axes by a separate injective stage (inlined by the schedule or computed per tile),
-    its rows a whole number of strides wide, so a schedule can split them in phases (the extra columns are never
-    read)."""
+def _zero_pad(x, hw: tuple[_Window, _Window], value, channels_last: bool = False):
+    """x padded on its spatial axes (the last two, or the two before the channels when `channels_last`) by a
+    separate injective stage (inlined by the schedule or computed per tile), its rows a whole number of strides
+    wide, so a schedule can split them in phases (the extra columns are never read)."""
     if all(w.pad_begin == w.pad_end == 0 for w in hw):
         return x
     h, w = hw
     w = replace(w, pad_end=w.pad_end + -(w.size + w.pad_begin + w.pad_end) % w.stride)
-    shape = _fshape(x)[:2] + (h.size + h.pad_begin + h.pad_end, w.size + w.pad_begin + w.pad_end)
+    n, c = _fshape(x)[0], _fshape(x)[3 if channels_last else 1]
+    hw_ = (h.size + h.pad_begin + h.pad_end, w.size + w.pad_begin + w.pad_end)
+    shape = (n, *hw_, c) if channels_last else (n, c, *hw_)
 
-    def body(n, c, i, j):
+    def body(*idx):
+        n, i, j, c = idx if channels_last else (idx[0], idx[2], idx[3], idx[1])
         inside = [
             cond
-            for idx, win in ((i, h), (j, w))
-            for cond, needed in ((idx >= win.pad_begin, win.pad_begin), (idx < win.size + win.pad_begin, win.pad_end))
+            for ix, win in ((i, h), (j, w))
+            for cond, needed in ((ix >= win.pad_begin, win.pad_begin), (ix < win.size + win.pad_begin, win.pad_end))
             if needed
         ]
-        return tirx.if_then_else(tirx.all(*inside), x[n, c, i - h.pad_begin, j - w.pad_begin], value)
+        i, j = i - h.pad_begin, j - w.pad_begin
+        return tirx.if_then_else(tirx.all(*inside), x[n, i, j, c] if channels_last else x[n, c, i, j], value)
 
     return te.compute(shape, body, name="pad")
 
 
-def _check_nchw(op: str, data_format: DataFormat, shape: tuple[int, ...]) -> None:
-    if data_format is not DataFormat.NCHW:
+def _check_nchw(op: str, data_format: DataFormat, shape: tuple[int, ...], nhwc: bool = False) -> None:
+    """x is 4-D and in a data format the op computes (NCHW; also NHWC where `nhwc`)."""
+    if data_format is not DataFormat.NCHW and not nhwc:
         raise NotImplementedError(f"{op}: data_format {data_format.value} is not supported (use NCHW); x {shape}")
     if len(shape) != 4:
-        raise ValueError(f"{op}: x must be 4-D NCHW, got shape {shape}")
+        raise ValueError(f"{op}: x must be 4-D {data_format.value}, got shape {shape}")
+
+
+def as_nchw(shape: tuple[int, ...], data_format: DataFormat) -> tuple[int, ...]:
+    """A 4-D shape of this data format in NCHW order."""
+    return (shape[0], shape[3], shape[1], shape[2]) if data_format is DataFormat.NHWC else shape
+
+
+def from_nchw(shape: tuple[int, ...], data_format: DataFormat) -> tuple[int, ...]:
+    """A 4-D NCHW shape in this data format's order."""
+    return (shape[0], shape[2], shape[3], shape[1]) if data_format is DataFormat.NHWC else shape
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,7 +411,8 @@ class Conv2dAttrs(Attrs):
 
 def conv_windows(xs: tuple[int, ...], ws: tuple[int, ...], a: Conv2dAttrs) -> tuple[_Window, _Window]:
     """Validate conv2d operands and resolve the window geometry (ws in OIHW order)."""
-    _check_nchw("conv2d", a.data_format, xs)
+    _check_nchw("conv2d", a.data_format, xs, nhwc=True)
+    xs = as_nchw(xs, a.data_format)
     shapes = f"x {xs} and w {ws}"
     if len(ws) != 4:
         raise ValueError(f"conv2d: w must be {a.weight_layout.ndim}-D {a.weight_layout}, got {shapes}")
@@ -417,7 +433,7 @@ def _conv_infer(types: Sequence[TensorType], a: Conv2dAttrs) -> list[TensorType]
                          + (f" with panels of {PANEL}" if layout is WeightLayout.IHWO32 else ""))
     ws = layout.oihw(w.shape)
     h, wd = conv_windows(x.shape, ws, a)
-    return [TensorType((x.shape[0], ws[0], h.out, wd.out), dtype)]
+    return [TensorType(from_nchw((x.shape[0], ws[0], h.out, wd.out), a.data_format), dtype)]
 
 
 def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
@@ -425,17 +441,20 @@ def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
     ws = a.weight_layout.oihw(_fshape(w))
     h, wd = conv_windows(_fshape(x), ws, a)
     weight = a.weight_layout.reader(w)
-    if _is_flat_pointwise(ws, (h, wd), a):
+    last = a.data_format is DataFormat.NHWC
+    if not last and _is_flat_pointwise(ws, (h, wd), a):
         return [_pointwise_compute(x, weight, out_types[0])]
-    xp = _zero_pad(x, (h, wd), const(0, out_types[0].dtype))
+    xp = _zero_pad(x, (h, wd), const(0, out_types[0].dtype), channels_last=last)
     cg, out_per_group = ws[1], ws[0] // a.groups
     rc = te.reduce_axis((0, cg), name="rc")
     ry = te.reduce_axis((0, ws[2]), name="ry")
     rx = te.reduce_axis((0, ws[3]), name="rx")
 
-    def body(n, o, i, j):
+    def body(*idx):
+        n, o, i, j = (idx[0], idx[3], idx[1], idx[2]) if last else idx
         c = rc if a.groups == 1 else o // out_per_group * cg + rc
-        pixel = xp[n, c, i * h.stride + ry * h.dilation, j * wd.stride + rx * wd.dilation]
+        i, j = i * h.stride + ry * h.dilation, j * wd.stride + rx * wd.dilation
+        pixel = xp[n, i, j, c] if last else xp[n, c, i, j]
         return te.sum(pixel * weight(o, rc, ry, rx), axis=[rc, ry, rx])
 
     return [te.compute(out_types[0].shape, body, name="conv2d")]
@@ -469,6 +488,9 @@ def _conv_flops(types: Sequence[TensorType], a: Conv2dAttrs, outs: Sequence[Tens
 
 def _conv_reference(arrays: Sequence[np.ndarray], a: Conv2dAttrs) -> list[np.ndarray]:
     x, w = arrays
+    if a.data_format is DataFormat.NHWC:
+        (y,) = _conv_reference([x.transpose(0, 3, 1, 2), w], replace(a, data_format=DataFormat.NCHW))
+        return [np.ascontiguousarray(y.transpose(0, 2, 3, 1))]
     w = a.weight_layout.to_oihw(w)
     h, wd = conv_windows(x.shape, w.shape, a)
     g, (n, c) = a.groups, x.shape[:2]
@@ -494,7 +516,7 @@ register(
         attrs=Conv2dAttrs,
         num_inputs=2,
         dtypes=D.FLOAT,
-        doc="2-D convolution (NCHW; OIHW, IHWO or IHWO32 weights), grouped and depthwise (groups == C).",
+        doc="2-D convolution (NCHW or NHWC; OIHW, IHWO or IHWO32 weights), grouped and depthwise (groups == C).",
     )
 )
 

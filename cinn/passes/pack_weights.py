@@ -10,7 +10,7 @@ import numpy as np
 
 from cinn.ir import Node, Program, Value
 from cinn.ops import PatternKind, get_op
-from cinn.ops.nn import PANEL, Conv2dAttrs, DataFormat, MatmulAttrs, WeightLayout, panel
+from cinn.ops.nn import PANEL, Conv2dAttrs, DataFormat, MatmulAttrs, WeightLayout, as_nchw, panel
 from cinn.ops.shape import SliceAttrs, slice_ranges
 from cinn.passes.rewrite import Rewriter, rewrite
 
@@ -85,11 +85,13 @@ def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray) -> None:
     x, w = rw.inputs(node)
     conv = cast(Conv2dAttrs, node.attrs)
     o = oihw.shape[0]
-    dense = conv.groups == 1 and conv.data_format is DataFormat.NCHW
-    padding = _channel_padding(o, node.outputs[0].shape[-1], conv.strides[1] > 1) if dense else 0
+    dense = conv.groups == 1
+    width = as_nchw(node.outputs[0].shape, conv.data_format)[-1]
+    padding = _channel_padding(o, width, conv.strides[1] > 1) if dense else 0
     layout = WeightLayout.IHWO32 if dense and (o + padding) % PANEL == 0 else WeightLayout.IHWO
     packed = rw.new_constant(layout.from_oihw(np.pad(oihw, ((0, padding), (0, 0), (0, 0), (0, 0)))), f"{w.name}_ihwo")
-    _replace(rw, node, (x, packed), dataclasses.replace(conv, weight_layout=layout), 1, (o, o + padding))
+    axis = 3 if conv.data_format is DataFormat.NHWC else 1
+    _replace(rw, node, (x, packed), dataclasses.replace(conv, weight_layout=layout), axis, (o, o + padding))
 
 
 def _channel_padding(o: int, width: int, strided: bool) -> int:

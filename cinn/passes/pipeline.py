@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from cinn.ir import Program
 from cinn.passes.attention import fuse_attention
+from cinn.passes.channels_last import channels_last
 from cinn.passes.conv_forms import conv_forms
 from cinn.passes.cse import cse
 from cinn.passes.dce import dce
@@ -24,13 +25,15 @@ def optimize(program: Program, passes: bool = True, target: Target | None = None
     weights as the kernels read them. The target's rewrites (none without one): on a CPU with VNNI, matmuls and
     convs of quantized tensors and weights first become integer kernels (integer_kernels), whose channels-last layout
     then carries from one conv to the next (sink_transposes); on a CPU, stride-1 3x3 convs become Winograd convs
-    where that gains (winograd)."""
+    where that gains (winograd), and depthwise convs with narrow rows and the 1x1 convs around them compute channels
+    last (channels_last)."""
     if not passes:
         return decompose(program)
-    cpu = target is not None and not target.is_cuda
     program = fuse_attention(simplify(_integer(program) if target is not None and target.has_vnni else program))
     program = dce(cse(fold_constants(conv_forms(simplify(decompose(program))))))
-    return dce(pack_weights(winograd(program) if cpu else program))
+    if target is not None and not target.is_cuda:
+        program = channels_last(winograd(program), target.vector_bits // 32)
+    return dce(pack_weights(program))
 
 
 def _integer(program: Program) -> Program:
