@@ -218,6 +218,10 @@ CASES = [
     OpCase("depth_to_space_crd", "DepthToSpace", ((1, 8, 2, 3),), {"blocksize": 2, "mode": "CRD"}),
     OpCase("space_to_depth", "SpaceToDepth", ((1, 2, 4, 6),), {"blocksize": 2}),
     OpCase("dropout", "Dropout", ((2, 3),)),
+    OpCase("col2im", "Col2Im", ((2, 12, 16),), consts=(("im", i64(5, 6)), ("bl", i64(2, 3))), opset=18),
+    OpCase("col2im_strides_pads_dilations", "Col2Im", ((1, 8, 6),), {"strides": [2, 3], "pads": [0, 1, 1, 1],
+                                                                      "dilations": [1, 2]},
+           consts=(("im", i64(5, 6)), ("bl", i64(2, 2))), opset=18),
 ]
 
 
@@ -570,3 +574,139 @@ def test_if_branch_with_an_unsupported_op_is_refused_by_name():
     branch_node.op_type, branch_node.domain = "NotAnOp", "com.microsoft"
     with pytest.raises(NotImplementedError, match="NotAnOp"):
         cinn.load_onnx(model)
+
+
+def _loop_model(trip_count=4, stop=None, scan_slice=False, cond_on_data=False) -> onnx.ModelProto:
+    """y = Loop: y <- y * 0.5 + x[i] for i < trip_count (and i + 1 < stop when given), emitting relu(y) per iteration;
+    the body reads x from the enclosing graph. scan_slice emits x[:i + 1] instead (a shape that changes),
+    cond_on_data continues while sum(x[i]) > 0 (run-time data); a trip_count of None makes it a graph input."""
+    n = helper.make_node
+    nodes = [n("Gather", ["x", "i"], ["row"], axis=0), n("Mul", ["y_in", "half"], ["h"]), n("Add", ["h", "row"], ["y_out"]),
+             n("Relu", ["y_out"], ["s"])]
+    if scan_slice:
+        nodes += [n("Add", ["i", "one"], ["end"]), n("Unsqueeze", ["end", "zero"], ["ends"]),
+                  n("Slice", ["x", "zero", "ends"], ["s_slice"])]
+    if stop is not None:
+        nodes += [n("Add", ["i", "one"], ["next"]), n("Less", ["next", "stop"], ["c_out"])]
+    elif cond_on_data:
+        nodes += [n("ReduceSum", ["row"], ["total"], keepdims=0), n("Greater", ["total", "zerof"], ["c_out"])]
+    else:
+        nodes += [n("Identity", ["c_in"], ["c_out"])]
+    body_inits = [numpy_helper.from_array(np.float32(0.5), "half"), numpy_helper.from_array(np.int64(1), "one"),
+                  numpy_helper.from_array(i64(0), "zero"), numpy_helper.from_array(np.float32(0), "zerof")]
+    body = helper.make_graph(
+        nodes, "body",
+        [helper.make_tensor_value_info("i", I64, ()), helper.make_tensor_value_info("c_in", TensorProto.BOOL, ()),
+         helper.make_tensor_value_info("y_in", F32, (3,))],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, ()), helper.make_tensor_value_info("y_out", F32, (3,)),
+         helper.make_tensor_value_info("s_slice" if scan_slice else "s", F32, None)], body_inits)
+    loop = helper.make_node("Loop", ["m", "cond", "y0"], ["y", "scan"], name="loop", body=body)
+    inputs = [("x", F32, (5, 3)), ("y0", F32, (3,))] + ([("m", I64, ())] if trip_count is None else [])
+    inits = [("cond", np.array(True)), ("stop", np.array(stop or 0, np.int64))]
+    inits += [] if trip_count is None else [("m", np.array(trip_count, np.int64))]
+    return make_model([loop], inputs, [("y", F32, (3,)), ("scan", F32, None)], inits)
+
+
+@pytest.mark.parametrize("trip_count,stop", [(4, None), (5, 3)], ids=["trip-count", "condition-from-iteration"])
+def test_loop_with_a_static_trip_count_is_unrolled(trip_count, stop, tmp_cache):
+    model = _loop_model(trip_count, stop)
+    program = cinn.load_onnx(model)
+    assert "Loop" not in [n.op for n in program.nodes]
+    assert program.outputs[1].shape == (stop or trip_count, 3)
+    assert_matches_ort(model, {"x": rand(5, 3), "y0": rand(3)}, tmp_cache)
+
+
+def test_loop_trip_count_input_is_read_by_value(tmp_cache):
+    model = _loop_model(None)
+    exe = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache)
+    x, y0 = rand(5, 3), rand(3)
+    for m in (2, 5):
+        feeds = {"x": x, "y0": y0, "m": np.array(m, np.int64)}
+        for got, want in zip(exe.run(feeds), ort_run(model, feeds), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _dynamic_trip_count_model() -> onnx.ModelProto:
+    """The Loop's trip count is computed from a float input's data (not read by value)."""
+    model = _loop_model(None)
+    graph = model.graph
+    graph.node.insert(0, helper.make_node("ReduceMax", ["t"], ["tmax"], keepdims=0))
+    graph.node.insert(1, helper.make_node("Cast", ["tmax"], ["m"], to=I64))
+    del graph.input[2]
+    graph.input.append(helper.make_tensor_value_info("t", F32, (4, 4)))
+    return model
+
+
+@pytest.mark.parametrize("model,message", [
+    (_dynamic_trip_count_model, r"node 'loop' \(Loop\): Loop is unrolled when converting: its trip count \(input 0\) must be a constant"),
+    (lambda: _loop_model(4, cond_on_data=True),
+     r"Loop is unrolled when converting: its condition before iteration 1 must be a constant"),
+    (lambda: _loop_model(3, scan_slice=True), r"Loop's scan output 'scan' changes shape between iterations"),
+    (lambda: _loop_model(1000), r"Loop's body 'body' \(5 nodes\) would be unrolled more than 819 times"),
+    (lambda: _loop_model(0), r"runs no iteration, so its scan outputs \['scan'\] would be empty"),
+], ids=["dynamic-trip-count", "data-dependent-condition", "changing-scan-shape", "too-many-iterations", "no-iteration"])
+def test_loop_refusals_say_why(model, message):
+    with pytest.raises(OnnxImportError, match=message):
+        cinn.load_onnx(model())
+
+
+def test_scan_cumulative_sums_both_directions(tmp_cache):
+    """Scan over axis 1 of x twice, forward and reverse: running sums (outputs written in the same directions, one
+    along axis 1 and one along axis -1), and the totals as the final states."""
+    n = helper.make_node
+    body = helper.make_graph(
+        [n("Add", ["a_in", "xa"], ["a_out"]), n("Add", ["b_in", "xb"], ["b_out"]),
+         n("Identity", ["a_out"], ["a_scan"]), n("Identity", ["b_out"], ["b_scan"])], "body",
+        [helper.make_tensor_value_info(v, F32, (3,)) for v in ("a_in", "b_in", "xa", "xb")],
+        [helper.make_tensor_value_info(v, F32, (3,)) for v in ("a_out", "b_out", "a_scan", "b_scan")])
+    node = n("Scan", ["zeros", "zeros", "x", "x"], ["a", "b", "cumsum", "reverse_cumsum"], body=body,
+             num_scan_inputs=2, scan_input_axes=[1, 1], scan_input_directions=[0, 1], scan_output_axes=[1, -1],
+             scan_output_directions=[0, 1])
+    model = make_model([node], [("x", F32, (3, 5))], [(v, F32, None) for v in ("a", "b", "cumsum", "reverse_cumsum")],
+                       [("zeros", np.zeros(3, np.float32))], opset=16)
+    assert "Scan" not in [n.op for n in cinn.load_onnx(model).nodes]
+    x = rand(3, 5)
+    assert_matches_ort(model, {"x": x}, tmp_cache)
+    a, b, cumsum, reverse = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache).run({"x": x})
+    np.testing.assert_allclose(cumsum, np.cumsum(x, axis=1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(reverse, np.cumsum(x[:, ::-1], axis=1)[:, ::-1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+# -- spatial index ops: indices and rois are run-time inputs ---------------------------------------
+@pytest.mark.parametrize(("shape", "pool"), [((2, 3, 6, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+                                             ((1, 2, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+                                             ((2, 2, 9), {"kernel_shape": [3], "strides": [3]})])
+def test_max_unpool_of_max_pool_indices_matches_onnxruntime(shape, pool, tmp_cache):
+    """MaxUnpool of the values and indices of onnxruntime's MaxPool (overlapping windows too)."""
+    pooling = make_model([helper.make_node("MaxPool", ["x"], ["v", "i"], **pool)], [("x", F32, shape)],
+                         [("v", F32, None), ("i", I64, None)], opset=12)
+    values, index = ort_run(pooling, {"x": rand(*shape)})
+    unpool = make_model([helper.make_node("MaxUnpool", ["v", "i"], ["y"], **pool)],
+                        [("v", F32, values.shape), ("i", I64, index.shape)], [("y", F32, None)], opset=11)
+    assert_matches_ort(unpool, {"v": values, "i": index}, tmp_cache)
+
+
+def test_max_unpool_output_shape_smaller_than_the_unpooled_one_is_refused():
+    node = helper.make_node("MaxUnpool", ["v", "i", "s"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    model = make_model([node], [("v", F32, (1, 1, 2, 2)), ("i", I64, (1, 1, 2, 2))], [("y", F32, None)],
+                       [("s", i64(1, 1, 3, 4))], opset=11)
+    with pytest.raises(OnnxImportError, match=r"at least the unpooled shape \(1, 1, 4, 4\)"):
+        cinn.load_onnx(model)
+
+
+@pytest.mark.parametrize(("opset", "attrs"), [
+    (10, {"output_height": 3, "output_width": 2, "sampling_ratio": 2}),  # output_half_pixel, the opset 10 default
+    (16, {"output_height": 2, "output_width": 3, "spatial_scale": 0.5}),  # half_pixel, adaptive sampling
+    (16, {"output_height": 3, "output_width": 3, "mode": "max", "coordinate_transformation_mode": "output_half_pixel"}),
+])
+def test_roi_align_matches_onnxruntime(opset, attrs, tmp_cache):
+    """RoiAlign with the rois and their images fed at run time."""
+    scale = attrs.get("spatial_scale", 1.0)
+    lo = RNG.uniform(0, 5, (6, 2))
+    rois = np.concatenate([lo, lo + RNG.uniform(0.5, 4, (6, 2))], axis=1) / scale
+    feeds = {"x": rand(2, 3, 9, 10), "rois": rois.astype("float32"), "b": RNG.integers(0, 2, 6)}
+    node = helper.make_node("RoiAlign", ["x", "rois", "b"], ["y"], **attrs)
+    model = make_model([node], [("x", F32, (2, 3, 9, 10)), ("rois", F32, (6, 4)), ("b", I64, (6,))], [("y", F32, None)],
+                       opset=opset)
+    assert_matches_ort(model, feeds, tmp_cache)

@@ -78,16 +78,17 @@ def test_input_shapes_checks():
 
 
 # -- legacy programs built here: semantics the fixtures do not reach ------------------------------
-def legacy_program(path: pathlib.Path, inputs: dict[str, tuple[int, ...]], ops: list[tuple], fetch: list[str]) -> None:
+def legacy_program(path: pathlib.Path, inputs: dict[str, tuple[int, ...]], ops: list[tuple], fetch: list[str],
+                   dtypes: dict[str, int] | None = None) -> None:
     """Write a parameter-free .pdmodel: ops are (type, {slot: [vars]}, {slot: [vars]}, {attr: int, ints, bool or
-    str})."""
+    str}); variables are float32 unless `dtypes` gives their data type code."""
     desc = program_desc()()
     block = desc.blocks.add()
     names = list(inputs) + [n for _, _, outs, _ in ops for vs in outs.values() for n in vs]
     for name in names:
         var = block.vars.add(name=name)
         var.type.type = VarKind.DENSE_TENSOR
-        var.type.dense_tensor.tensor.data_type = FLOAT32_CODE
+        var.type.dense_tensor.tensor.data_type = (dtypes or {}).get(name, FLOAT32_CODE)
         var.type.dense_tensor.tensor.dims.extend(inputs.get(name, ()))
     for col, name in enumerate(inputs):
         _add_op(block, "feed", {"X": ["feed"]}, {"Out": [name]}, {"col": col})
@@ -110,6 +111,8 @@ def _add_op(block, op_type: str, inputs: dict, outputs: dict, attrs: dict) -> No
             op.attrs.add(name=name, type=AttrType.BOOLEAN, b=value)
         elif isinstance(value, str):
             op.attrs.add(name=name, type=AttrType.STRING, s=value)
+        elif isinstance(value, float):
+            op.attrs.add(name=name, type=AttrType.FLOAT, f=value)
         else:
             op.attrs.add(name=name, type=AttrType.INT, i=value)
 
@@ -292,3 +295,51 @@ def test_pool3d_refusals(tmp_path):
     legacy_program(path, {"x": (1, 2, 4, 4, 4)}, [op], ["y"])
     with pytest.raises(PaddleImportError, match="adaptive pool3d"):
         cinn.load_paddle(path)
+
+
+INT32_CODE = 2
+
+
+def test_unpool_with_plane_indices(tmp_path, tmp_cache):
+    """unpool's indices count within each channel's plane of output_size (a 5x7 map pooled 2x2 back to 5x7)."""
+    rng = np.random.default_rng(5)
+    x = rng.permutation(2 * 3 * 5 * 7).reshape(2, 3, 5, 7).astype("float32")
+    windows = x[:, :, :4, :6].reshape(2, 3, 2, 2, 3, 2).transpose(0, 1, 2, 4, 3, 5).reshape(2, 3, 2, 3, 4)
+    best = windows.argmax(-1)
+    rows, cols = np.arange(2)[:, None] * 2 + best // 2, np.arange(3)[None] * 2 + best % 2
+    feeds = {"v": windows.max(-1), "i": (rows * 7 + cols).astype("int32")}
+    path = tmp_path / "unpool.pdmodel"
+    op = ("unpool", {"X": ["v"], "Indices": ["i"]}, {"Out": ["y"]},
+          {"unpooling_type": "max", "ksize": [2, 2], "strides": [2, 2], "paddings": [0, 0], "output_size": [5, 7]})
+    legacy_program(path, {"v": (2, 3, 2, 3), "i": (2, 3, 2, 3)}, [op], ["y"], {"i": INT32_CODE})
+    (got,) = run_program(cinn.load_paddle(path), feeds, tmp_cache)
+    want = np.zeros((2, 3, 35), "float32")
+    np.put_along_axis(want, feeds["i"].reshape(2, 3, -1), feeds["v"].reshape(2, 3, -1), axis=2)
+    np.testing.assert_array_equal(got, want.reshape(2, 3, 5, 7))
+
+
+@pytest.mark.parametrize(("aligned", "sampling_ratio"), [(True, -1), (False, 2)])
+def test_roi_align_with_rois_num(aligned, sampling_ratio, tmp_path, tmp_cache):
+    """roi_align's RoisNum (rois grouped by image) against onnxruntime's RoiAlign given each roi's image."""
+    from onnx import TensorProto, helper
+
+    from tests.test_onnx_import import make_model, ort_run
+
+    rng = np.random.default_rng(6)
+    lo = rng.uniform(0, 10, (5, 2))
+    feeds = {"x": rng.uniform(-1, 1, (2, 3, 8, 9)).astype("float32"), "num": np.array([2, 3], np.int32),
+             "rois": np.concatenate([lo, lo + rng.uniform(1, 8, (5, 2))], axis=1).astype("float32")}
+    attrs = {"pooled_height": 2, "pooled_width": 3, "spatial_scale": 0.5, "sampling_ratio": sampling_ratio,
+             "aligned": aligned}
+    path = tmp_path / "roi_align.pdmodel"
+    op = ("roi_align", {"X": ["x"], "ROIs": ["rois"], "RoisNum": ["num"]}, {"Out": ["y"]}, attrs)
+    legacy_program(path, {"x": (2, 3, 8, 9), "rois": (5, 4), "num": (2,)}, [op], ["y"], {"num": INT32_CODE})
+    (got,) = run_program(cinn.load_paddle(path), feeds, tmp_cache)
+    node = helper.make_node("RoiAlign", ["x", "rois", "b"], ["y"], output_height=2, output_width=3, spatial_scale=0.5,
+                            sampling_ratio=max(sampling_ratio, 0),
+                            coordinate_transformation_mode="half_pixel" if aligned else "output_half_pixel")
+    f32 = TensorProto.FLOAT
+    model = make_model([node], [("x", f32, (2, 3, 8, 9)), ("rois", f32, (5, 4)), ("b", TensorProto.INT64, (5,))],
+                       [("y", f32, None)], opset=16)
+    (want,) = ort_run(model, {"x": feeds["x"], "rois": feeds["rois"], "b": np.array([0, 0, 1, 1, 1])})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -7,6 +7,7 @@ from cinn.ops import reduction as _reduction  # noqa: F401  (registers)
 from cinn.ops import resize as _resize  # noqa: F401  (registers)
 from cinn.ops import shape as _shape  # noqa: F401  (registers)
 from cinn.ops import sort as _sort  # noqa: F401  (registers)
+from cinn.ops import spatial as _spatial  # noqa: F401  (registers)
 from cinn.ops import winograd as _winograd  # noqa: F401  (registers)
 from cinn.ops.registry import OPS, DtypeClass, OpDef, PatternKind, get_op, infer, op_flops
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ from cinn.frontend.onnx import (  # noqa: F401  (register converters)
 from cinn.frontend.onnx.registry import (
     CONVERTERS,
     DEFAULT_DOMAINS,
+    NEEDS_CONSTANT,
     NeedsConstant,
     NodeContext,
     OnnxImportError,
@@ -35,6 +37,7 @@ from cinn.frontend.onnx.registry import (
     tensor_to_array,
 )
 from cinn.ir import Node, Program, Value, shape_of
+from cinn.ops.common import normalize_axis
 from cinn.symbolic import Dim, SymbolicInput, SymbolicProgram, symbol_name
 
 # 7-21 is the contract; the newer opsets only added element types to the ops converted here (the
@@ -267,20 +270,188 @@ def _rename(program: Program, renames: dict[str, str]) -> Program:
     )
 
 
+# a Loop or Scan becomes one copy of its body per iteration: the converted graph grows with the trip count
+MAX_UNROLLED_NODES = 4096
+
+
+class Direction(enum.IntEnum):
+    """Which end of its axis Scan's first iteration reads a scan input from or writes a scan output to."""
+
+    FORWARD = 0
+    REVERSE = 1
+
+
+Scanned = tuple[int, Direction]  # a scan input's or output's axis and direction
+
+
+@dataclasses.dataclass
+class _Body:
+    """A subgraph (If's branch, Loop's or Scan's body) converted inline, once per run: it reads the enclosing scope's
+    values by name, and each run binds its inputs in a copy of that scope, so its own names neither leak out nor
+    collide between iterations."""
+
+    ctx: NodeContext
+    graph: onnx.GraphProto
+    what: str
+    constants: Mapping[str, Value]
+    runs: int = 0
+
+    @classmethod
+    def of(cls, ctx: NodeContext, attr: str, what: str) -> _Body:
+        """The node's graph attribute `attr`, refused up front when it uses an unsupported op."""
+        graph = ctx.attr(attr, None)
+        _check_supported(graph)
+        constants = {t.name: ctx.b.create_constant(tensor_to_array(t)) for t in graph.initializer}
+        return cls(ctx, graph, f"{what} {graph.name!r}", constants)
+
+    def run(self, inputs: Sequence[Value]) -> list[Value]:
+        """The body's outputs, its inputs bound to `inputs`; repeated runs are limited to MAX_UNROLLED_NODES nodes."""
+        size = max(len(self.graph.node), 1)
+        if self.runs and (self.runs + 1) * size > MAX_UNROLLED_NODES:
+            raise OnnxImportError(f"{self.what} ({len(self.graph.node)} nodes) would be unrolled more than {self.runs} "
+                                  f"times, over {MAX_UNROLLED_NODES} nodes in all")
+        self.runs += 1
+        env = {**self.ctx.scope, **self.constants}
+        env.update((i.name, v) for i, v in zip(self.graph.input, inputs, strict=True))
+        for node in self.graph.node:
+            _convert(self.ctx.b, node, env, self.ctx.opset)
+        missing = [o.name for o in self.graph.output if o.name not in env]
+        if missing:
+            raise OnnxImportError(f"{self.what} does not produce its outputs {missing}")
+        return [env[o.name] for o in self.graph.output]
+
+
+def _one(data: np.ndarray, what: str) -> np.generic:
+    """The single value of a known condition or count."""
+    if data.size != 1:
+        raise OnnxImportError(f"{what} must hold one value, got shape {data.shape}")
+    return data.reshape(-1)[0]
+
+
 @converter("If")
 def if_(ctx: NodeContext):
     """The branch its condition picks, inlined: the condition must be known when converting (a constant, computed
     from shapes, or a graph input read by value: the model is then specialized per value, as for a shape input)."""
-    cond = ctx.require_const(0, "If's condition")
-    if cond.size != 1:
-        raise OnnxImportError(f"If's condition must hold one value, got shape {cond.shape}")
-    branch = ctx.attr("then_branch" if bool(cond.reshape(-1)[0]) else "else_branch", None)
-    _check_supported(branch)
-    env = dict(ctx.scope)  # the branch reads the enclosing graph's values by name; its own names stay inside
-    env.update((t.name, ctx.b.create_constant(tensor_to_array(t))) for t in branch.initializer)
-    for node in branch.node:
-        _convert(ctx.b, node, env, ctx.opset)
-    missing = [o.name for o in branch.output if o.name not in env]
-    if missing:
-        raise OnnxImportError(f"If's branch {branch.name!r} does not produce its outputs {missing}")
-    return [env[o.name] for o in branch.output]
+    cond = _one(ctx.require_const(0, "If's condition"), "If's condition")
+    return _Body.of(ctx, "then_branch" if bool(cond) else "else_branch", "If's branch").run([])
+
+
+@converter("Loop")
+def loop(ctx: NodeContext):
+    """Unrolled: the trip count and the condition before each iteration must be known when converting (as If's
+    condition; the body may compute it from constants and the iteration number); the loop-carried values end as
+    the outputs, and each scan output is its values of every iteration stacked along a new axis 0."""
+    body = _Body.of(ctx, "body", "Loop's body")
+    if ctx.input(0) is None and ctx.input(1) is None:
+        raise OnnxImportError("Loop has neither a trip count nor a condition: it never ends")
+    what = "Loop is unrolled when converting: its trip count"
+    trips = math.inf if ctx.input(0) is None else int(_one(ctx.require_const(0, what), "Loop's trip count"))
+    cond, n_carried = ctx.input(1), len(ctx.inputs) - 2
+    carried, steps = list(ctx.inputs[2:]), list[list[Value]]()
+    while len(steps) < trips and (cond is None or _known_condition(ctx.b, cond, len(steps))):
+        iteration, cond_in = ctx.b.create_constant(np.int64(len(steps))), ctx.b.create_constant(np.bool_(True))
+        outputs = body.run([iteration, cond_in, *carried])
+        # without a condition input the body's is ignored (a for loop)
+        cond = None if ctx.input(1) is None else outputs[0]
+        carried = outputs[1 : n_carried + 1]
+        steps.append(outputs[n_carried + 1 :])
+    n_scanned = len(body.graph.output) - 1 - n_carried
+    return carried + _stacked(ctx, steps, [(0, Direction.FORWARD)] * n_scanned, ctx.node.output[n_carried:])
+
+
+def _known_condition(b: FoldingBuilder, cond: Value, iteration: int) -> bool:
+    """Loop's condition before an iteration (its input, then what the body computed), which unrolling must know."""
+    data = b.constant_of(cond)
+    if data is None:
+        raise NeedsConstant(f"Loop is unrolled when converting: its condition before iteration {iteration} "
+                            f"{NEEDS_CONSTANT}", b.input_sources(cond))
+    return bool(_one(data, "Loop's condition"))
+
+
+@converter("Scan")
+def scan(ctx: NodeContext):
+    """Unrolled over the scanned axis (its static length): each iteration reads one slice of every scan input
+    (from the end where its direction is reverse) and the state; each scan output stacks its iterations along its
+    axis. Opset 8's batched form (axis 0 a batch, axis 1 scanned) unrolls every batch element."""
+    body = _Body.of(ctx, "body", "Scan's body")
+    n_inputs = ctx.attr("num_scan_inputs", None)
+    if ctx.opset < 9:
+        return _batched_scan(ctx, body, n_inputs)
+    n_states = len(ctx.inputs) - n_inputs
+    xs = ctx.inputs[n_states:]
+    axes = ctx.attr("scan_input_axes", [0] * n_inputs)
+    if len(axes) != n_inputs:
+        raise OnnxImportError(f"Scan's scan_input_axes {list(axes)} must hold {n_inputs} axes, one per scan input")
+    reads = list(zip((normalize_axis("Scan", a, len(x.shape)) for a, x in zip(axes, xs, strict=True)),
+                     _directions(ctx, "scan_input_directions", n_inputs), strict=True))
+    n_outputs = len(body.graph.output) - n_states
+    writes = list(zip(ctx.attr("scan_output_axes", [0] * n_outputs), _directions(ctx, "scan_output_directions", n_outputs),
+                      strict=True))
+    return _unrolled_scan(ctx, body, list(ctx.inputs[:n_states]), list(xs), reads, writes)
+
+
+def _directions(ctx: NodeContext, attr: str, count: int) -> list[Direction]:
+    """A Scan attribute listing one direction (0 forward, 1 reverse) per scan input or output."""
+    values = list(ctx.attr(attr, [0] * count))
+    if len(values) != count or not set(values) <= set(Direction):
+        raise OnnxImportError(f"Scan's {attr} {values} must hold {count} directions, each 0 (forward) or 1 (reverse)")
+    return [Direction(v) for v in values]
+
+
+def _unrolled_scan(ctx: NodeContext, body: _Body, states: list[Value], xs: list[Value], reads: list[Scanned],
+                   writes: list[Scanned]) -> list[Value]:
+    """The final states and the stacked scan outputs of Scan's body run over the scanned axes of xs."""
+    lengths = sorted({x.shape[axis] for x, (axis, _) in zip(xs, reads, strict=True)})
+    if len(lengths) != 1:
+        raise OnnxImportError(f"Scan's inputs {[x.shape for x in xs]} differ in length along their scanned axes "
+                              f"{[axis for axis, _ in reads]}")
+    slices = [_unstack(ctx.b, x, axis)[:: -1 if d is Direction.REVERSE else 1] for x, (axis, d) in zip(xs, reads, strict=True)]
+    steps = []
+    for t in range(lengths[0]):
+        outputs = body.run([*states, *(s[t] for s in slices)])
+        states = outputs[: len(states)]
+        steps.append(outputs[len(states) :])
+    return states + _stacked(ctx, steps, writes, ctx.node.output[len(ctx.node.output) - len(writes) :])
+
+
+def _batched_scan(ctx: NodeContext, body: _Body, n_inputs: int) -> list[Value]:
+    """Opset 8's Scan: every input's axis 0 is a batch, each element scanned along its next axis; every sequence
+    must be full length (sequence_lens omitted, or all the scanned length)."""
+    values = list(ctx.inputs[1:])
+    if ctx.input(0) is not None:
+        lengths = ctx.require_const(0, "Scan's sequence_lens")
+        if np.any(lengths != values[-1].shape[1]):
+            raise OnnxImportError(f"Scan's sequence_lens {lengths.tolist()} are not all the scanned length "
+                                  f"{values[-1].shape[1]}: variable-length sequences are not supported")
+    n_states = len(values) - n_inputs
+    reads = [(0, d) for d in _directions(ctx, "directions", n_inputs)]
+    writes = [(0, Direction.FORWARD)] * (len(body.graph.output) - n_states)
+    elements = [_unstack(ctx.b, v, 0) for v in values]
+    results = [_unrolled_scan(ctx, body, [e[i] for e in elements[:n_states]], [e[i] for e in elements[n_states:]],
+                              reads, writes) for i in range(values[0].shape[0])]
+    return _stacked(ctx, results, [(0, Direction.FORWARD)] * len(results[0]), ctx.node.output)
+
+
+def _unstack(b: FoldingBuilder, x: Value, axis: int) -> list[Value]:
+    """x's slices along an axis, that axis dropped."""
+    n = x.shape[axis]
+    parts = b.split(x, [1] * n, axis=axis) if n > 1 else (x,)
+    return [b.squeeze(p, [axis]) for p in parts]
+
+
+def _stacked(ctx: NodeContext, steps: list[list[Value]], writes: list[Scanned], names: Sequence[str]) -> list[Value]:
+    """Each scan output: its value of every iteration (steps[i][k]) stacked along a new axis, last first where its
+    direction is reverse; every iteration's value must have one shape."""
+    if writes and not steps:
+        raise OnnxImportError(f"{ctx.node.op_type} runs no iteration, so its scan outputs {list(names)} would be empty: "
+                              "zero-size tensors are not supported")
+    outputs = []
+    for k, ((axis, direction), name) in enumerate(zip(writes, names, strict=True)):
+        values = [step[k] for step in steps][:: -1 if direction is Direction.REVERSE else 1]
+        shapes = list(dict.fromkeys(v.shape for v in values))
+        if len(shapes) > 1:
+            raise OnnxImportError(f"{ctx.node.op_type}'s scan output {name!r} changes shape between iterations "
+                                  f"({shapes[0]}, then {shapes[1]}): its iterations cannot be stacked")
+        parts = [ctx.b.expand_dims(v, [axis]) for v in values]
+        outputs.append(ctx.b.concat(parts, axis=axis) if len(parts) > 1 else parts[0])
+    return outputs

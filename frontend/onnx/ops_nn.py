@@ -1,4 +1,5 @@
-"""Converters of ONNX neural-network ops: Conv, ConvTranspose, pooling, normalizations, Gemm, MatMul, LRN."""
+"""Converters of ONNX neural-network ops: Conv, ConvTranspose, pooling, normalizations, Gemm, MatMul, LRN, Col2Im,
+MaxUnpool, RoiAlign."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -331,3 +332,43 @@ def lrn(ctx: NodeContext):
     denom = ctx.b.scale(total, scale=alpha / size, bias=bias)
     return [ctx.b.divide(x, ctx.b.pow(denom, ctx.b.fill_constant((), beta, x.dtype)))]
 
+
+
+def _ints(values) -> list[int]:
+    """An ints attribute or constant input as a list (None: empty, the op's default)."""
+    return [] if values is None else [int(v) for v in np.asarray(values).reshape(-1)]
+
+
+@converter("Col2Im")
+def col2im(ctx: NodeContext):
+    image, block = (_ints(ctx.require_const(i, what)) for i, what in ((1, "image_shape"), (2, "block_shape")))
+    return [ctx.b.col2im(ctx.input(0), image, block, _ints(ctx.attr("strides", None)),
+                         _ints(ctx.attr("dilations", None)), _ints(ctx.attr("pads", None)))]
+
+
+@converter("MaxUnpool")
+def max_unpool(ctx: NodeContext):
+    """MaxPool's values back at its indices. With output_shape, the unpooled tensor of the default size is padded at
+    the end to it: the indices address the default size, as in ONNX's reference (onnxruntime reads them in the
+    output_shape instead)."""
+    x, index = ctx.input(0), ctx.input(1)
+    if not ctx.has_attr("kernel_shape"):
+        raise OnnxImportError("MaxUnpool needs kernel_shape")
+    y = ctx.b.max_unpool(x, index, _ints(ctx.attr("kernel_shape", None)), _ints(ctx.attr("strides", None)),
+                         _ints(ctx.attr("pads", None)))
+    if ctx.input(2) is None:
+        return [y]
+    target = tuple(_ints(ctx.require_const(2, "output_shape")))
+    if len(target) != len(y.shape) or target[:2] != y.shape[:2] or any(t < d for t, d in zip(target, y.shape, strict=True)):
+        raise OnnxImportError(f"output_shape {target} must keep N and C and be at least the unpooled shape {y.shape}")
+    return [y if target == y.shape else ctx.b.pad(y, [(0, t - d) for t, d in zip(target, y.shape, strict=True)])]
+
+
+@converter("RoiAlign")
+def roi_align(ctx: NodeContext):
+    """coordinate_transformation_mode came in opset 16 with the default half_pixel; before, rois were output_half_pixel."""
+    mode = ctx.attr("coordinate_transformation_mode", "half_pixel" if ctx.opset >= 16 else "output_half_pixel")
+    return [ctx.b.roi_align(ctx.input(0), ctx.input(1), ctx.input(2), output_height=ctx.attr("output_height", 1),
+                            output_width=ctx.attr("output_width", 1), sampling_ratio=ctx.attr("sampling_ratio", 0),
+                            spatial_scale=ctx.attr("spatial_scale", 1.0), coordinate_transformation_mode=mode,
+                            mode=ctx.attr("mode", "avg"))]

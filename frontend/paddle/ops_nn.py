@@ -1,8 +1,11 @@
-"""Converters of Paddle neural-network ops: matmul, mul, conv2d/3d, pool2d/3d, batch_norm, layer_norm."""
+"""Converters of Paddle neural-network ops: matmul, mul, conv2d/3d, pool2d/3d, batch_norm, layer_norm, unpool/unpool3d,
+roi_align."""
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+
+import numpy as np
 
 from cinn.frontend.paddle.graph import PaddleImportError
 from cinn.frontend.paddle.registry import OpContext, converter
@@ -129,3 +132,48 @@ def layer_norm(ctx: OpContext):
     scale = _optional_vector(ctx, "Scale", 1, size, 1.0, x)
     bias = _optional_vector(ctx, "Bias", 2, size, 0.0, x)
     return [ctx.b.layer_norm(x, scale, bias, begin_norm_axis=axis, epsilon=float(ctx.attr("epsilon", 1e-5)))]
+
+
+@converter("unpool", "unpool3d")
+def unpool(ctx: OpContext):
+    """Max unpooling. Paddle's indices count within each channel's plane of the output: offset by the plane's start
+    to index the whole output, as the table's max_unpool does."""
+    if ctx.attr("unpooling_type", "max") != "max":
+        raise PaddleImportError(f"unpooling_type {ctx.attr('unpooling_type')!r} is not supported (max only)")
+    if _data_format(ctx, "data_format") not in ("NCHW", "NCDHW"):
+        raise PaddleImportError(f"data_format {ctx.attr('data_format')!r} is not supported (channels first only)")
+    x, index = ctx.input("X", 0), ctx.input("Indices", 1)
+    (n, c, *pooled), spatial = x.shape, len(x.shape) - 2
+    ksize, strides = [int(k) for k in ctx.attr("ksize")], [int(s) for s in ctx.attr("strides", [1] * spatial)]
+    pads = [int(p) for p in _attr_of(ctx, ("paddings", "padding"), [0] * spatial)]
+    size = [d for d in ctx.int_array("output_size", 2, "the output size")[-spatial:] if d > 0] or \
+        [(p - 1) * s - 2 * pad + k for p, s, pad, k in zip(pooled, strides, pads, ksize, strict=True)]
+    planes = np.arange(n * c, dtype=np.int64).reshape(n, c, *[1] * spatial) * math.prod(size)
+    flat = ctx.b.add(ctx.b.cast(index, "int64"), ctx.b.create_constant(planes))
+    return [ctx.b.max_unpool(x, flat, ksize, strides, pads + pads, out_shape=size)]
+
+
+@converter("roi_align")
+def roi_align(ctx: OpContext):
+    """aligned shifts the rois by half a pixel (ONNX's half_pixel); a sampling_ratio <= 0 is adaptive."""
+    x, rois = ctx.input("X", 0), ctx.input("ROIs", 1)
+    images = _roi_images(ctx, rois.shape[0], x.shape[0], ctx.optional_input("RoisNum", 2))
+    return [ctx.b.roi_align(x, rois, images, output_height=int(ctx.attr("pooled_height", 1)),
+                            output_width=int(ctx.attr("pooled_width", 1)),
+                            sampling_ratio=max(int(ctx.attr("sampling_ratio", -1)), 0),
+                            spatial_scale=float(ctx.attr("spatial_scale", 1.0)),
+                            coordinate_transformation_mode="half_pixel" if ctx.attr("aligned", False) else "output_half_pixel")]
+
+
+def _roi_images(ctx: OpContext, rois: int, images: int, counts: Value | None) -> Value:
+    """The image of each roi: Paddle groups the rois by image, counts[b] of image b (no counts: one image)."""
+    if counts is None:
+        if images != 1:
+            raise PaddleImportError(f"roi_align without RoisNum needs a batch of one image, got {images} (LoD is not read)")
+        return ctx.b.fill_constant([rois], 0, "int64")
+    # where each image's rois end: a running sum of the counts, as a masked row sum
+    before = ctx.b.create_constant(np.tril(np.ones((images, images), np.int64)))
+    ends = ctx.b.reduce_sum(ctx.b.multiply(before, ctx.b.cast(counts, "int64")), [1])
+    # roi r belongs to the image after every image that ends at or before it
+    positions = ctx.b.create_constant(np.arange(rois, dtype=np.int64).reshape(rois, 1))
+    return ctx.b.reduce_sum(ctx.b.cast(ctx.b.greater_equal(positions, ends), "int64"), [1])
