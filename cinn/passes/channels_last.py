@@ -39,31 +39,36 @@ def channels_last(program: Program, lanes: int) -> Program:
 
 
 def _chosen(program: Program, lanes: int) -> set[str]:
-    """The output names of the convs to compute channels last."""
-    depthwise = [n for n in program.nodes if _is_depthwise(n) and n.outputs[0].shape[3] % (lanes // 2)]
+    """The output names of the convs to compute channels last: each such depthwise conv with the 1x1 convs that
+    feed it and that it feeds, where both exist (a lone depthwise conv would keep a transpose on each side: shufflenet's,
+    between channel shuffles, took 3.0 -> 4.0 ms)."""
     producers, consumers = program.producers(), program.consumers()
-    chosen = {n.outputs[0].name for n in depthwise}
-    for conv in depthwise:
-        chosen |= {n.outputs[0].name for n in _joined(conv, producers, consumers) if _is_pointwise(n)}
+    chosen: set[str] = set()
+    for conv in program.nodes:
+        if not (_is_depthwise(conv) and conv.outputs[0].shape[3] % (lanes // 2)):
+            continue
+        before = [n for n in _joined(conv, producers, consumers, True) if _is_pointwise(n)]
+        after = [n for n in _joined(conv, producers, consumers, False) if _is_pointwise(n)]
+        if before and after:
+            chosen |= {n.outputs[0].name for n in (conv, *before, *after)}
     return chosen
 
 
-def _joined(conv: Node, producers: dict[str, Node], consumers: dict[str, list[Node]]) -> list[Node]:
-    """The convs reached from a conv's input upstream and from its output downstream through elementwise ops."""
+def _joined(conv: Node, producers: dict[str, Node], consumers: dict[str, list[Node]], upstream: bool) -> list[Node]:
+    """The convs reached from a conv's input upstream, or from its output downstream, through elementwise ops."""
     found, seen = [], set()
-    stack = [(p, True) for v in conv.inputs[:1] if (p := producers.get(v.name))]
-    stack += [(c, False) for c in consumers.get(conv.outputs[0].name, [])]
+    stack = [p for v in conv.inputs[:1] if (p := producers.get(v.name))] if upstream else \
+        list(consumers.get(conv.outputs[0].name, []))
     while stack:
-        node, upstream = stack.pop()
+        node = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
         if node.op == "conv2d":
             found.append(node)
         elif get_op(node.op).kind is PatternKind.ELEMENTWISE and len(node.outputs) == 1:
-            nxt = [producers[v.name] for v in node.inputs if v.name in producers] if upstream else \
+            stack += [producers[v.name] for v in node.inputs if v.name in producers] if upstream else \
                 consumers.get(node.outputs[0].name, [])
-            stack += [(n, upstream) for n in nxt]
     return found
 
 
