@@ -9,7 +9,8 @@ rewritten between two transposes (to NHWC and back), which then sink through the
 
 Measured (2 cores, AVX-512, each kernel alone, ms, NCHW -> NHWC): mobilenet_v2's 384-channel 3x3 on 14x14
 0.034-0.048 -> 0.028, its 960-channel 3x3 on 7x7 0.025-0.043 -> 0.019-0.024, the 192-channel one on 28x28
-0.059-0.078 -> 0.062, the 144-channel 3x3/2 on 56x56 0.066-0.082 -> 0.065; the 1x1 convs as fast as before.
+0.059-0.078 -> 0.062, the 144-channel 3x3/2 on 56x56 0.066-0.082 -> 0.065; the 1x1 convs as fast as before; the
+whole model 5.21 -> 4.69 ms (interleaved runs, on a VM at half the FMA peak of the one measured elsewhere).
 Dense kxk convs stay NCHW: channels last, their reduction over channels reads the input at a stride of a whole
 pixel (256->256 3x3 on 14x14: 0.57 -> 1.31 ms).
 """
@@ -31,7 +32,7 @@ TO_NCHW = (0, 3, 1, 2)
 
 def channels_last(program: Program, lanes: int) -> Program:
     """Compute the depthwise convs whose output rows are not whole half-vectors of `lanes` floats (the CPU's vector
-    width), and the 1x1 convs joined to them through elementwise ops, channels last."""
+    width) and that have 1x1 convs on both sides, through elementwise ops, channels last with those 1x1 convs."""
     chosen = _chosen(program, lanes)
     if not chosen:
         return program
