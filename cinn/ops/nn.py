@@ -38,6 +38,9 @@ class DataFormat(enum.StrEnum):
     NHWC = "NHWC"
 
 
+TO_NHWC = (0, 2, 3, 1)  # the transpose of a 4-D NCHW tensor to NHWC
+TO_NCHW = (0, 3, 1, 2)  # and back
+
 class WeightLayout(enum.StrEnum):
     """conv2d weight layout: OIHW as the frontends give it; IHWO (output channels contiguous) or IHWO32 (IHWO in
     panels of PANEL output channels, [O / PANEL, I, H, W, PANEL]: each channel tile's weights one contiguous block)
@@ -377,12 +380,12 @@ def _check_nchw(op: str, data_format: DataFormat, shape: tuple[int, ...], nhwc: 
 
 def as_nchw(shape: tuple[int, ...], data_format: DataFormat) -> tuple[int, ...]:
     """A 4-D shape of this data format in NCHW order."""
-    return (shape[0], shape[3], shape[1], shape[2]) if data_format is DataFormat.NHWC else shape
+    return tuple(shape[i] for i in TO_NCHW) if data_format is DataFormat.NHWC else shape
 
 
 def from_nchw(shape: tuple[int, ...], data_format: DataFormat) -> tuple[int, ...]:
     """A 4-D NCHW shape in this data format's order."""
-    return (shape[0], shape[2], shape[3], shape[1]) if data_format is DataFormat.NHWC else shape
+    return tuple(shape[i] for i in TO_NHWC) if data_format is DataFormat.NHWC else shape
 
 
 # ---------------------------------------------------------------------------------------------
@@ -489,8 +492,8 @@ def _conv_flops(types: Sequence[TensorType], a: Conv2dAttrs, outs: Sequence[Tens
 def _conv_reference(arrays: Sequence[np.ndarray], a: Conv2dAttrs) -> list[np.ndarray]:
     x, w = arrays
     if a.data_format is DataFormat.NHWC:
-        (y,) = _conv_reference([x.transpose(0, 3, 1, 2), w], replace(a, data_format=DataFormat.NCHW))
-        return [np.ascontiguousarray(y.transpose(0, 2, 3, 1))]
+        (y,) = _conv_reference([x.transpose(TO_NCHW), w], replace(a, data_format=DataFormat.NCHW))
+        return [np.ascontiguousarray(y.transpose(TO_NHWC))]
     w = a.weight_layout.to_oihw(w)
     h, wd = conv_windows(x.shape, w.shape, a)
     g, (n, c) = a.groups, x.shape[:2]
@@ -687,7 +690,8 @@ class BatchNormAttrs(Attrs):
         coerce_enum(self, "data_layout", DataFormat, "batchnorm")
 
 
-def _channel_axis(shape: tuple[int, ...], layout: DataFormat) -> int:
+def channel_axis(shape: tuple[int, ...], layout: DataFormat) -> int:
+    """The channel axis of a tensor of this layout."""
     return 1 if layout is DataFormat.NCHW else len(shape) - 1
 
 
@@ -696,7 +700,7 @@ def _batchnorm_infer(types: Sequence[TensorType], a: BatchNormAttrs) -> list[Ten
     same_dtype("batchnorm", types)
     if len(x.shape) < 2:
         raise ValueError(f"batchnorm: x must have a channel axis, got shape {x.shape}")
-    c = x.shape[_channel_axis(x.shape, a.data_layout)]
+    c = x.shape[channel_axis(x.shape, a.data_layout)]
     params = [t.shape for t in types[1:]]
     if any(p != (c,) for p in params):
         raise ValueError(f"batchnorm: scale, bias, mean, variance must have shape ({c},) for x {x.shape}, got {params}")
@@ -705,7 +709,7 @@ def _batchnorm_infer(types: Sequence[TensorType], a: BatchNormAttrs) -> list[Ten
 
 def _channel_shape(shape: tuple[int, ...], layout: DataFormat) -> tuple[int, ...]:
     """Shape that broadcasts a per-channel vector against x."""
-    axis = _channel_axis(shape, layout)
+    axis = channel_axis(shape, layout)
     return (shape[axis],) + (1,) * (len(shape) - 1 - axis)
 
 

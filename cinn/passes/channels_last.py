@@ -21,13 +21,10 @@ from typing import cast
 
 from cinn.ir import Node, Program
 from cinn.ops import PatternKind, get_op
-from cinn.ops.nn import Conv2dAttrs, DataFormat
+from cinn.ops.nn import TO_NCHW, TO_NHWC, Conv2dAttrs, DataFormat
 from cinn.ops.shape import TransposeAttrs
 from cinn.passes.rewrite import Rewriter, rewrite
 from cinn.passes.sink_transposes import sink_transposes
-
-TO_NHWC = (0, 2, 3, 1)
-TO_NCHW = (0, 3, 1, 2)
 
 
 def channels_last(program: Program, lanes: int) -> Program:

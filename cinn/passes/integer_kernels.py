@@ -9,7 +9,7 @@ import numpy as np
 
 from cinn.ir import Node, Program, Value
 from cinn.ops.elementwise import CastAttrs
-from cinn.ops.nn import Conv2dAttrs, DataFormat, WeightLayout, conv_windows
+from cinn.ops.nn import TO_NCHW, TO_NHWC, Conv2dAttrs, DataFormat, WeightLayout, conv_windows
 from cinn.ops.quant import DEPTH, LANES, IntConvAttrs, pack_vnni, pack_vnni_conv
 from cinn.ops.shape import PadAttrs, SliceAttrs, TransposeAttrs
 from cinn.passes.rewrite import Rewriter, rewrite
@@ -62,7 +62,7 @@ def _integer_conv(rw: Rewriter, node: Node) -> bool:
     q, zero, scale = dequantized
     values, w_scale = split[0].T.reshape(weights.shape), split[1]
     rows, cols = conv_windows(x.shape, weights.shape, a)
-    (nhwc,) = rw.emit("transpose", [q], TransposeAttrs((0, 2, 3, 1)))
+    (nhwc,) = rw.emit("transpose", [q], TransposeAttrs(TO_NHWC))
     # padding is the zero point (a real zero); channels are padded to whole steps of 4 with zero weights (an RGB stem)
     extra = -c % DEPTH
     pads = ((0, 0), (rows.pad_begin, rows.pad_end), (cols.pad_begin, cols.pad_end), (0, extra))
@@ -74,7 +74,7 @@ def _integer_conv(rw: Rewriter, node: Node) -> bool:
     (acc,) = rw.emit("conv2d_u8i8", [nhwc, rw.new_constant(packed, "w_u8i8")], attrs)
     if oc % LANES:
         (acc,) = rw.emit("slice", [acc], SliceAttrs((3,), (0,), (oc,)))
-    (acc,) = rw.emit("transpose", [acc], TransposeAttrs((0, 3, 1, 2)))  # sink_transposes moves it to NCHW consumers
+    (acc,) = rw.emit("transpose", [acc], TransposeAttrs(TO_NCHW))  # sink_transposes moves it to NCHW consumers
     per_channel = (oc, 1, 1)
     shift = zero * values.astype(np.int64).sum(axis=(1, 2, 3)).reshape(per_channel)
     _rescale(rw, node, acc, shift, (np.float32(scale) * w_scale).reshape(per_channel))

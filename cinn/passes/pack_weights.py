@@ -10,7 +10,7 @@ import numpy as np
 
 from cinn.ir import Node, Program, Value
 from cinn.ops import PatternKind, get_op
-from cinn.ops.nn import PANEL, Conv2dAttrs, DataFormat, MatmulAttrs, WeightLayout, as_nchw, panel
+from cinn.ops.nn import PANEL, Conv2dAttrs, MatmulAttrs, WeightLayout, as_nchw, channel_axis, panel
 from cinn.ops.shape import SliceAttrs, slice_ranges
 from cinn.passes.rewrite import Rewriter, rewrite
 
@@ -90,7 +90,7 @@ def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray) -> None:
     padding = _channel_padding(o, width, conv.strides[1] > 1) if dense else 0
     layout = WeightLayout.IHWO32 if dense and (o + padding) % PANEL == 0 else WeightLayout.IHWO
     packed = rw.new_constant(layout.from_oihw(np.pad(oihw, ((0, padding), (0, 0), (0, 0), (0, 0)))), f"{w.name}_ihwo")
-    axis = 3 if conv.data_format is DataFormat.NHWC else 1
+    axis = channel_axis(node.outputs[0].shape, conv.data_format)
     _replace(rw, node, (x, packed), dataclasses.replace(conv, weight_layout=layout), axis, (o, o + padding))
 
 
