@@ -21,7 +21,7 @@ from cinn.ops.common import coerce_enum, normalize_axes, normalize_axis, registe
 from cinn.ops.registry import DtypeClass as D
 from cinn.ops.registry import OpDef, register
 from cinn.ops.registry import PatternKind as K
-from cinn.ops.te_util import cast, const, dtype_of, lowest
+from cinn.ops.te_util import cast, const, dims, dtype_of, lowest
 
 
 class PoolType(enum.StrEnum):
@@ -98,10 +98,6 @@ class DropoutImpl(enum.StrEnum):
     UPSCALE_IN_TRAIN = "upscale_in_train"
 
 
-def _fshape(t) -> tuple[int, ...]:
-    """A te.Tensor's static shape as ints."""
-    return tuple(int(d) for d in t.shape)
-
 
 def _accumulate(x: np.ndarray) -> np.ndarray:
     """Reference arithmetic in float64 for floats (exact enough to judge float32 kernels)."""
@@ -176,7 +172,7 @@ def _operand_index(shape: tuple[int, ...], batch_idx: Sequence, row, col, trans:
 
 def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
     x, y = tensors
-    xs, ys = _fshape(x), _fshape(y)
+    xs, ys = dims(x), dims(y)
     s = _matmul_shape(xs, ys, a)
     dtype = out_types[0].dtype
     k = te.reduce_axis((0, s.k), name="k")
@@ -315,7 +311,7 @@ def _windows(
     """Resolve the (H, W) window geometry; `shapes` names the operands in errors."""
     strides, dilations = _pair(op, "strides", strides), _pair(op, "dilations", dilations)
     pads = _pads(op, paddings)
-    dims = []
+    windows = []
     for size, k, s, d, given in zip(in_hw, kernel, strides, dilations, pads, strict=False):
         span = (k - 1) * d + 1
         pb, pe = given
@@ -330,8 +326,8 @@ def _windows(
         out = (room + (s - 1 if ceil_mode else 0)) // s + 1
         if ceil_mode and (out - 1) * s >= size + pb:  # ceil mode's last window starts in the end padding: dropped (ONNX, PyTorch)
             out -= 1
-        dims.append(_Window(size, k, s, d, pb, pe, out))
-    return dims[0], dims[1]
+        windows.append(_Window(size, k, s, d, pb, pe, out))
+    return windows[0], windows[1]
 
 
 def _window_pad(x, hw: tuple[_Window, _Window], value):
@@ -352,7 +348,7 @@ def _zero_pad(x, hw: tuple[_Window, _Window], value, channels_last: bool = False
         return x
     h, w = hw
     w = replace(w, pad_end=w.pad_end + -(w.size + w.pad_begin + w.pad_end) % w.stride)
-    n, c = _fshape(x)[0], _fshape(x)[3 if channels_last else 1]
+    n, c = dims(x)[0], dims(x)[3 if channels_last else 1]
     hw_ = (h.size + h.pad_begin + h.pad_end, w.size + w.pad_begin + w.pad_end)
     shape = (n, *hw_, c) if channels_last else (n, c, *hw_)
 
@@ -441,8 +437,8 @@ def _conv_infer(types: Sequence[TensorType], a: Conv2dAttrs) -> list[TensorType]
 
 def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
     x, w = tensors
-    ws = a.weight_layout.oihw(_fshape(w))
-    h, wd = conv_windows(_fshape(x), ws, a)
+    ws = a.weight_layout.oihw(dims(w))
+    h, wd = conv_windows(dims(x), ws, a)
     weight = a.weight_layout.reader(w)
     last = a.data_format is DataFormat.NHWC
     if not last and _is_flat_pointwise(ws, (h, wd), a):
@@ -477,7 +473,7 @@ def _is_flat_pointwise(ws: tuple[int, ...], hw: tuple[_Window, _Window], a: Conv
 
 def _pointwise_compute(x, weight, out: TensorType):
     """out[n, o, p] = sum_c weight[o, c] * x[n, c, p] over flat pixels p, viewed back as NCHW."""
-    n_, c_, height, width = _fshape(x)
+    n_, c_, height, width = dims(x)
     rc = te.reduce_axis((0, c_), name="rc")
     flat = te.compute((n_, c_, height * width), lambda n, c, p: x[n, c, p // width, p % width], name="flatten")
     y = te.compute((n_, out.shape[1], height * width),
@@ -615,7 +611,7 @@ def _divisor(hw, a: Pool2dAttrs, i, j):
 
 def _pool_compute(tensors, a: Pool2dAttrs, out_types: Sequence[TensorType]):
     (x,) = tensors
-    hw = _pool_windows(_fshape(x), a)
+    hw = _pool_windows(dims(x), a)
     out = out_types[0]
     is_max = a.pooling_type is PoolType.MAX
     identity = lowest(out.dtype) if is_max else tirx.const(0, out.dtype)

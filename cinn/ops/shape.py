@@ -14,7 +14,7 @@ from tvm import te, tirx, topi
 from cinn.ir import DTYPES, Attrs, TensorType
 from cinn.ops.common import normalize_axes, normalize_axis, same_dtype
 from cinn.ops.registry import OpDef, PatternKind, register
-from cinn.ops.te_util import cast, const
+from cinn.ops.te_util import cast, const, dims
 
 Shape = tuple[int, ...]
 IndexMap = Callable[[Sequence], Sequence]  # output index exprs -> input index exprs
@@ -32,10 +32,6 @@ def _map_compute(name: str, x: te.Tensor, out_shape: Shape, in_index: IndexMap) 
 
     return te.compute(out_shape, body, name=name, tag="injective")
 
-
-def _dims(t: te.Tensor) -> Shape:
-    """A te.Tensor's static shape as ints."""
-    return tuple(int(d) for d in t.shape)
 
 
 def _ravel(idx: Sequence, shape: Shape):
@@ -65,7 +61,7 @@ def _reshape_compute(name: str):
 
     def compute(tensors, _attrs, out_types):
         (x,) = tensors
-        in_shape = _dims(x)
+        in_shape = dims(x)
         out_shape = out_types[0].shape
         return [_map_compute(name, x, out_shape, lambda idx: _unravel(_ravel(idx, out_shape), in_shape))]
 
@@ -158,7 +154,7 @@ def _perm(shape: Shape, a: TransposeAttrs) -> tuple[int, ...]:
 
 def _transpose_compute(tensors, a, out_types):
     (x,) = tensors
-    inverse = np.argsort(_perm(_dims(x), a))
+    inverse = np.argsort(_perm(dims(x), a))
     return [_map_compute("transpose", x, out_types[0].shape, lambda idx: [idx[k] for k in inverse])]
 
 
@@ -203,7 +199,7 @@ def _slice_shape(shape: Shape, a: SliceAttrs) -> Shape:
 
 def _slice_compute(tensors, a, out_types):
     (x,) = tensors
-    ranges = slice_ranges(_dims(x), a)
+    ranges = slice_ranges(dims(x), a)
     return [_map_compute("slice", x, out_types[0].shape,
                          lambda idx: [r.start + i * r.step for r, i in zip(ranges, idx, strict=True)])]
 
@@ -280,7 +276,7 @@ def _split_reference(xs, a):
 
 def _split_compute(tensors, a, out_types):
     (x,) = tensors
-    ax, secs = _sections(_dims(x), a)
+    ax, secs = _sections(dims(x), a)
     offsets = np.cumsum((0,) + secs[:-1])
 
     def shifted(off: int) -> IndexMap:
@@ -364,7 +360,7 @@ def _broadcast_reference(xs, a):
 
 def _broadcast_to_compute(tensors, a, out_types):
     (x,) = tensors
-    shape = _dims(x)
+    shape = dims(x)
     axes = _mapped_axes(shape, a)
     # a size-1 input dim is read at 0 (it may meet a larger output dim)
     return [_map_compute("broadcast_to", x, out_types[0].shape,
@@ -392,14 +388,14 @@ def _tile_dims(shape: Shape, a: TileAttrs) -> tuple[Shape, tuple[int, ...]]:
 
 
 def _tile_shape(shape: Shape, a: TileAttrs) -> Shape:
-    dims, reps = _tile_dims(shape, a)
-    return tuple(d * r for d, r in zip(dims, reps, strict=False))
+    sizes, reps = _tile_dims(shape, a)
+    return tuple(d * r for d, r in zip(sizes, reps, strict=False))
 
 
 def _tile_compute(tensors, a, out_types):
     (x,) = tensors
     lead = len(out_types[0].shape) - x.ndim
-    shape = _dims(x)
+    shape = dims(x)
     return [_map_compute("tile", x, out_types[0].shape, lambda idx: [i % d for i, d in zip(idx[lead:], shape, strict=True)])]
 
 
@@ -416,7 +412,7 @@ class ReverseAttrs(Attrs):
 
 def _reverse_compute(tensors, a, out_types):
     (x,) = tensors
-    shape = _dims(x)
+    shape = dims(x)
     axes = normalize_axes("reverse", a.axis, len(shape))
     return [_map_compute("reverse", x, shape,
                          lambda idx: [d - 1 - i if k in axes else i for k, (i, d) in enumerate(zip(idx, shape, strict=True))])]
@@ -484,7 +480,7 @@ def _pad_source(i, before: int, d: int, mode: PadMode):
 
 def _pad_compute(tensors, a, out_types):
     (x,) = tensors
-    shape = _dims(x)
+    shape = dims(x)
     fill = _scalar(a.pad_value, out_types[0].dtype)
 
     def body(*idx):
@@ -522,7 +518,7 @@ def _clamped(i, n: int, dtype: str):
 def _gather_compute(tensors, a, out_types):
     x, index = tensors
     ax, k = normalize_axis("gather", a.axis, x.ndim), len(index.shape)
-    n = _dims(x)[ax]
+    n = dims(x)[ax]
 
     def body(*idx):
         return x(*idx[:ax], _clamped(index(*idx[ax : ax + k]), n, index.dtype), *idx[ax + k :])
@@ -552,7 +548,7 @@ def _gather_elements_infer(types: Sequence[TensorType], a: AxisAttrs) -> list[Te
 def _gather_elements_compute(tensors, a, out_types):
     x, index = tensors
     ax = normalize_axis("gather_elements", a.axis, x.ndim)
-    n = _dims(x)[ax]
+    n = dims(x)[ax]
 
     def body(*idx):
         picked = _clamped(index(*idx), n, index.dtype)

@@ -21,13 +21,10 @@ from cinn.ops.nn import PoolType
 from cinn.ops.registry import DtypeClass as D
 from cinn.ops.registry import OpDef, register
 from cinn.ops.registry import PatternKind as K
-from cinn.ops.te_util import cast, const, lowest
+from cinn.ops.te_util import cast, const, dims, lowest
 
 INDEX_DTYPES = ("int32", "int64")
 
-
-def _dims(t) -> tuple[int, ...]:
-    return tuple(int(d) for d in t.shape)
 
 
 def _ravel(idx: Sequence, shape: Sequence[int]):
@@ -148,7 +145,7 @@ def _col2im_infer(types: Sequence[TensorType], a: Col2ImAttrs) -> list[TensorTyp
 
 def _col2im_compute(tensors, a: Col2ImAttrs, out_types: Sequence[TensorType]):
     (x,) = tensors
-    slides = _col2im_slides(_dims(x), a)
+    slides = _col2im_slides(dims(x), a)
     block = math.prod(a.block_shape)
     counts = [s.count for s in slides]
     zero = const(0, out_types[0].dtype)
@@ -241,7 +238,7 @@ def _unpool_infer(types: Sequence[TensorType], a: MaxUnpoolAttrs) -> list[Tensor
 
 def _unpool_compute(tensors, a: MaxUnpoolAttrs, out_types: Sequence[TensorType]):
     x, index = tensors
-    slides = _unpool_slides(_dims(x), TensorType(_dims(index), str(index.dtype)), a)
+    slides = _unpool_slides(dims(x), TensorType(dims(index), str(index.dtype)), a)
     out = out_types[0]
 
     def body(n, c, *pos):
@@ -371,7 +368,7 @@ def _bilinear_axis(v, size: int) -> tuple:
 
 def _roi_align_compute(tensors, a: RoiAlignAttrs, out_types: Sequence[TensorType]):
     x, rois, batch = tensors
-    n, _, height, width = _dims(x)
+    n, _, height, width = dims(x)
     most_h, most_w = _roi_grid(height, width, a)
     is_max = a.mode is PoolType.MAX
     ky, kx = te.reduce_axis((0, most_h), name="ky"), te.reduce_axis((0, most_w), name="kx")

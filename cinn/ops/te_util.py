@@ -9,9 +9,14 @@ from tvm import te
 from cinn.ir import TensorType
 
 
+def dims(t: te.Tensor) -> tuple[int, ...]:
+    """A tensor's static shape as Python ints."""
+    return tuple(int(d) for d in t.shape)
+
+
 def broadcast_index(t: te.Tensor, out_idx: Sequence) -> list:
     """Indices into `t` for an output index under numpy broadcasting."""
-    shape = [int(d) for d in t.shape]
+    shape = dims(t)
     offset = len(out_idx) - len(shape)
     return [0 if d == 1 else out_idx[offset + i] for i, d in enumerate(shape)]
 
