@@ -28,7 +28,7 @@ from cinn.autotune.database import FailureKind
 from cinn.autotune.task import Task
 from cinn.build import KernelSpec, build_kernel
 from cinn.cuda_module import require_device
-from cinn.runtime import configure_threads
+from cinn.machine import configure_threads
 from cinn.target import Target
 from cinn.utils import random_arrays
 

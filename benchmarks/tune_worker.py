@@ -28,7 +28,7 @@ from cinn.benchmarks.harness import ATOL, RTOL
 from cinn.benchmarks.tune_bench import Candidate, NumpyRate, Retimed, RetimePlan, TuneOutcome, Tuner, Workload, get_workload
 from cinn.build import KernelSpec, build_kernel
 from cinn.lower import lower_program
-from cinn.runtime import configure_threads
+from cinn.machine import configure_threads
 from cinn.target import Target, parse_target
 from cinn.utils import interleaved_medians, median_seconds, random_arrays
 

@@ -7,7 +7,9 @@ latency times the FMA ports), and a parallel vectorized copy of 256 MiB (read pl
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -19,6 +21,7 @@ from cinn.target import Target
 ACCUMULATORS = 12
 FMA_ITERS = 1 << 20
 COPY_FLOATS = 64 << 20  # 256 MiB: far past any cache
+SHARE_ALL_CORES = -3  # TVM's AffinityMode kSpecifyThreadShareAllCore: each worker may run on any listed CPU
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,14 @@ class Peaks:
     gbps: float
 
 
+def configure_threads(n: int, config: Callable | None = None) -> None:
+    """Give TVM's CPU thread pool n workers. Asked for n threads alone, TVM keeps one worker on machines whose
+    cores it cannot rank (these VMs), so this process's CPUs are listed explicitly. `config` is the
+    runtime.config_threadpool function to call (default: this process's)."""
+    config = config or tvm.get_global_func("runtime.config_threadpool")
+    config(SHARE_ALL_CORES, n, [str(c) for c in sorted(os.sched_getaffinity(0))[:n]])
+
+
 def machine_peaks(target: Target, cache_dir: pathlib.Path) -> Peaks:
     """The target's peaks from the cache, else measured (about a second) and cached."""
     path = cache_dir / f"peaks-{target.mcpu}-{target.num_cores}.json"
@@ -36,6 +47,7 @@ def machine_peaks(target: Target, cache_dir: pathlib.Path) -> Peaks:
         return Peaks(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         pass
+    configure_threads(target.num_cores)  # TVM's default pool has one worker here: the peaks of one core
     peaks = Peaks(float(_fma_gflops(target)), float(_copy_gbps(target)))
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,6 @@ import enum
 import functools
 import hashlib
 import math
-import os
 import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -19,23 +18,12 @@ import tvm_ffi
 
 from cinn.cuda_module import NO_DEVICE
 from cinn.ir import Program, Value
-from cinn.machine import Peaks
+from cinn.machine import Peaks, configure_threads
 from cinn.passes.views import View, resolve
 from cinn.utils import median_seconds, wall_seconds
 
 RUN_SETTLE_S = 0.5  # untimed runs before a profile times whole runs: right after the kernels' timing loops a run took 1.3x
 ALIGNMENT = 64  # of the arrays cinn allocates (outputs, workspace): a cache line, a full AVX-512 vector
-
-SHARE_ALL_CORES = -3  # TVM's AffinityMode kSpecifyThreadShareAllCore: each worker may run on any listed CPU
-
-
-def configure_threads(n: int, config: Callable | None = None) -> None:
-    """Give TVM's CPU thread pool n workers. Asked for n threads alone, TVM keeps one worker on machines whose
-    cores it cannot rank (these VMs), so this process's CPUs are listed explicitly. `config` is the
-    runtime.config_threadpool function to call (default: this process's)."""
-    config = config or tvm.get_global_func("runtime.config_threadpool")
-    config(SHARE_ALL_CORES, n, [str(c) for c in sorted(os.sched_getaffinity(0))[:n]])
-
 
 @dataclass(frozen=True)
 class Kernel:

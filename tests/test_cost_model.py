@@ -12,7 +12,7 @@ import cinn
 from cinn.autotune import features
 from cinn.autotune.cost_model import CostModel, CostModelConfig
 from cinn.frontend import NetBuilder
-from cinn.runtime import configure_threads
+from cinn.machine import configure_threads
 from cinn.target import parse_target
 
 TARGET = parse_target("llvm")

@@ -225,7 +225,10 @@ def test_profile_states_percent_of_the_machine_peaks(models):
 
 def test_machine_peaks_are_measured_once_and_cached(tmp_path, monkeypatch):
     target = parse_target("llvm")
+    sized = []
+    monkeypatch.setattr(machine, "configure_threads", sized.append)
     first = machine.machine_peaks(target, tmp_path)
+    assert sized == [target.num_cores]  # all the target's cores measured, whatever pool the process had
     assert 1 < first.gflops < 1e5 and 0.1 < first.gbps < 1e4
     monkeypatch.setattr(machine, "_fma_gflops", lambda target: pytest.fail("measured again"))
     assert machine.machine_peaks(target, tmp_path) == first
