@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import tvm
 
@@ -40,12 +41,13 @@ class Task:
 
 
 def extract_tasks(program: Program | Sequence[Program], fuse: bool = True, passes: bool = True,
-                  target: Target | None = None) -> list[Task]:
+                  target: Target | None = None, winograd_choices: Mapping[str, int] = MappingProxyType({})) -> list[Task]:
     """The unique kernels `cinn.compile` would build for a Program (or several: a symbolic program's bindings), in
-    first-use order, weighted by occurrences; `target` picks its rewrites (cinn.passes.pipeline.optimize)."""
+    first-use order, weighted by occurrences; `target` and `winograd_choices` pick its rewrites
+    (cinn.passes.pipeline.optimize)."""
     tasks: dict[str, Task] = {}
     for p in [program] if isinstance(program, Program) else program:
-        for lg in lower_program(p, fuse, passes, target=target)[1]:
+        for lg in lower_program(p, fuse, passes, target=target, winograd_choices=winograd_choices)[1]:
             t = Task.from_func(lg.func, lg.group.kind, lg.group.name)
             prev = tasks.get(t.workload)
             tasks[t.workload] = t if prev is None else dataclasses.replace(prev, weight=prev.weight + 1)

@@ -166,10 +166,11 @@ def _verify(state: _TaskState, target: Target, log, runner: Runner, k: int) -> b
 
 
 def _record(task: Task, target: Target, trace: str, result: MeasureResult) -> Record:
-    return Record(task.workload, str(target), trace, tuple(result.costs), _versions(), result.detail, result.failure)
+    return Record(task.workload, str(target), trace, tuple(result.costs), record_versions(), result.detail, result.failure)
 
 
-def _versions() -> tuple[tuple[str, str], ...]:
+def record_versions() -> tuple[tuple[str, str], ...]:
+    """The versions a record notes: TVM's and this code's."""
     return (("tvm", tvm.__version__), ("cinn", code_version()))
 
 

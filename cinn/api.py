@@ -12,6 +12,7 @@ from typing import overload
 import tvm
 from tvm.s_tir import Schedule, Trace
 
+from cinn.autotune.algorithms import winograd_choices
 from cinn.autotune.database import best_traces
 from cinn.build import KernelSpec, build_all, default_cache_dir, workload_key
 from cinn.dynamic import DynamicExecutable
@@ -87,8 +88,8 @@ def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> E
     tgt = parse_target(o.target)
     # CUDA kernels may load vectors that an offset into another value's buffer would misalign: their concats copy
     in_place = o.fuse and not tgt.is_cuda
-    program, lowered = lower_program(program, o.fuse, o.passes, in_place, tgt)
     records = _tuning_records(o.tuning_log, tgt)
+    program, lowered = lower_program(program, o.fuse, o.passes, in_place, tgt, _winograd_choices(o.tuning_log, tgt))
     specs = []
     for lg in lowered:
         key = workload_key(lg.func)
@@ -120,6 +121,11 @@ def _applicable(trace: str | None, lg: LoweredGroup) -> str | None:
                       "using the default schedule", stacklevel=3)
         return None
     return trace
+
+
+def _winograd_choices(log, target: Target) -> dict[str, int]:
+    """The conv algorithms cinn-tune measured (after _tuning_records: the log exists)."""
+    return winograd_choices(log, target) if log is not None else {}
 
 
 def _tuning_records(log, target: Target) -> dict[str, str]:

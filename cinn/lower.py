@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 from tvm import te
@@ -72,13 +73,14 @@ def _ident(name: str) -> str:
     return re.sub(r"\W", "_", name)
 
 
-def lower_program(program: Program, fuse: bool = True, passes: bool = True,
-                  in_place: bool = True, target: Target | None = None) -> tuple[Program, list[LoweredGroup]]:
-    """Verify, optimize and fuse a Program; returns the optimized Program and one PrimFunc per kernel, in order. With
-    fusion and `in_place`, the concats and slices of find_views(program) take no kernel: their values are views of
-    other values' buffers."""
+def lower_program(program: Program, fuse: bool = True, passes: bool = True, in_place: bool = True,
+                  target: Target | None = None, winograd_choices: Mapping[str, int] = MappingProxyType({})
+                  ) -> tuple[Program, list[LoweredGroup]]:
+    """Verify, optimize (`winograd_choices` as cinn.passes.pipeline.optimize takes them) and fuse a Program; returns
+    the optimized Program and one PrimFunc per kernel, in order. With fusion and `in_place`, the concats and slices of
+    find_views(program) take no kernel: their values are views of other values' buffers."""
     verify(program)
-    program = optimize(program, passes, target)
+    program = optimize(program, passes, target, winograd_choices)
     skipped = kernelless(program, find_views(program)) if in_place else frozenset()
     groups = fuse_groups(program, skipped) if fuse else unfused(program)
     return program, [lower_group(g, program.constants) for g in groups]

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from cinn import __version__
+from cinn.autotune.algorithms import select_winograd
 from cinn.autotune.cost_model import CostModel
 from cinn.autotune.measure import LocalRunner, MeasureConfig, RpcRunner
 from cinn.autotune.task import extract_tasks
@@ -15,6 +16,7 @@ from cinn.autotune.tuner import Progress, TaskSummary, TuneConfig, tune
 from cinn.frontend.loading import load_model, parse_input_shapes
 from cinn.frontend.zoo import MODELS, get_model, is_model_name
 from cinn.ir import Program
+from cinn.passes.winograd import ALGORITHM_PREFIX, DIRECT, ConvShape
 from cinn.symbolic import SymbolicProgram, bindings_of
 from cinn.target import parse_target
 
@@ -90,13 +92,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _tune(args) -> list[TaskSummary]:
     """Load the model, extract its tasks and tune them."""
     target = parse_target(args.target)
-    tasks = extract_tasks(_load(args.model, args.input_shape, args.shape_hint), target=target)
-    print(f"cinn-tune: {len(tasks)} tasks, {args.trials} trials, target {target}, log {args.log}", file=sys.stderr)
+    programs = _load(args.model, args.input_shape, args.shape_hint)
     measure = MeasureConfig(run_timeout=args.timeout, repeat=args.repeat, cache_flush=args.cache_flush)
     runner = RpcRunner(args.rpc_tracker, args.rpc_key, measure) if args.rpc_tracker else LocalRunner(measure)
     model = CostModel.load(args.cost_model) if args.cost_model and os.path.exists(args.cost_model) else CostModel(seed=args.seed)
     config = TuneConfig(trials=args.trials, batch=args.batch, seed=args.seed, verify=args.verify)
     try:
+        # the conv algorithms first: they decide which kernels there are to tune
+        choices = select_winograd(programs, target, args.log, runner, args.resume, _algorithm_progress)
+        tasks = extract_tasks(programs, target=target, winograd_choices=choices)
+        print(f"cinn-tune: {len(tasks)} tasks, {args.trials} trials, target {target}, log {args.log}", file=sys.stderr)
         summaries = tune(tasks, target, args.log, config, runner=runner, model=model, resume=args.resume,
                          progress=_ProgressBar(len(tasks)))
     finally:
@@ -115,6 +120,13 @@ def _load(model: str, input_shapes: Sequence[str], shape_hints: Sequence[str]) -
     if not isinstance(program, SymbolicProgram):
         raise ValueError(f"--shape-hint: {model} has static shapes")
     return [program.specialize(b) for b in bindings_of(program, parse_input_shapes(shape_hints))]
+
+
+def _algorithm_progress(done: int, total: int, shape: ConvShape, tile: int | None) -> None:
+    chosen = ("every algorithm failed: the estimate decides" if tile is None else f"Winograd F({tile}x{tile}, 3x3)"
+              if tile != DIRECT else "direct")
+    print(f"cinn-tune: conv algorithm {done}/{total} {shape.key.removeprefix(ALGORITHM_PREFIX)}: {chosen}",
+          file=sys.stderr, flush=True)
 
 
 class _ProgressBar:

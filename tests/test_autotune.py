@@ -406,6 +406,33 @@ def test_cinn_tune_cli(tmp_path, capsys):
     assert len(list(read_records(log))) == 6  # the budget was spent: nothing measured, nothing verified
 
 
+
+def test_cinn_tune_measures_conv_algorithms_first(tmp_path, capsys):
+    """A 3x3 conv's algorithms (direct, Winograd F(4x4), F(2x2)) are measured and logged before its kernels are
+    tuned; the tasks are those of the chosen algorithm, and a resumed run measures them again only for new shapes."""
+    from cinn import tune_cli as cli
+
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 12, 12])],
+        [onnx.numpy_helper.from_array(np.random.rand(32, 16, 3, 3).astype("float32"), "w")])
+    path = tmp_path / "conv.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    log = tmp_path / "log.jsonl"
+    args = [str(path), "--trials", "1", "--repeat", "1", "--verify", "0", "--log", str(log)]
+    assert cli.main(args) == 0
+    err = capsys.readouterr().err
+    assert "cinn-tune: conv algorithm 1/1 1x16x12x12/32/1,1,1,1: " in err
+    algorithms = [r for r in read_records(log) if r.workload.startswith("winograd/")]
+    assert [json.loads(r.trace)["winograd_tile"] for r in algorithms] == [0, 4, 2]
+    assert cli.main(args + ["--resume"]) == 0
+    assert "conv algorithm" not in capsys.readouterr().err
+    assert len([r for r in read_records(log) if r.workload.startswith("winograd/")]) == 3
+
 def test_cinn_tune_usage_errors(tmp_path, capsys):
     from cinn import tune_cli as cli
 

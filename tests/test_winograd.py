@@ -2,15 +2,20 @@
 convs against the direct conv (numpy) on odd sizes, batches, asymmetric paddings and fused epilogues."""
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import numpy as np
 import pytest
 
 import cinn
+from cinn.autotune.algorithms import select_winograd, winograd_choices
+from cinn.autotune.database import FailureKind, Record, append_records, read_records
+from cinn.autotune.measure import MeasureResult
 from cinn.lower import lower_program
 from cinn.ops.winograd import POINTS, transforms, weight_transform
-from cinn.passes.winograd import choose_tile
+from cinn.passes.pipeline import winograd_shapes
+from cinn.passes.winograd import DIRECT, ConvShape, choose_tile
 from cinn.target import parse_target
 from tests.test_passes import evaluate
 
@@ -110,3 +115,66 @@ def test_a_nan_spreads_over_its_tile():
     assert np.isnan(got[:, :, :2, :2]).all()  # the direct conv's NaNs: the windows holding (0, 0)
     assert np.isnan(got[:, :, :4, :4]).all() and np.isfinite(got[:, :, 4:, :]).all() \
         and np.isfinite(got[:, :, :, 4:]).all()  # the rest of the first 4x4 tile, and nothing beyond it
+
+
+def _ops(program, choices=None):
+    return Counter(node.op for node in lower_program(program, target=CPU, winograd_choices=choices or {})[0].nodes)
+
+
+def test_measured_choices_overrule_the_estimate(tmp_cache):
+    thin = _conv_program(1, 16, 64, (20, 20), (1, 1), False)  # too few input channels for the estimate
+    (shape,) = winograd_shapes(thin, CPU)
+    assert shape == ConvShape(1, 16, 64, (20, 20), (1, 1, 1, 1)) and shape.out_size == (20, 20)
+    assert _ops(thin)["winograd_input"] == 0 and _ops(thin, {shape.key: 4})["winograd_input"] == 1
+    wide = _conv_program(1, 64, 64, (56, 56), (1, 1), False)  # the estimate's F(4x4)
+    (key,) = (s.key for s in winograd_shapes(wide, CPU))
+    assert _ops(wide)["winograd_input"] == 1 and _ops(wide, {key: DIRECT})["conv2d"] == 1
+
+
+class _AlgorithmRunner:
+    """The direct conv's kernel 1e-4 s, each Winograd kernel 1e-5 s; the third call (F(2x2)'s kernels) fails."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def measure(self, inputs, target):
+        self.calls += 1
+        if self.calls == 3:
+            return [MeasureResult((), FailureKind.BUILD_ERROR, "boom") for _ in inputs]
+        return [MeasureResult((1e-4 if "conv2d" in i.task.name else 1e-5,) * 3) for i in inputs]
+
+    def close(self):
+        pass
+
+
+def test_select_winograd_logs_each_algorithm_and_compile_applies_the_choice(tmp_path, tmp_cache):
+    program = _conv_program(1, 16, 64, (20, 20), (1, 1), False)
+    log = tmp_path / "log.jsonl"
+    runner = _AlgorithmRunner()
+    seen = []
+    choices = select_winograd([program, program], CPU, log, runner, progress=lambda *a: seen.append(a))
+    (shape,) = winograd_shapes(program, CPU)
+    # direct: one conv kernel (1e-4 s); F(4x4): three kernels (3e-5 s); F(2x2): failed
+    assert choices == {shape.key: 4} and seen == [(1, 1, shape, 4)]
+    records = [r for r in read_records(log) if r.workload == shape.key]
+    assert [json.loads(r.trace)["winograd_tile"] for r in records] == [DIRECT, 4, 2]
+    assert records[0].costs == pytest.approx((1e-4,) * 3) and records[1].costs == pytest.approx((3e-5,) * 3)
+    assert records[2].failure is FailureKind.BUILD_ERROR and records[2].error == "boom"
+    assert select_winograd([program], CPU, log, runner, resume=True) == choices
+    assert runner.calls == 3  # resumed: the log's shapes are not measured again
+    ops = Counter(n.op for n in cinn.compile(program, tuning_log=log, cache_dir=tmp_cache).program.nodes)
+    assert ops["winograd_input"] == 1 and ops["conv2d"] == 0
+
+
+def test_algorithm_choice_keeps_the_direct_conv_on_a_tie_and_skips_bad_records(tmp_path):
+    program = _conv_program(1, 16, 64, (20, 20), (1, 1), False)
+    (shape,) = winograd_shapes(program, CPU)
+    log = tmp_path / "log.jsonl"
+
+    def record(trace, cost):
+        return Record(shape.key, str(CPU), trace, (cost,))
+    append_records(log, [record('{"winograd_tile": 0}', 1.0), record('{"winograd_tile": 4}', 0.97),
+                         record('{"winograd_tile": 3}', 0.1), record("not json", 0.1)])
+    with pytest.warns(UserWarning, match="algorithm record"):
+        assert winograd_choices(log, CPU) == {shape.key: DIRECT}  # 3% faster is inside the noise
+    assert winograd_choices(log, parse_target("llvm -mcpu=znver3")) == {}  # another target's measurements

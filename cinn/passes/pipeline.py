@@ -1,6 +1,9 @@
 """The default pass pipeline run by cinn.compile before fusion."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from cinn.ir import Program
 from cinn.passes.attention import fuse_attention
 from cinn.passes.channels_last import channels_last
@@ -13,11 +16,12 @@ from cinn.passes.integer_kernels import integer_kernels
 from cinn.passes.pack_weights import pack_weights
 from cinn.passes.simplify import simplify
 from cinn.passes.sink_transposes import sink_transposes
-from cinn.passes.winograd import winograd
+from cinn.passes.winograd import ConvShape, conv_shapes, winograd
 from cinn.target import Target
 
 
-def optimize(program: Program, passes: bool = True, target: Target | None = None) -> Program:
+def optimize(program: Program, passes: bool = True, target: Target | None = None,
+             winograd_choices: Mapping[str, int] = MappingProxyType({})) -> Program:
     """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), fuse
     attention subgraphs into one op (the softmax is still one node), decompose,
     simplify what the expansions emit, rewrite convs into denser forms (conv_forms), then fold constant subgraphs
@@ -25,15 +29,25 @@ def optimize(program: Program, passes: bool = True, target: Target | None = None
     weights as the kernels read them. The target's rewrites (none without one): on a CPU with VNNI, matmuls and
     convs of quantized tensors and weights first become integer kernels (integer_kernels), whose channels-last layout
     then carries from one conv to the next (sink_transposes); on a CPU, stride-1 3x3 convs become Winograd convs
-    where that gains (winograd), and depthwise convs with narrow rows and the 1x1 convs around them compute channels
-    last (channels_last)."""
+    where that gains (winograd: by the measured `winograd_choices`, else by its estimate), and depthwise convs with
+    narrow rows and the 1x1 convs around them compute channels last (channels_last)."""
     if not passes:
         return decompose(program)
-    program = fuse_attention(simplify(_integer(program) if target is not None and target.has_vnni else program))
-    program = dce(cse(fold_constants(conv_forms(simplify(decompose(program))))))
+    program = _simplified(program, target)
     if target is not None and not target.is_cuda:
-        program = channels_last(winograd(program), target.vector_bits // 32)
+        program = channels_last(winograd(program, winograd_choices), target.vector_bits // 32)
     return dce(pack_weights(program))
+
+
+def winograd_shapes(program: Program, target: Target) -> list[ConvShape]:
+    """The shapes of the convs whose algorithm `optimize` chooses for this target (none on a GPU)."""
+    return [] if target.is_cuda else conv_shapes(_simplified(program, target))
+
+
+def _simplified(program: Program, target: Target | None) -> Program:
+    """The target-independent rewrites (and a VNNI CPU's integer kernels), up to the choice of conv algorithms."""
+    program = fuse_attention(simplify(_integer(program) if target is not None and target.has_vnni else program))
+    return dce(cse(fold_constants(conv_forms(simplify(decompose(program))))))
 
 
 def _integer(program: Program) -> Program:

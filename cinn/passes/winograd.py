@@ -8,11 +8,15 @@ Measured (2 cores, AVX-512, each kernel alone; the direct convs run at 450-500 G
 F(2x2): 0.29 against 0.50; vgg19's 512->512 on 28x28: 4.0 against 7.7 ms. Whole models: resnet50 19.9 -> 18.6 ms,
 vgg19 97 -> 63 ms. It does not pay where the transformed weights, (m+2)^2/9 times the direct ones, dominate the run
 (few tiles per many channels: 7x7), nor where the transformed input, (m+2)^2/m^2 times the input, is too large to stay
-in cache for few channels.
+in cache for few channels. Those limits were measured on one machine: `cinn-tune` measures each conv shape's
+algorithms on the machine at hand and its choices (`tiles`, keyed by ConvShape.key) overrule the estimate.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import cast
 
 from cinn.ir import Node, Program
@@ -45,31 +49,74 @@ LANES = 16  # a tile count that is no multiple of this makes the matmul vectoriz
 SMALL_WEIGHTS = 1 << 20
 
 
-def winograd(program: Program) -> Program:
-    """Rewrite every conv2d that gains into its Winograd form."""
-    return rewrite(program, _rewrite)
+ALGORITHM_PREFIX = "winograd/"  # of a ConvShape's key, as the schedule log stores a measured choice
+DIRECT = 0  # the tile of a measured choice that keeps the conv direct
 
 
-def _rewrite(rw: Rewriter, node: Node) -> bool:
+@dataclass(frozen=True)
+class ConvShape:
+    """What the choice of algorithm for a Winograd-eligible conv depends on."""
+
+    batch: int
+    channels: int
+    out_channels: int
+    size: tuple[int, int]  # of the input
+    paddings: tuple[int, int, int, int]  # top, left, bottom, right
+
+    @property
+    def out_size(self) -> tuple[int, int]:
+        top, left, bottom, right = self.paddings
+        return self.size[0] + top + bottom - KERNEL + 1, self.size[1] + left + right - KERNEL + 1
+
+    @property
+    def key(self) -> str:
+        """Its name in the schedule log: winograd/NxCxHxW/K/top,left,bottom,right."""
+        return (f"{ALGORITHM_PREFIX}{self.batch}x{self.channels}x{self.size[0]}x{self.size[1]}/{self.out_channels}/"
+                + ",".join(map(str, self.paddings)))
+
+
+def winograd(program: Program, choices: Mapping[str, int] = MappingProxyType({})) -> Program:
+    """Rewrite every conv2d that gains into its Winograd form: by the measured choice in `choices` (ConvShape.key ->
+    output tile size, DIRECT for none) where it has one, else by choose_tile's estimate."""
+    return rewrite(program, lambda rw, node: _rewrite(rw, node, choices))
+
+
+def conv_shapes(program: Program) -> list[ConvShape]:
+    """The distinct shapes of the convs `winograd` may rewrite, in program order."""
+    shapes = (_shape(node, program.constants.get(node.inputs[1].name)) for node in program.nodes if node.op == "conv2d")
+    return list(dict.fromkeys(s for s in shapes if s is not None))
+
+
+def _shape(node: Node, weights) -> ConvShape | None:
+    """The conv's shape if it is eligible for the Winograd form (constant weights among the conditions)."""
+    if weights is None:
+        return None
+    a, x = cast(Conv2dAttrs, node.attrs), node.inputs[0]
+    if not _eligible(a, weights.shape, x.dtype):
+        return None
+    top, left, bottom, right = a.paddings if len(a.paddings) == 4 else a.paddings * 2
+    return ConvShape(x.shape[0], x.shape[1], weights.shape[0], (x.shape[2], x.shape[3]), (top, left, bottom, right))
+
+
+def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int]) -> bool:
     if node.op != "conv2d":
         return False
-    a = cast(Conv2dAttrs, node.attrs)
     x, w = rw.inputs(node)
     weights = rw.constant(w)
-    if weights is None or not _eligible(a, weights.shape, x.dtype):
+    shape = _shape(node, weights)
+    if weights is None or shape is None:
         return False
-    n, k, oh, ow = node.outputs[0].shape
-    tile = choose_tile(n, x.shape[1], k, (oh, ow))
-    if tile is None:
+    oh, ow = shape.out_size
+    tile = choices.get(shape.key, choose_tile(shape.batch, shape.channels, shape.out_channels, (oh, ow)))
+    if not tile:
         return False
-    top, left, bottom, right = a.paddings if len(a.paddings) == 4 else a.paddings * 2
-    (v,) = rw.emit("winograd_input", [x], WinogradInputAttrs(tile=tile, paddings=(top, left, bottom, right)))
+    (v,) = rw.emit("winograd_input", [x], WinogradInputAttrs(tile=tile, paddings=shape.paddings))
     transformed = weight_transform(weights, tile)
     trans = v.shape[2] % LANES != 0 and transformed.nbytes > SMALL_WEIGHTS
     u = rw.new_constant(transformed.transpose(0, 2, 1).copy() if trans else transformed, f"{w.name}_winograd{tile}")
     (mm,) = rw.emit("matmul", [u, v], MatmulAttrs(trans_x=trans))
-    tiles = tile_grid((oh, ow), tile)
-    (y,) = rw.emit("winograd_output", [mm], WinogradOutputAttrs(tile=tile, tiles=tiles, size=(oh, ow)))
+    grid = tile_grid((oh, ow), tile)
+    (y,) = rw.emit("winograd_output", [mm], WinogradOutputAttrs(tile=tile, tiles=grid, size=(oh, ow)))
     rw.substitute(node.outputs[0], y)
     return True
 

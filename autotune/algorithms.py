@@ -1,0 +1,100 @@
+"""Convolution algorithms chosen by measurement, as cuDNN's find does: each Winograd-eligible conv shape of a model
+runs direct and as each Winograd tile size, the variant's kernels built alone with their default schedules and timed
+by the tuner's runner (cache flushed, a crash or hang is a failed variant); every variant goes to the schedule log as a
+record whose workload is the shape's key (`winograd/...`) and whose trace names the tile, and compile applies the
+fastest. The estimate in cinn.passes.winograd was measured on one machine; these choices are the machine's own."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from cinn.autotune.database import Record, TracePool, append_records, read_records
+from cinn.autotune.measure import MeasureInput, Runner
+from cinn.autotune.task import Task
+from cinn.autotune.tuner import record_versions
+from cinn.builder import NetBuilder
+from cinn.ir import Program
+from cinn.lower import lower_program
+from cinn.passes.pipeline import winograd_shapes
+from cinn.passes.winograd import ALGORITHM_PREFIX, DIRECT, TILES, ConvShape
+from cinn.target import Target
+
+TILE_FIELD = "winograd_tile"  # the trace of an algorithm record: {"winograd_tile": m}, 0 for the direct conv
+MARGIN = 0.95  # a Winograd conv is chosen where it takes under this share of the direct conv's time: a tie is noise
+
+
+def select_winograd(programs: Sequence[Program], target: Target, log: str | os.PathLike, runner: Runner,
+                    resume: bool = False, progress: Callable[[int, int, ConvShape, int | None], None] | None = None
+                    ) -> dict[str, int]:
+    """Measure every algorithm of each eligible conv shape of the programs (with `resume`, only the shapes the log
+    has no choice for), append the records to the log, and return the log's choices. progress(done, total, shape,
+    chosen tile or None where every algorithm failed) follows each shape."""
+    shapes = list(dict.fromkeys(s for p in programs for s in winograd_shapes(p, target)))
+    known = winograd_choices(log, target) if resume else {}
+    todo = [s for s in shapes if s.key not in known]
+    for i, shape in enumerate(todo):
+        records = [_measure(shape, tile, target, runner) for tile in (DIRECT, *TILES)]
+        append_records(log, records)
+        if progress:
+            pool = TracePool()
+            for r in records:
+                pool.add(r.trace, r.costs, r.failure)
+            progress(i + 1, len(todo), shape, _choice(pool))
+    return winograd_choices(log, target)
+
+
+def winograd_choices(log: str | os.PathLike, target: Target) -> dict[str, int]:
+    """The measured algorithm per conv shape key in a schedule log, for this target (measurements pooled per
+    algorithm, as for schedules)."""
+    pools: dict[str, TracePool] = {}
+    for rec in read_records(log):
+        if rec.target == str(target) and rec.workload.startswith(ALGORITHM_PREFIX):
+            pools.setdefault(rec.workload, TracePool()).add(rec.trace, rec.costs, rec.failure)
+    choices = {key: _choice(pool) for key, pool in pools.items()}
+    return {key: tile for key, tile in choices.items() if tile is not None}
+
+
+def _choice(pool: TracePool) -> int | None:
+    """The fastest algorithm, but the direct conv (exact up to rounding) unless a Winograd one is clearly faster."""
+    costs = {tile: pool.cost(trace) for trace in pool.ranked() if (tile := _tile(trace)) is not None}
+    if not costs:
+        return None
+    best = min(costs, key=costs.__getitem__)
+    return best if costs[best] < MARGIN * costs.get(DIRECT, math.inf) else DIRECT
+
+
+def conv_program(shape: ConvShape, seed: int = 0) -> Program:
+    """The conv of this shape alone, with random constant weights."""
+    b = NetBuilder("conv_" + shape.key.removeprefix(ALGORITHM_PREFIX).replace("/", "_").replace(",", "_"))
+    x = b.create_input("float32", (shape.batch, shape.channels, *shape.size), "x")
+    w = np.random.default_rng(seed).standard_normal((shape.out_channels, shape.channels, 3, 3)).astype("float32")
+    return b.build([b.conv2d(x, b.create_constant(w, "w"), paddings=list(shape.paddings))])
+
+
+def _measure(shape: ConvShape, tile: int, target: Target, runner: Runner) -> Record:
+    """One algorithm of a conv shape: the summed costs of its kernels, or the first kernel's failure."""
+    _, lowered = lower_program(conv_program(shape), target=target, winograd_choices={shape.key: tile})
+    tasks = [Task.from_func(lg.func, lg.group.kind, lg.group.name) for lg in lowered]
+    results = runner.measure([MeasureInput(t, None) for t in tasks], target)
+    failed = next((r for r in results if not r.ok), None)
+    costs = () if failed else tuple(sum(c) for c in zip(*(r.costs for r in results), strict=True))
+    return Record(shape.key, str(target), json.dumps({TILE_FIELD: tile}), costs, record_versions(),
+                  failed.detail if failed else "", failed.failure if failed else None)
+
+
+def _tile(trace: str) -> int | None:
+    """The tile an algorithm record's trace names; None (with a warning) for a trace that names none."""
+    try:
+        tile = json.loads(trace)[TILE_FIELD]
+    except (ValueError, KeyError, TypeError) as err:
+        warnings.warn(f"cinn: skipping an algorithm record whose trace names no tile ({err!r})", stacklevel=3)
+        return None
+    if tile != DIRECT and tile not in TILES:
+        warnings.warn(f"cinn: skipping an algorithm record with unknown tile {tile!r}", stacklevel=3)
+        return None
+    return int(tile)
