@@ -1,8 +1,9 @@
 """Convolution algorithms chosen by measurement, as cuDNN's find does: each Winograd-eligible conv shape of a model
-runs direct and as each Winograd tile size, the variant's kernels built alone with their default schedules and timed
-by the tuner's runner (cache flushed, a crash or hang is a failed variant); every variant goes to the schedule log as a
-record whose workload is the shape's key (`winograd/...`) and whose trace names the tile, and compile applies the
-fastest. The estimate in cinn.passes.winograd was measured on one machine; these choices are the machine's own."""
+runs direct and as each Winograd tile size (ROUNDS times, interleaved), the variant's kernels built alone with their
+default schedules and timed by the tuner's runner (cache flushed, a crash or hang is a failed variant); every
+measurement goes to the schedule log as a record whose workload is the shape's key (`winograd/...`) and whose trace
+names the tile, and compile applies the fastest. The estimate in cinn.passes.winograd was measured on one machine;
+these choices are the machine's own."""
 from __future__ import annotations
 
 import json
@@ -25,6 +26,7 @@ from cinn.passes.winograd import ALGORITHM_PREFIX, DIRECT, TILES, ConvShape
 from cinn.target import Target
 
 TILE_FIELD = "winograd_tile"  # the trace of an algorithm record: {"winograd_tile": m}, 0 for the direct conv
+ROUNDS = 3  # measurements of each algorithm, pooled (a single one picked F(2x2) for resnet50's 64->64 on 56x56 once)
 MARGIN = 0.95  # a Winograd conv is chosen where it takes under this share of the direct conv's time: a tie is noise
 
 
@@ -38,7 +40,8 @@ def select_winograd(programs: Sequence[Program], target: Target, log: str | os.P
     known = winograd_choices(log, target) if resume else {}
     todo = [s for s in shapes if s.key not in known]
     for i, shape in enumerate(todo):
-        records = [_measure(shape, tile, target, runner) for tile in (DIRECT, *TILES)]
+        # rounds interleaved, so a stretch of noise on a shared machine hits every algorithm, not one
+        records = [_measure(shape, tile, target, runner) for _ in range(ROUNDS) for tile in (DIRECT, *TILES)]
         append_records(log, records)
         if progress:
             pool = TracePool()

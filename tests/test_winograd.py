@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn.autotune.algorithms import select_winograd, winograd_choices
+from cinn.autotune.algorithms import ROUNDS, select_winograd, winograd_choices
 from cinn.autotune.database import FailureKind, Record, append_records, read_records
 from cinn.autotune.measure import MeasureResult
 from cinn.lower import lower_program
@@ -132,14 +132,14 @@ def test_measured_choices_overrule_the_estimate(tmp_cache):
 
 
 class _AlgorithmRunner:
-    """The direct conv's kernel 1e-4 s, each Winograd kernel 1e-5 s; the third call (F(2x2)'s kernels) fails."""
+    """The direct conv's kernel 1e-4 s, each Winograd kernel 1e-5 s; F(2x2)'s kernels (every third call) fail."""
 
     def __init__(self):
         self.calls = 0
 
     def measure(self, inputs, target):
         self.calls += 1
-        if self.calls == 3:
+        if self.calls % 3 == 0:
             return [MeasureResult((), FailureKind.BUILD_ERROR, "boom") for _ in inputs]
         return [MeasureResult((1e-4 if "conv2d" in i.task.name else 1e-5,) * 3) for i in inputs]
 
@@ -157,11 +157,11 @@ def test_select_winograd_logs_each_algorithm_and_compile_applies_the_choice(tmp_
     # direct: one conv kernel (1e-4 s); F(4x4): three kernels (3e-5 s); F(2x2): failed
     assert choices == {shape.key: 4} and seen == [(1, 1, shape, 4)]
     records = [r for r in read_records(log) if r.workload == shape.key]
-    assert [json.loads(r.trace)["winograd_tile"] for r in records] == [DIRECT, 4, 2]
+    assert [json.loads(r.trace)["winograd_tile"] for r in records] == [DIRECT, 4, 2] * ROUNDS  # rounds interleaved
     assert records[0].costs == pytest.approx((1e-4,) * 3) and records[1].costs == pytest.approx((3e-5,) * 3)
     assert records[2].failure is FailureKind.BUILD_ERROR and records[2].error == "boom"
     assert select_winograd([program], CPU, log, runner, resume=True) == choices
-    assert runner.calls == 3  # resumed: the log's shapes are not measured again
+    assert runner.calls == 3 * ROUNDS  # resumed: the log's shapes are not measured again
     ops = Counter(n.op for n in cinn.compile(program, tuning_log=log, cache_dir=tmp_cache).program.nodes)
     assert ops["winograd_input"] == 1 and ops["conv2d"] == 0
 
