@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from cinn.autotune.database import Record, TracePool, append_records, read_records
+from cinn.autotune.database import Record, append_records, read_records
 from cinn.autotune.measure import MeasureInput, Runner
 from cinn.autotune.task import Task
 from cinn.autotune.tuner import record_versions
@@ -44,27 +45,33 @@ def select_winograd(programs: Sequence[Program], target: Target, log: str | os.P
         records = [_measure(shape, tile, target, runner) for _ in range(ROUNDS) for tile in (DIRECT, *TILES)]
         append_records(log, records)
         if progress:
-            pool = TracePool()
-            for r in records:
-                pool.add(r.trace, r.costs, r.failure)
-            progress(i + 1, len(todo), shape, _choice(pool))
+            progress(i + 1, len(todo), shape, _choice(records))
     return winograd_choices(log, target)
 
 
 def winograd_choices(log: str | os.PathLike, target: Target) -> dict[str, int]:
-    """The measured algorithm per conv shape key in a schedule log, for this target (measurements pooled per
-    algorithm, as for schedules)."""
-    pools: dict[str, TracePool] = {}
+    """The measured algorithm per conv shape key in a schedule log, for this target."""
+    by_shape: dict[str, list[Record]] = {}
     for rec in read_records(log):
         if rec.target == str(target) and rec.workload.startswith(ALGORITHM_PREFIX):
-            pools.setdefault(rec.workload, TracePool()).add(rec.trace, rec.costs, rec.failure)
-    choices = {key: _choice(pool) for key, pool in pools.items()}
+            by_shape.setdefault(rec.workload, []).append(rec)
+    choices = {key: _choice(records) for key, records in by_shape.items()}
     return {key: tile for key, tile in choices.items() if tile is not None}
 
 
-def _choice(pool: TracePool) -> int | None:
-    """The fastest algorithm, but the direct conv (exact up to rounding) unless a Winograd one is clearly faster."""
-    costs = {tile: pool.cost(trace) for trace in pool.ranked() if (tile := _tile(trace)) is not None}
+def _choice(records: Sequence[Record]) -> int | None:
+    """The algorithm with the least median time over its measurements (medians: one disturbed round of three must
+    not decide), but the direct conv (exact up to rounding) unless a Winograd one is clearly faster; an algorithm
+    with a failed measurement is ruled out. None where none ran."""
+    runs: dict[int, list[float]] = {}
+    failed: set[int] = set()
+    for rec in records:
+        tile = _tile(rec.trace)
+        if tile is not None and (rec.failed or not rec.costs):
+            failed.add(tile)
+        elif tile is not None:
+            runs.setdefault(tile, []).append(statistics.median(rec.costs))
+    costs = {tile: statistics.median(times) for tile, times in runs.items() if tile not in failed}
     if not costs:
         return None
     best = min(costs, key=costs.__getitem__)
