@@ -37,6 +37,12 @@ KNOWN_CACHES: dict[str, CacheSizes] = {
 }
 
 
+# CPUs (LLVM's names) whose cores complete two full 512-bit FMAs per cycle; other AVX-512 cores split them into 256-bit
+# halves (znver4) or have one 512-bit FMA port (client cores), the FMA throughput of two 256-bit units
+FULL_WIDTH_AVX512 = frozenset({"znver5", "skylake-avx512", "cascadelake", "cooperlake", "icelake-server",
+                               "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids"})
+
+
 @dataclass(frozen=True)
 class Target:
     """A parsed target: kind ('llvm' or 'cuda'), CPU model or GPU architecture, thread count, and the CPU's per-core
@@ -56,6 +62,12 @@ class Target:
     def vector_bits(self) -> int:
         """Width of the CPU's widest float vector registers (512 with AVX-512F, 256 with AVX2, else 128)."""
         return _vector_bits(self.mcpu)
+
+    @property
+    def fma_bits(self) -> int:
+        """Bits of FMA results a core completes per cycle: 1024 on full-width AVX-512 cores, else two FMAs of at
+        most 256 bits."""
+        return 1024 if self.mcpu in FULL_WIDTH_AVX512 else 2 * min(self.vector_bits, 256)
 
     @property
     def has_vnni(self) -> bool:

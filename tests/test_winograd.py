@@ -21,6 +21,7 @@ from tests.test_passes import evaluate
 
 RNG = np.random.default_rng(0)
 CPU = parse_target("llvm")
+FULL_WIDTH = parse_target("llvm -mcpu=znver5 -num-cores=2")  # the FMA width choose_tile's rates were measured at
 # measured largest error over the direct conv, relative to the output's largest magnitude: F(2x2) ~1e-6, F(4x4)
 # ~1e-5 (its transforms multiply by up to 25 before the products cancel)
 TOLERANCE = {2: 1e-5, 4: 5e-5}
@@ -58,6 +59,21 @@ def test_tile_choice(shape, tile):
     assert choose_tile(*shape) == tile
 
 
+@pytest.mark.parametrize(("shape", "tile"), [
+    ((1, 128, 32, (28, 28)), 4),  # densenet's 128->32: 0.22 against 0.28 ms direct (2-core znver4)
+    ((1, 128, 32, (7, 7)), None),  # 0.06 against 0.03
+    ((1, 512, 512, (7, 7)), 2),  # 16 tiles of 2x2: 0.78 against 1.11 ms; 4 tiles of 4x4 are too few (2.04)
+    ((1, 128, 256, (13, 13)), 4),
+    ((1, 16, 64, (55, 55)), None),  # squeezenet's thinnest stays direct
+    ((1, 64, 64, (224, 224)), None),  # 29 MB of transformed input: over the (doubled) limit
+])
+def test_tile_choice_at_half_the_fma_width(shape, tile):
+    """znver4 and AVX2 cores complete half the FMA bits per cycle of the machine the rates were measured on: the
+    direct conv and the matmul take twice as long, the transforms about as long."""
+    assert choose_tile(*shape, fma_share=0.5) == tile
+    assert parse_target("llvm -mcpu=znver4").fma_bits * 2 == FULL_WIDTH.fma_bits == 1024
+
+
 def _conv_program(n, c, k, size, pads, epilogue: bool):
     b = cinn.NetBuilder("conv3x3")
     x = b.create_input("float32", (n, c, *size), "x")
@@ -78,7 +94,7 @@ def _conv_program(n, c, k, size, pads, epilogue: bool):
 def test_winograd_conv_matches_the_direct_conv(n, c, k, size, pads, tile, tmp_cache):
     program = _conv_program(n, c, k, size, pads, epilogue=True)
     feeds = {v.name: RNG.standard_normal(v.shape).astype("float32") for v in program.inputs}
-    optimized, lowered = lower_program(program, target=CPU)
+    optimized, lowered = lower_program(program, target=FULL_WIDTH)
     ops = Counter(node.op for node in optimized.nodes)
     assert ops["winograd_input"] == ops["winograd_output"] == 1 and ops["conv2d"] == 0
     assert next(node.attrs.tile for node in optimized.nodes if node.op == "winograd_input") == tile
@@ -94,7 +110,7 @@ def test_winograd_conv_matches_the_direct_conv(n, c, k, size, pads, tile, tmp_ca
 def test_convs_that_do_not_gain_stay_direct():
     for program in (_conv_program(1, 8, 8, (32, 32), (1, 1), False),  # few channels
                     _conv_program(1, 512, 512, (7, 7), (1, 1), False)):  # few tiles
-        ops = Counter(node.op for node in lower_program(program, target=CPU)[0].nodes)
+        ops = Counter(node.op for node in lower_program(program, target=FULL_WIDTH)[0].nodes)
         assert ops["conv2d"] == 1 and ops["winograd_input"] == 0
 
 

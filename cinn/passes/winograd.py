@@ -35,6 +35,12 @@ TILES = (4, 2)  # output tile sizes tried
 MAX_TRANSFORMED = 8 << 20
 WIDE_CHANNELS = 128  # channels from which the products outweigh the transforms at any size
 GAIN = 0.9  # the estimated Winograd time must be under this share of the direct conv's
+# the machine the rates and thresholds here were measured on: 2 znver5 cores, two 512-bit FMAs per cycle each. A core
+# with half that FMA throughput (znver4, AVX2 CPUs) runs the direct conv and the matmul at about half the rate but the
+# transforms, which load and store, at about the same: there the rates scale by the share of this FMA width and the
+# thresholds with them, which on a 2-core znver4 agreed with 42 of 53 measured choices (the ten CNNs' conv shapes)
+# against 22 unscaled, 0.7 ms over the measured best in all against 2.0 (vgg19's 224x224 conv aside)
+CALIBRATION_FMA_BITS = 1024
 # rates measured here (2 cores, AVX-512): the direct conv's FLOP/s; the batched matmul's by its shorter of rows
 # (output channels) and reduction (input channels); transformed elements made and read per second (fewer once they
 # spill from L2)
@@ -75,10 +81,13 @@ class ConvShape:
                 + ",".join(map(str, self.paddings)))
 
 
-def winograd(program: Program, choices: Mapping[str, int] = MappingProxyType({})) -> Program:
+def winograd(program: Program, choices: Mapping[str, int] = MappingProxyType({}),
+             fma_bits: int = CALIBRATION_FMA_BITS) -> Program:
     """Rewrite every conv2d that gains into its Winograd form: by the measured choice in `choices` (ConvShape.key ->
-    output tile size, DIRECT for none) where it has one, else by choose_tile's estimate."""
-    return rewrite(program, lambda rw, node: _rewrite(rw, node, choices))
+    output tile size, DIRECT for none) where it has one, else by choose_tile's estimate for a CPU whose cores complete
+    `fma_bits` of FMA results per cycle (Target.fma_bits)."""
+    share = fma_bits / CALIBRATION_FMA_BITS
+    return rewrite(program, lambda rw, node: _rewrite(rw, node, choices, share))
 
 
 def conv_shapes(program: Program) -> list[ConvShape]:
@@ -98,7 +107,7 @@ def _shape(node: Node, weights) -> ConvShape | None:
     return ConvShape(x.shape[0], x.shape[1], weights.shape[0], (x.shape[2], x.shape[3]), (top, left, bottom, right))
 
 
-def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int]) -> bool:
+def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int], fma_share: float) -> bool:
     if node.op != "conv2d":
         return False
     x, w = rw.inputs(node)
@@ -107,7 +116,7 @@ def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int]) -> bool:
     if weights is None or shape is None:
         return False
     oh, ow = shape.out_size
-    tile = choices.get(shape.key, choose_tile(shape.batch, shape.channels, shape.out_channels, (oh, ow)))
+    tile = choices.get(shape.key, choose_tile(shape.batch, shape.channels, shape.out_channels, (oh, ow), fma_share))
     if not tile:
         return False
     (v,) = rw.emit("winograd_input", [x], WinogradInputAttrs(tile=tile, paddings=shape.paddings))
@@ -129,29 +138,31 @@ def _eligible(a: Conv2dAttrs, shape: tuple[int, ...], dtype: str) -> bool:
             and a.padding_algorithm is PaddingAlgorithm.EXPLICIT)
 
 
-def choose_tile(batch: int, channels: int, out_channels: int, size: tuple[int, int]) -> int | None:
+def choose_tile(batch: int, channels: int, out_channels: int, size: tuple[int, int], fma_share: float = 1.0
+                ) -> int | None:
     """The output tile size for a conv of this shape whose estimated time is least, None where the direct conv is
     estimated faster or the guards (channels, tiles, transformed size) rule it out."""
-    if channels < MIN_CHANNELS or out_channels < MIN_OUT_CHANNELS:
+    if channels < MIN_CHANNELS * fma_share or out_channels < MIN_OUT_CHANNELS * fma_share:
         return None
-    direct = 2 * KERNEL * KERNEL * batch * channels * out_channels * size[0] * size[1] / DIRECT_RATE
-    times = {m: _estimate(batch, channels, out_channels, size, m) for m in TILES if _allowed(batch, channels,
-                                                                                          out_channels, size, m)}
+    direct = 2 * KERNEL * KERNEL * batch * channels * out_channels * size[0] * size[1] / (DIRECT_RATE * fma_share)
+    times = {m: _estimate(batch, channels, out_channels, size, m, fma_share) for m in TILES
+             if _allowed(batch, channels, out_channels, size, m, fma_share)}
     best = min(times, key=times.__getitem__, default=None)
     return best if best is not None and times[best] < GAIN * direct else None
 
 
-def _allowed(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int) -> bool:
+def _allowed(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int, fma_share: float) -> bool:
     tiles = math.prod(tile_grid(size, m))
     transformed = (m + 2) ** 2 * channels * batch * tiles * 4
-    return tiles >= MIN_TILES and (transformed <= MAX_TRANSFORMED or min(channels, out_channels) >= WIDE_CHANNELS)
+    return tiles >= MIN_TILES * fma_share and (transformed <= MAX_TRANSFORMED / fma_share
+                                               or min(channels, out_channels) >= WIDE_CHANNELS)
 
 
-def _estimate(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int) -> float:
+def _estimate(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int, fma_share: float) -> float:
     """Seconds for the input transform, the batched matmul and the output transform."""
     positions, tiles = (m + 2) ** 2, batch * math.prod(tile_grid(size, m))
     rate = next(r for least, r in MATMUL_RATES if min(channels, out_channels) >= least)
     made = positions * channels * tiles
-    seconds = 2 * positions * channels * out_channels * tiles / rate + positions * out_channels * tiles / OUTPUT_RATE
+    seconds = 2 * positions * channels * out_channels * tiles / (rate * fma_share) + positions * out_channels * tiles / OUTPUT_RATE
     seconds += made / (TRANSFORM_RATE if made * 4 <= L2_BYTES else SPILLED_TRANSFORM_RATE)
     return seconds
