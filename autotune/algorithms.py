@@ -27,7 +27,7 @@ from cinn.passes.winograd import ALGORITHM_PREFIX, DIRECT, TILES, ConvShape
 from cinn.target import Target
 
 TILE_FIELD = "winograd_tile"  # the trace of an algorithm record: {"winograd_tile": m}, 0 for the direct conv
-ROUNDS = 3  # measurements of each algorithm, pooled (a single one picked F(2x2) for resnet50's 64->64 on 56x56 once)
+ROUNDS = 3  # measurements of each algorithm (one alone picked F(2x2) for resnet50's 64->64 on 56x56 once)
 MARGIN = 0.95  # a Winograd conv is chosen where it takes under this share of the direct conv's time: a tie is noise
 
 
@@ -42,7 +42,8 @@ def select_winograd(programs: Sequence[Program], target: Target, log: str | os.P
     todo = [s for s in shapes if s.key not in known]
     for i, shape in enumerate(todo):
         # rounds interleaved, so a stretch of noise on a shared machine hits every algorithm, not one
-        records = [_measure(shape, tile, target, runner) for _ in range(ROUNDS) for tile in (DIRECT, *TILES)]
+        variants = {tile: _kernels(shape, tile, target) for tile in (DIRECT, *TILES)}
+        records = [_measure(shape, tile, tasks, target, runner) for _ in range(ROUNDS) for tile, tasks in variants.items()]
         append_records(log, records)
         if progress:
             progress(i + 1, len(todo), shape, _choice(records))
@@ -86,10 +87,14 @@ def conv_program(shape: ConvShape, seed: int = 0) -> Program:
     return b.build([b.conv2d(x, b.create_constant(w, "w"), paddings=list(shape.paddings))])
 
 
-def _measure(shape: ConvShape, tile: int, target: Target, runner: Runner) -> Record:
-    """One algorithm of a conv shape: the summed costs of its kernels, or the first kernel's failure."""
+def _kernels(shape: ConvShape, tile: int, target: Target) -> list[Task]:
+    """The kernels of one algorithm of a conv shape, as tasks to measure."""
     _, lowered = lower_program(conv_program(shape), target=target, winograd_choices={shape.key: tile})
-    tasks = [Task.from_func(lg.func, lg.group.kind, lg.group.name) for lg in lowered]
+    return [Task.from_func(lg.func, lg.group.kind, lg.group.name) for lg in lowered]
+
+
+def _measure(shape: ConvShape, tile: int, tasks: Sequence[Task], target: Target, runner: Runner) -> Record:
+    """One measurement of an algorithm: the summed costs of its kernels, or the first kernel's failure."""
     results = runner.measure([MeasureInput(t, None) for t in tasks], target)
     failed = next((r for r in results if not r.ok), None)
     costs = () if failed else tuple(sum(c) for c in zip(*(r.costs for r in results), strict=True))
