@@ -11,7 +11,7 @@ import math
 import os
 import statistics
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ def select_winograd(programs: Sequence[Program], target: Target, log: str | os.P
     has no choice for), append the records to the log, and return the log's choices. progress(done, total, shape,
     chosen tile or None where every algorithm failed) follows each shape."""
     shapes = list(dict.fromkeys(s for p in programs for s in winograd_shapes(p, target)))
-    known = winograd_choices(log, target) if resume else {}
+    known = winograd_choices(read_records(log), target) if resume else {}
     todo = [s for s in shapes if s.key not in known]
     for i, shape in enumerate(todo):
         # rounds interleaved, so a stretch of noise on a shared machine hits every algorithm, not one
@@ -47,13 +47,13 @@ def select_winograd(programs: Sequence[Program], target: Target, log: str | os.P
         append_records(log, records)
         if progress:
             progress(i + 1, len(todo), shape, _choice(records))
-    return winograd_choices(log, target)
+    return winograd_choices(read_records(log), target)
 
 
-def winograd_choices(log: str | os.PathLike, target: Target) -> dict[str, int]:
-    """The measured algorithm per conv shape key in a schedule log, for this target."""
+def winograd_choices(records: Iterable[Record], target: Target) -> dict[str, int]:
+    """The measured algorithm per conv shape key among a schedule log's records, for this target."""
     by_shape: dict[str, list[Record]] = {}
-    for rec in read_records(log):
+    for rec in records:
         if rec.target == str(target) and rec.workload.startswith(ALGORITHM_PREFIX):
             by_shape.setdefault(rec.workload, []).append(rec)
     choices = {key: _choice(records) for key, records in by_shape.items()}

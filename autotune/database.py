@@ -7,7 +7,7 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 from cinn.target import Target
@@ -132,8 +132,13 @@ class TracePool:
 
 def best_traces(path: str | os.PathLike, target: Target) -> dict[str, str]:
     """The fastest successful trace per workload measured on this target (measurements pooled per trace)."""
+    return fastest_traces(read_records(path), target)
+
+
+def fastest_traces(records: Iterable[Record], target: Target) -> dict[str, str]:
+    """best_traces over records already read."""
     pools: dict[str, TracePool] = {}
-    for rec in read_records(path):
+    for rec in records:
         if rec.target == str(target):
             pools.setdefault(rec.workload, TracePool()).add(rec.trace, rec.costs, rec.failure)
     return {w: t for w, (_, t) in ((w, p.best()) for w, p in pools.items()) if t is not None}

@@ -13,7 +13,7 @@ import tvm
 from tvm.s_tir import Schedule, Trace
 
 from cinn.autotune.algorithms import winograd_choices
-from cinn.autotune.database import best_traces
+from cinn.autotune.database import Record, fastest_traces, read_records
 from cinn.build import KernelSpec, build_all, default_cache_dir, workload_key
 from cinn.dynamic import DynamicExecutable
 from cinn.ir import Program
@@ -88,12 +88,13 @@ def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> E
     tgt = parse_target(o.target)
     # CUDA kernels may load vectors that an offset into another value's buffer would misalign: their concats copy
     in_place = o.fuse and not tgt.is_cuda
-    records = _tuning_records(o.tuning_log, tgt)
-    program, lowered = lower_program(program, o.fuse, o.passes, in_place, tgt, _winograd_choices(o.tuning_log, tgt))
+    records = _tuning_records(o.tuning_log)  # read once: its conv algorithms and its kernels' schedules
+    program, lowered = lower_program(program, o.fuse, o.passes, in_place, tgt, winograd_choices(records, tgt))
+    traces = fastest_traces(records, tgt)
     specs = []
     for lg in lowered:
         key = workload_key(lg.func)
-        specs.append(KernelSpec(key, tvm.ir.save_json(lg.func), lg.group.kind, _applicable(records.get(key), lg)))
+        specs.append(KernelSpec(key, tvm.ir.save_json(lg.func), lg.group.kind, _applicable(traces.get(key), lg)))
     cache = pathlib.Path(o.cache_dir) if o.cache_dir is not None else default_cache_dir()
     modules = build_all(specs, tgt, cache, o.workers if o.workers is not None else (os.cpu_count() or 1), o.progress)
     kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source, lg.group.flops)
@@ -123,15 +124,10 @@ def _applicable(trace: str | None, lg: LoweredGroup) -> str | None:
     return trace
 
 
-def _winograd_choices(log, target: Target) -> dict[str, int]:
-    """The conv algorithms cinn-tune measured (after _tuning_records: the log exists)."""
-    return winograd_choices(log, target) if log is not None else {}
-
-
-def _tuning_records(log, target: Target) -> dict[str, str]:
-    """Best tuned trace per workload from a schedule log."""
+def _tuning_records(log) -> list[Record]:
+    """The records of a schedule log (none without one)."""
     if log is None:
-        return {}
+        return []
     if not os.path.isfile(log):
         raise FileNotFoundError(f"tuning_log {os.fspath(log)!r}: no such schedule log (cinn-tune writes one)")
-    return best_traces(log, target)
+    return list(read_records(log))
