@@ -315,12 +315,12 @@ class _PoolRunner:
 
     def measure(self, inputs: Sequence[MeasureInput], target: Target) -> list[MeasureResult]:
         """Build all candidates, then time them one by one; results in input order."""
-        specs = [KernelSpec(i.task.workload, i.task.func_json, i.task.kind, i.trace) for i in inputs]
+        specs = [KernelSpec(i.task.workload, i.task.func(), i.task.kind, i.trace) for i in inputs]
         ref_specs: dict[str, KernelSpec] = {}  # the first candidate's func defines a new workload's reference
         if self.config.check_correctness:
             for s in specs:
                 if (target, s.workload) not in self._refs:
-                    ref_specs.setdefault(s.workload, KernelSpec(s.workload, s.func_json, s.kind))
+                    ref_specs.setdefault(s.workload, KernelSpec(s.workload, s.func, s.kind))
         for i in inputs:
             if i.task.workload not in self._args:
                 self._args[i.task.workload] = arg_infos(i.task)

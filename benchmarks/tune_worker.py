@@ -119,7 +119,7 @@ def run_tune(tuner: Tuner, workload: Workload, trials: int, target: Target) -> T
 def _build(task: Task, cand: Candidate, target: Target, lib_dir: str):
     """Build a candidate exactly as cinn.compile builds a tuned kernel, and load it."""
     path = os.path.join(lib_dir, f"{len(os.listdir(lib_dir))}.so")
-    build_kernel(KernelSpec(task.workload, task.func_json, task.kind, cand.trace), target, path)
+    build_kernel(KernelSpec(task.workload, task.func(), task.kind, cand.trace), target, path)
     return tvm.runtime.load_module(path)
 
 

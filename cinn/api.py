@@ -94,7 +94,7 @@ def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> E
     specs = []
     for lg in lowered:
         key = workload_key(lg.func)
-        specs.append(KernelSpec(key, tvm.ir.save_json(lg.func), lg.group.kind, _applicable(traces.get(key), lg)))
+        specs.append(KernelSpec(key, lg.func, lg.group.kind, _applicable(traces.get(key), lg)))
     cache = pathlib.Path(o.cache_dir) if o.cache_dir is not None else default_cache_dir()
     modules = build_all(specs, tgt, cache, o.workers if o.workers is not None else (os.cpu_count() or 1), o.progress)
     kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source, lg.group.flops)

@@ -12,7 +12,7 @@ import pathlib
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tvm
 import tvm_ffi
@@ -28,10 +28,12 @@ from cinn.target import Target
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """What to build: a PrimFunc (as TVM JSON), its group kind, and an optional tuned trace (JSON)."""
+    """What to build: a PrimFunc, its group kind, and an optional tuned trace (JSON). Specs are equal when their
+    workloads (the PrimFunc's structural hash), kinds and traces are."""
 
     workload: str
-    func_json: str
+    # the PrimFunc itself, not its JSON: serializing every kernel cost a cached compile of resnet50 0.15 s
+    func: object = field(compare=False)
     kind: PatternKind
     trace: str | None = None
 
@@ -73,7 +75,7 @@ def cache_key(spec: KernelSpec, target: Target) -> str:
 
 def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
     """Schedule and compile one kernel to a shared library at `path` (atomically); returns `path`."""
-    func = tvm.ir.load_json(spec.func_json)
+    func = spec.func
     sch = Schedule(tvm.IRModule({"main": func if target.is_cuda else element_aligned(func)}))
     if spec.trace is None:
         apply_default(sch, spec.kind, target)

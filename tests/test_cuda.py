@@ -103,7 +103,7 @@ def test_unbound_kernel_fails_loudly(tmp_path):
     group = fuse(optimize(program, False))[0]
     func = lower_group(group, program.constants).func
     trace = json.dumps(Schedule(tvm.IRModule({"main": func})).trace.as_json(), default=lambda o: o.value)
-    spec = KernelSpec(workload_key(func), tvm.ir.save_json(func), group.kind, trace)
+    spec = KernelSpec(workload_key(func), func, group.kind, trace)
     with pytest.raises(RuntimeError, match="not bound to blockIdx/threadIdx"):
         build_kernel(spec, TARGET, str(pathlib.Path(tmp_path) / "k.so"))
 
@@ -155,7 +155,7 @@ def test_tuning_candidates_build_for_cuda(tmp_path):
         cands = [c for c in (space.sample(task, TARGET, rng) for _ in range(3)) if c is not None]
         assert cands, task.name
         for i, cand in enumerate(cands):
-            spec = KernelSpec(task.workload, task.func_json, task.kind, cand.trace_json())
+            spec = KernelSpec(task.workload, task.func(), task.kind, cand.trace_json())
             build_kernel(spec, TARGET, str(tmp_path / f"{task.workload}_{i}.so"))
             assert "__global__" in pathlib.Path(str(tmp_path / f"{task.workload}_{i}.src")).read_text()
 

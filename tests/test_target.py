@@ -62,6 +62,6 @@ def test_targets_that_schedule_differently_do_not_share_cache_entries():
     from cinn.ops import PatternKind
 
     t = parse_target("llvm -mcpu=znver3")
-    spec = KernelSpec("w", "{}", PatternKind.OUT_FUSIBLE, None)
+    spec = KernelSpec("w", None, PatternKind.OUT_FUSIBLE, None)
     assert cache_key(spec, t) != cache_key(spec, dataclasses.replace(t, caches=CacheSizes(32 * KIB, 128 * KIB)))
     assert str(t) == "llvm -mcpu=znver3 -num-cores=" + str(t.num_cores)  # the log's target string is unchanged

