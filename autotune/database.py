@@ -6,8 +6,9 @@ import fcntl
 import json
 import math
 import os
+import statistics
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 from cinn.target import Target
@@ -27,6 +28,16 @@ class FailureKind(enum.StrEnum):
     UNKNOWN = "unknown"  # a failed record from a log written before failure kinds were recorded
 
 
+class Scope(enum.StrEnum):
+    """Where a record's costs were measured."""
+
+    KERNEL = "kernel"  # the kernel alone, by the tuner's runner (caches flushed)
+    MODEL = "model"  # inside runs of the whole model, against the default schedule (cinn-tune's in-model check)
+
+
+DEFAULT_TRACE = ""  # the trace of a model-scope record of the default schedule
+
+
 @dataclass(frozen=True)
 class Record:
     """One measured schedule candidate of a workload on a target."""
@@ -38,6 +49,7 @@ class Record:
     versions: tuple[tuple[str, str], ...] = ()
     error: str = ""  # what went wrong, for people (the failure's details)
     failure: FailureKind | None = None
+    scope: Scope = Scope.KERNEL
 
     @property
     def failed(self) -> bool:
@@ -57,6 +69,7 @@ class Record:
             versions=tuple((str(k), str(v)) for k, v in d.get("versions", ())),
             error=str(d.get("error", "")),
             failure=FailureKind(d["failure"]) if d.get("failure") else FailureKind.UNKNOWN if d.get("error") else None,
+            scope=Scope(d.get("scope", Scope.KERNEL)),
         )
 
 
@@ -102,10 +115,11 @@ def read_records(path: str | os.PathLike) -> Iterator[Record]:
 
 
 class TracePool:
-    """Measurements pooled per trace: a trace costs the mean of all its timed runs, so a re-measured candidate is
-    judged on every measurement rather than its luckiest; one failed measurement rules a trace out."""
+    """Measurements pooled per trace: a trace costs the mean (or the median) of all its timed runs, so a re-measured
+    candidate is judged on every measurement rather than its luckiest; one failed measurement rules a trace out."""
 
-    def __init__(self) -> None:
+    def __init__(self, center: Callable[[Sequence[float]], float] = statistics.fmean) -> None:
+        self._center = center
         self._costs: dict[str, list[float]] = {}
         self._failed: set[str] = set()
 
@@ -116,9 +130,9 @@ class TracePool:
             self._costs.setdefault(trace, []).extend(costs)
 
     def cost(self, trace: str | None) -> float:
-        """Mean seconds per run; inf when never measured or failed."""
+        """Mean (or median) seconds per run; inf when never measured or failed."""
         costs = self._costs.get(trace) if trace is not None and trace not in self._failed else None
-        return sum(costs) / len(costs) if costs else math.inf
+        return self._center(costs) if costs else math.inf
 
     def ranked(self) -> list[str]:
         """Successful traces, fastest first."""
@@ -136,9 +150,17 @@ def best_traces(path: str | os.PathLike, target: Target) -> dict[str, str]:
 
 
 def fastest_traces(records: Iterable[Record], target: Target) -> dict[str, str]:
-    """best_traces over records already read."""
-    pools: dict[str, TracePool] = {}
+    """best_traces over records already read. A workload measured inside the model is decided by those measurements
+    alone: a schedule that wins alone with flushed caches can lose among its neighbours; where the default schedule
+    wins there, the workload has no trace."""
+    pools: dict[tuple[str, Scope], TracePool] = {}
     for rec in records:
         if rec.target == str(target):
-            pools.setdefault(rec.workload, TracePool()).add(rec.trace, rec.costs, rec.failure)
-    return {w: t for w, (_, t) in ((w, p.best()) for w, p in pools.items()) if t is not None}
+            # the rounds of a model are medians: a stretch of a noisy machine in one round must not decide
+            pool = TracePool(statistics.median if rec.scope is Scope.MODEL else statistics.fmean)
+            pools.setdefault((rec.workload, rec.scope), pool).add(rec.trace, rec.costs, rec.failure)
+    best = {}
+    for (workload, scope), pool in pools.items():
+        if scope is Scope.MODEL or (workload, Scope.MODEL) not in pools:
+            best[workload] = pool.best()[1]
+    return {w: t for w, t in best.items() if t is not None and t != DEFAULT_TRACE}

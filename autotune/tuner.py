@@ -12,7 +12,7 @@ import tvm
 
 from cinn.autotune import space
 from cinn.autotune.cost_model import CostModel
-from cinn.autotune.database import Record, TracePool, append_records, read_records
+from cinn.autotune.database import Record, Scope, TracePool, append_records, read_records
 from cinn.autotune.measure import LocalRunner, MeasureInput, MeasureResult, Runner
 from cinn.autotune.scheduler import TaskProgress, next_task, round_size
 from cinn.autotune.search import SearchConfig, TaskSearch
@@ -181,7 +181,7 @@ def _resume(states: list[_TaskState], target: Target, log, model: CostModel) -> 
     seen: dict[str, list[tuple[Candidate, str, MeasureResult]]] = {}
     for rec in read_records(log):
         state = by_workload.get(rec.workload)
-        if state is None or rec.target != str(target):
+        if state is None or rec.target != str(target) or rec.scope is not Scope.KERNEL:
             continue
         cand = space.sample(state.task, target, random.Random(0), space.decisions_of_trace(rec.trace),
                             module=state.search.module)

@@ -5,7 +5,7 @@ import json
 import os
 import pathlib
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -26,14 +26,14 @@ from cinn.target import Target, parse_target
 
 @overload
 def compile(program: Program, target: str | Target = ..., fuse: bool = ...,
-            tuning_log: str | os.PathLike | None = ..., *, cache_dir: str | os.PathLike | None = ...,
+            tuning_log: str | os.PathLike | Sequence[Record] | None = ..., *, cache_dir: str | os.PathLike | None = ...,
             workers: int | None = ..., progress: Callable[[int, int], None] | None = ..., passes: bool = ...,
             shape_hints: None = ..., on_demand: bool = ...) -> Executable: ...
 
 
 @overload
 def compile(program: SymbolicProgram, target: str | Target = ..., fuse: bool = ...,
-            tuning_log: str | os.PathLike | None = ..., *, cache_dir: str | os.PathLike | None = ...,
+            tuning_log: str | os.PathLike | Sequence[Record] | None = ..., *, cache_dir: str | os.PathLike | None = ...,
             workers: int | None = ..., progress: Callable[[int, int], None] | None = ..., passes: bool = ...,
             shape_hints: Mapping[str, Iterable[int]] | None = ..., on_demand: bool = ...) -> DynamicExecutable: ...
 
@@ -42,7 +42,7 @@ def compile(
     program: Program | SymbolicProgram,
     target: str | Target = "llvm",
     fuse: bool = True,
-    tuning_log: str | os.PathLike | None = None,
+    tuning_log: str | os.PathLike | Sequence[Record] | None = None,
     *,
     cache_dir: str | os.PathLike | None = None,
     workers: int | None = None,
@@ -56,6 +56,7 @@ def compile(
     cache_dir defaults to $CINN_CACHE_DIR or ~/.cache/cinn; workers (default: all cores) build uncached
     kernels in parallel; progress(done, total) is called as kernels are built; passes=False skips the
     graph simplifications (composite ops are still decomposed), so every op reaches a kernel as written.
+    tuning_log is a schedule log (cinn-tune writes one) or records already read from one.
 
     A SymbolicProgram gives a DynamicExecutable: built now for every combination of the sizes in shape_hints
     ({"batch": [1, 8], "seq": [128, 384]}), and, when on_demand, at the first run of any other binding.
@@ -76,7 +77,7 @@ class _Options:
 
     target: str | Target
     fuse: bool
-    tuning_log: str | os.PathLike | None
+    tuning_log: str | os.PathLike | Sequence[Record] | None
     cache_dir: str | os.PathLike | None
     workers: int | None
     progress: Callable[[int, int], None] | None
@@ -97,8 +98,8 @@ def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> E
         specs.append(KernelSpec(key, lg.func, lg.group.kind, _applicable(traces.get(key), lg)))
     cache = pathlib.Path(o.cache_dir) if o.cache_dir is not None else default_cache_dir()
     modules = build_all(specs, tgt, cache, o.workers if o.workers is not None else (os.cpu_count() or 1), o.progress)
-    kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source, lg.group.flops)
-               for lg, b in zip(lowered, modules, strict=True)]
+    kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source, lg.group.flops, s.workload)
+               for lg, b, s in zip(lowered, modules, specs, strict=True)]
     device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
     views = find_views(program) if in_place else {}
     return Executable(program, kernels, device, threads=None if tgt.is_cuda else tgt.num_cores, views=views,
@@ -124,10 +125,12 @@ def _applicable(trace: str | None, lg: LoweredGroup) -> str | None:
     return trace
 
 
-def _tuning_records(log) -> list[Record]:
+def _tuning_records(log) -> Sequence[Record]:
     """The records of a schedule log (none without one)."""
     if log is None:
         return []
+    if not isinstance(log, str | os.PathLike):
+        return log
     if not os.path.isfile(log):
         raise FileNotFoundError(f"tuning_log {os.fspath(log)!r}: no such schedule log (cinn-tune writes one)")
     return list(read_records(log))

@@ -35,6 +35,7 @@ class Kernel:
     params: tuple[Value, ...]
     source: str
     flops: int = 0  # its arithmetic, for the profiler's rates
+    workload: str = ""  # its PrimFunc's structural hash, as the schedule log names it
 
     @property
     def nbytes(self) -> int:
@@ -274,6 +275,16 @@ class Executable:
         """Kernels launched per run."""
         return len(self._kernels)
 
+    @property
+    def kernel_names(self) -> tuple[str, ...]:
+        """Each kernel's name (its fused group's), in launch order."""
+        return tuple(k.name for k in self._kernels)
+
+    @property
+    def kernel_workloads(self) -> tuple[str, ...]:
+        """Each kernel's workload key (the schedule log's name for it), in launch order."""
+        return tuple(k.workload for k in self._kernels)
+
     def kernel_sources(self) -> list[str]:
         """Each kernel's source: the scheduled TIR on CPU, CUDA C on GPU."""
         return [k.source for k in self._kernels]
@@ -309,6 +320,19 @@ class Executable:
     def profile(self, feeds: Mapping[str, np.ndarray], repeat: int = 20, peaks: Peaks | None = None) -> Profile:
         """Time each kernel inside a run and alone, and whole runs; medians of `repeat` runs each. With the machine's
         peaks (cinn.machine.machine_peaks), the report states each kernel's percent of them."""
+        in_run, alone = self._kernel_seconds(feeds, repeat, alone=True)
+        run = median_seconds(lambda: self.run(feeds), repeat, 1, settle_s=RUN_SETTLE_S)
+        kernels = tuple(KernelTime(k.name, t * 1e3, a * 1e3, k.flops, k.nbytes)
+                        for k, t, a in zip(self._kernels, in_run, alone, strict=True))
+        return Profile(kernels, run * 1e3, peaks)
+
+    def kernel_times(self, feeds: Mapping[str, np.ndarray], repeat: int = 20) -> list[float]:
+        """Each kernel's median seconds inside `repeat` runs (profile's "in run" times, without the rest)."""
+        return self._kernel_seconds(feeds, repeat, alone=False)[0]
+
+    def _kernel_seconds(self, feeds: Mapping[str, np.ndarray], repeat: int, alone: bool
+                        ) -> tuple[list[float], list[float]]:
+        """Each kernel's median seconds inside runs and (with `alone`) repeated alone."""
         if self._device_missing:
             raise RuntimeError(NO_DEVICE)
         arrays = self._check_feeds(feeds)
@@ -318,14 +342,10 @@ class Executable:
             sync = (lambda: None) if self._host else self._device.sync
             calls = [functools.partial(_call, f, a, sync) for f, a in zip(self._funcs, ws.args, strict=True)]
             samplers = [wall_seconds(call) for call in calls]
-            in_run = np.median([[sample() for sample in samplers] for _ in range(repeat)], axis=0)
-            alone = [median_seconds(call, repeat, 1) for call in calls]
+            in_run = np.median([[sample() for sample in samplers] for _ in range(repeat)], axis=0).tolist()
+            return in_run, [median_seconds(call, repeat, 1) for call in calls] if alone else []
         finally:
             self._pool.put(ws)
-        run = median_seconds(lambda: self.run(feeds), repeat, 1, settle_s=RUN_SETTLE_S)
-        kernels = tuple(KernelTime(k.name, t * 1e3, a * 1e3, k.flops, k.nbytes)
-                        for k, t, a in zip(self._kernels, in_run, alone, strict=True))
-        return Profile(kernels, run * 1e3, peaks)
 
     def _acquire(self, arrays: Sequence[np.ndarray], written: Sequence[np.ndarray]) -> Workspace:
         """A workspace for this thread's run, bound to its feeds and outputs; the caller puts it back in the pool."""

@@ -15,6 +15,7 @@ from cinn.autotune.task import extract_tasks
 from cinn.autotune.tuner import Progress, TaskSummary, TuneConfig, tune
 from cinn.frontend.loading import load_model, parse_input_shapes
 from cinn.frontend.zoo import MODELS, get_model, is_model_name
+from cinn.in_model import Verdict, judge_in_model
 from cinn.ir import Program
 from cinn.passes.winograd import ALGORITHM_PREFIX, DIRECT, ConvShape
 from cinn.symbolic import SymbolicProgram, bindings_of
@@ -43,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=16, help="candidates measured per round (default: 16)")
     p.add_argument("--verify", type=int, default=3, metavar="K", help="re-measure each task's K best schedules with "
                    "its default at the end, so a lucky measurement does not pick the schedule (default: 3; 0: off)")
+    p.add_argument("--model-check", action=argparse.BooleanOptionalAction, default=True,
+                   help="at the end, time the tuned kernels inside runs of the model against the default schedules "
+                   "and log those times, which compile prefers: a schedule that wins alone with flushed caches can "
+                   "lose among its neighbours (default: on)")
     p.add_argument("--seed", type=int, default=0, help="search seed")
     p.add_argument("--cost-model", metavar="PATH", help="start from this saved cost model (if it exists) and save the "
                    "trained one there")
@@ -73,11 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     try:
-        summaries = _tune(args)
+        summaries, verdicts = _tune(args)
     except (ValueError, TypeError, NotImplementedError, OSError) as err:
         print(f"cinn-tune: {err}", file=sys.stderr)
         return EXIT_USAGE
     print(format_summary(summaries))
+    if verdicts:
+        print(format_verdicts(verdicts))
     untuned = [s.task.name for s in summaries if not s.trials]
     if untuned:
         print(f"cinn-tune: the budget ran out before {len(untuned)} of {len(summaries)} tasks got a trial (they keep "
@@ -89,8 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _tune(args) -> list[TaskSummary]:
-    """Load the model, extract its tasks and tune them."""
+def _tune(args) -> tuple[list[TaskSummary], list[Verdict]]:
+    """Load the model, extract its tasks and tune them; then judge the tuned kernels inside the model."""
     target = parse_target(args.target)
     programs = _load(args.model, args.input_shape, args.shape_hint)
     measure = MeasureConfig(run_timeout=args.timeout, repeat=args.repeat, cache_flush=args.cache_flush)
@@ -108,7 +115,8 @@ def _tune(args) -> list[TaskSummary]:
         runner.close()
     if args.cost_model:
         model.save(args.cost_model)
-    return summaries
+    verdicts = judge_in_model(programs, target, args.log, progress=_check_progress) if args.model_check else []
+    return summaries, verdicts
 
 
 def _load(model: str, input_shapes: Sequence[str], shape_hints: Sequence[str]) -> list[Program]:
@@ -127,6 +135,10 @@ def _algorithm_progress(done: int, total: int, shape: ConvShape, tile: int | Non
               if tile != DIRECT else "direct")
     print(f"cinn-tune: conv algorithm {done}/{total} {shape.key.removeprefix(ALGORITHM_PREFIX)}: {chosen}",
           file=sys.stderr, flush=True)
+
+
+def _check_progress(done: int, total: int) -> None:
+    print(f"cinn-tune: in-model check, round {done}/{total}", file=sys.stderr, flush=True)
 
 
 class _ProgressBar:
@@ -165,3 +177,16 @@ def format_summary(summaries: Sequence[TaskSummary]) -> str:
                  _ms(total_best), f"{total_default / total_best:.2f}x" if total_best and math.isfinite(total_best) else "-"))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     return "\n".join("  ".join(v.ljust(w) if c == 1 else v.rjust(w) for c, (v, w) in enumerate(zip(r, widths, strict=True))) for r in rows)
+
+
+def format_verdicts(verdicts: Sequence[Verdict]) -> str:
+    """The in-model check: how many tuned kernels stay, and the ones the default schedule beats inside runs."""
+    reverted = [v for v in verdicts if not v.kept]
+    tuned = sum(v.tuned_s for v in verdicts)
+    best = sum(min(v.tuned_s, v.default_s) for v in verdicts)
+    default = sum(v.default_s for v in verdicts)
+    lines = [f"in-model check: {len(verdicts) - len(reverted)} of {len(verdicts)} tuned workloads keep their schedule; "
+             f"their kernels inside runs: default {_ms(default)} ms, tuned {_ms(tuned)} ms, kept {_ms(best)} ms"]
+    lines += [f"  default kept for {v.name} (x{v.kernels}): tuned {_ms(v.tuned_s)} ms, default {_ms(v.default_s)} ms"
+              for v in sorted(reverted, key=lambda v: v.default_s - v.tuned_s)]
+    return "\n".join(lines)

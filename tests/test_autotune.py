@@ -17,7 +17,15 @@ from tvm.s_tir import Schedule, Trace
 import cinn
 from cinn.autotune import space
 from cinn.autotune.algorithms import ROUNDS
-from cinn.autotune.database import FailureKind, Record, append_records, best_traces, read_records
+from cinn.autotune.database import (
+    DEFAULT_TRACE,
+    FailureKind,
+    Record,
+    Scope,
+    append_records,
+    best_traces,
+    read_records,
+)
 from cinn.autotune.measure import MeasureConfig, MeasureResult
 from cinn.autotune.scheduler import TaskProgress, next_task, round_size
 from cinn.autotune.search import SearchConfig, TaskSearch
@@ -25,6 +33,7 @@ from cinn.autotune.task import Task, extract_tasks
 from cinn.autotune.tuner import TuneConfig, tune
 from cinn.build import element_aligned
 from cinn.frontend import NetBuilder
+from cinn.in_model import ROUNDS as ROUNDS_IN_MODEL
 from cinn.schedules import apply_default
 from cinn.schedules.knobs import Knob
 from cinn.target import parse_target
@@ -401,10 +410,17 @@ def test_cinn_tune_cli(tmp_path, capsys):
     assert cli.main([str(path), "--trials", "3", "--batch", "3", "--repeat", "1", "--log", str(log)]) == 0
     out = capsys.readouterr()
     assert "speed-up" in out.out and "3/3 trials" in out.err
+    assert "in-model check: " in out.out and f"round {ROUNDS_IN_MODEL}/{ROUNDS_IN_MODEL}" in out.err
     records = list(read_records(log))
-    assert len({r.trace for r in records}) == 3 and len(records) == 6  # 3 trials, then all 3 verified
-    assert cli.main([str(path), "--trials", "3", "--repeat", "1", "--verify", "0", "--log", str(log), "--resume"]) == 0
-    assert len(list(read_records(log))) == 6  # the budget was spent: nothing measured, nothing verified
+    kernel = [r for r in records if r.scope is Scope.KERNEL]
+    assert len({r.trace for r in kernel}) == 3 and len(kernel) == 6  # 3 trials, then all 3 verified
+    # then the fastest, and the default schedule, timed inside runs of the model
+    model = [r for r in records if r.scope is Scope.MODEL]
+    assert [r.trace == DEFAULT_TRACE for r in model] == [False, True]
+    assert all(len(r.costs) == ROUNDS_IN_MODEL for r in model)
+    args = [str(path), "--trials", "3", "--repeat", "1", "--verify", "0", "--log", str(log), "--resume"]
+    assert cli.main([*args, "--no-model-check"]) == 0
+    assert len(list(read_records(log))) == 8  # the budget was spent: nothing measured, nothing verified
 
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn.autotune.database import FailureKind, Record, best_traces
+from cinn.autotune.database import DEFAULT_TRACE, FailureKind, Record, Scope, best_traces, fastest_traces
 from cinn.target import parse_target
 
 
@@ -58,3 +58,27 @@ def test_a_missing_tuning_log_is_an_error(tmp_path, tmp_cache):
     x = b.create_input("float32", (4,), "x")
     with pytest.raises(FileNotFoundError, match=r"tuning_log .*nope\.jsonl.*no such schedule log"):
         cinn.compile(b.build([b.relu(x)]), tuning_log=tmp_path / "nope.jsonl", cache_dir=tmp_cache)
+
+
+def test_model_scope_records_decide_where_present():
+    """Times inside the model (cinn-tune's in-model check) overrule the kernel's own: the default schedule
+    (DEFAULT_TRACE) winning there leaves the workload without a trace; medians, so one slow round does not decide."""
+    target = parse_target("llvm -mcpu=x -num-cores=2")
+    fast_alone, slow_alone = _rec("a", 0.1), _rec("a", 0.3)
+
+    def model(trace, *costs):
+        return Record("a", fast_alone.target, trace, costs, scope=Scope.MODEL)
+
+    assert fastest_traces([fast_alone, slow_alone], target) == {"a": fast_alone.trace}
+    loses = [model(fast_alone.trace, 2.0, 2.0, 2.0), model(DEFAULT_TRACE, 1.0, 1.0, 1.0)]
+    assert fastest_traces([fast_alone, slow_alone, *loses], target) == {}
+    one_slow_round = [model(fast_alone.trace, 0.5, 0.5, 9.0), model(DEFAULT_TRACE, 1.0, 1.0, 1.0)]
+    assert fastest_traces([fast_alone, slow_alone, *one_slow_round], target) == {"a": fast_alone.trace}
+    assert fastest_traces([*loses, _rec("b", 0.2)], target) == {"b": _rec("b", 0.2).trace}
+
+
+def test_scope_round_trips_and_old_lines_are_kernel_scope():
+    rec = Record("a", "llvm", DEFAULT_TRACE, (1e-3, 2e-3), scope=Scope.MODEL)
+    assert Record.from_json(rec.to_json()) == rec and json.loads(rec.to_json())["scope"] == "model"
+    old = Record.from_json('{"workload": "a", "target": "llvm", "trace": "[]", "costs": [1.0]}')
+    assert old.scope is Scope.KERNEL
