@@ -243,3 +243,16 @@ def test_a_slice_that_is_a_concat_part_writes_it(tmp_cache):
     _, _, (out,) = _run_both(program, {"x": xv}, tmp_cache)
     np.testing.assert_allclose(out, 2 * np.concatenate([np.exp(xv)[:, :, :5, :5], np.maximum(xv, 0)[:, :, 1:, 1:]], 1),
                                rtol=1e-5)
+
+
+def test_a_concat_of_slices_is_one_kernel(tmp_cache):
+    # shufflenet's padded per-group convs, each sliced back to its channels and concatenated: the slices are views of
+    # the convs' outputs and one concat kernel (with the scale after it) reads them, not a copy kernel per slice
+    b = cinn.NetBuilder("concat_of_slices")
+    x = b.create_input("float32", (1, 6, 4, 4), "x")
+    parts = [b.slice(f(x), axes=[1], starts=[0], ends=[4]) for f in (b.exp, b.relu)]
+    program, xv = b.build([b.scale(b.concat(parts, axis=1), 2.0)]), _rand(1, 6, 4, 4)
+    assert not concat_views(optimize(program, True))
+    fused, _, (out,) = _run_both(program, {"x": xv}, tmp_cache)
+    assert fused.num_kernels == 2  # exp and relu (siblings), then the concat with the scale
+    np.testing.assert_allclose(out, 2 * np.concatenate([np.exp(xv)[:, :4], np.maximum(xv, 0)[:, :4]], 1), rtol=1e-5)

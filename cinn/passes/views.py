@@ -72,6 +72,10 @@ def concat_views(program: Program) -> dict[str, View]:
         names = [v.name for v in node.inputs]
         if len(set(names)) != len(names) or any(n in views or n in fixed or n not in producers for n in names):
             continue
+        if all(producers[n].op == "slice" for n in names):
+            # its parts are copies: one concat kernel reading them in place (with the ops after it fused) does in one
+            # kernel what a copy per part would (shufflenet's padded per-group convs, sliced back to 68 channels)
+            continue
         offset = 0
         for v in node.inputs:
             views[v.name] = View(node.outputs[0].name, offset)
