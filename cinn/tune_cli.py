@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model-check", action=argparse.BooleanOptionalAction, default=True,
                    help="at the end, time the tuned kernels inside runs of the model against the default schedules "
                    "and log those times, which compile prefers: a schedule that wins alone with flushed caches can "
-                   "lose among its neighbours (default: on)")
+                   "lose among its neighbours (default: on; not with --rpc-tracker)")
     p.add_argument("--seed", type=int, default=0, help="search seed")
     p.add_argument("--cost-model", metavar="PATH", help="start from this saved cost model (if it exists) and save the "
                    "trained one there")
@@ -115,7 +115,9 @@ def _tune(args) -> tuple[list[TaskSummary], list[Verdict]]:
         runner.close()
     if args.cost_model:
         model.save(args.cost_model)
-    verdicts = judge_in_model(programs, target, args.log, progress=_check_progress) if args.model_check else []
+    # the model runs here: a device behind an RPC tracker has no in-model check
+    in_model = args.model_check and not args.rpc_tracker
+    verdicts = judge_in_model(programs, target, args.log, progress=_check_progress) if in_model else []
     return summaries, verdicts
 
 
