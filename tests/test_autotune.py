@@ -393,9 +393,8 @@ def test_concurrent_appends_do_not_interleave(tmp_path):
     assert sorted(r.workload for r in records) == sorted(f"{t}{i}" for t in "pq" for i in range(150))
 
 
-def test_cinn_tune_cli(tmp_path, capsys):
-    from cinn import tune_cli as cli
-
+def _matmul_relu_onnx(tmp_path):
+    """An ONNX file of relu(x @ w) with constant w."""
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
@@ -406,6 +405,13 @@ def test_cinn_tune_cli(tmp_path, capsys):
         [onnx.numpy_helper.from_array(np.random.rand(32, 32).astype("float32"), "w")])
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_cinn_tune_cli(tmp_path, capsys):
+    from cinn import tune_cli as cli
+
+    path = _matmul_relu_onnx(tmp_path)
     log = tmp_path / "log.jsonl"
     assert cli.main([str(path), "--trials", "3", "--batch", "3", "--repeat", "1", "--log", str(log)]) == 0
     out = capsys.readouterr()
@@ -422,6 +428,19 @@ def test_cinn_tune_cli(tmp_path, capsys):
     assert cli.main([*args, "--no-model-check"]) == 0
     assert len(list(read_records(log))) == 8  # the budget was spent: nothing measured, nothing verified
 
+
+
+def test_no_in_model_check_for_a_device_behind_rpc(tmp_path, monkeypatch):
+    """With --rpc-tracker the candidates run on the tracker's device; the model would run here, so it is not judged."""
+    from cinn import tune_cli as cli
+    from cinn.autotune.measure import LocalRunner
+
+    monkeypatch.setattr(cli, "RpcRunner", lambda tracker, key, config: LocalRunner(config))
+    monkeypatch.setattr(cli, "judge_in_model", lambda *a, **k: pytest.fail("the model was judged on this machine"))
+    log = tmp_path / "log.jsonl"
+    args = ["--trials", "2", "--repeat", "1", "--verify", "0", "--log", str(log), "--rpc-tracker", "h:9190", "--rpc-key", "k"]
+    assert cli.main([str(_matmul_relu_onnx(tmp_path)), *args]) == 0
+    assert {r.scope for r in read_records(log)} == {Scope.KERNEL}
 
 
 def test_cinn_tune_measures_conv_algorithms_first(tmp_path, capsys):
