@@ -19,10 +19,12 @@ from cinn.ir import Program
 from cinn.passes.winograd import ALGORITHM_PREFIX
 from cinn.runtime import Executable
 from cinn.target import Target
-from cinn.utils import random_feeds
+from cinn.utils import random_feeds, wall_seconds
 
 ROUNDS = 5  # interleaved: a slow stretch of a shared machine hits both variants, and the median drops it
-REPEAT = 10  # runs per round; each kernel's median of them is the round's time
+REPEAT = 10  # runs per round at most; each kernel's median of them is the round's time
+MIN_REPEAT = 3
+ROUND_S = 1.0  # a build's runs per round are fewer where they would take longer (BERT-base at batch 8: 0.85 s a run)
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ class Verdict:
 def judge_in_model(programs: Sequence[Program], target: Target, log: str | os.PathLike, rounds: int = ROUNDS,
                    repeat: int = REPEAT, progress: Callable[[int, int], None] | None = None) -> list[Verdict]:
     """Time the log's tuned kernels of each program inside runs against the default schedules, append the times to
-    the log as model-scope records and return the verdicts (none where the target's device is absent).
+    the log as model-scope records and return the verdicts (none where the target's device is absent). A round
+    takes `repeat` runs of each build, fewer (down to MIN_REPEAT) where they would take over ROUND_S.
     progress(done, total) follows each round."""
     kernel_scope = [r for r in read_records(log) if r.scope is Scope.KERNEL]
     traces = fastest_traces(kernel_scope, target)
@@ -68,6 +71,9 @@ def _interleaved(tuned: Executable, default: Executable, feeds, rounds: int, rep
                  progress: Callable[[int], None] | None) -> tuple[list[list[float]], list[list[float]]]:
     """Each round's per-kernel in-run seconds of both builds, which goes first alternating."""
     times: dict[int, list[list[float]]] = {id(tuned): [], id(default): []}
+    tuned.run(feeds)  # warm-up: the first run sets up its workspace and threads
+    run_s = wall_seconds(lambda: default.run(feeds))()
+    repeat = max(min(repeat, MIN_REPEAT), min(repeat, int(ROUND_S / max(run_s, 1e-9))))
     for r in range(rounds):
         for exe in (tuned, default) if r % 2 == 0 else (default, tuned):
             times[id(exe)].append(exe.kernel_times(feeds, repeat))
