@@ -166,10 +166,29 @@ class Profile:
         for k in sorted(self.kernels, key=lambda k: -k.in_run_ms):
             rows.append(f"{k.name[:48]:<48} {k.in_run_ms:>10.4f} {k.alone_ms:>10.4f} {k.in_run_ms / self.run_ms:>6.1%} "
                         f"{k.gflops:>8.1f} {k.gbps:>7.1f}" + ("" if self.peaks is None else f" {self._nearer_peak(k):>10}"))
+        rows += self._by_name()
         rows.append(f"run {self.run_ms:.4f} ms = kernels {self.kernel_sum_ms:.4f} ms (alone {self.alone_sum_ms:.4f}) "
                     f"x {self.run_ms / max(self.kernel_sum_ms, 1e-12):.3f}; outside the kernels "
                     f"{self.run_ms - self.kernel_sum_ms:.4f} ms")
         return "\n".join(rows)
+
+    def _by_name(self) -> list[str]:
+        """The kernels grouped by name (a fused group's ops: "fused_conv2d_add_relu"), most time first: their count,
+        time inside a run, share of it and (with peaks) their time-weighted percent of the FMA peak and of the memory
+        bandwidth: where a model's time goes by kind of kernel."""
+        groups: dict[str, list[KernelTime]] = {}
+        for k in self.kernels:
+            groups.setdefault(k.name, []).append(k)
+        rows = ["by name: kernels, in run ms, share" + ("" if self.peaks is None else ", time-weighted % of peaks")]
+        for name, ks in sorted(groups.items(), key=lambda g: -sum(k.in_run_ms for k in g[1])):
+            ms = sum(k.in_run_ms for k in ks)
+            row = f"  {name[:46]:<46} x{len(ks):<4} {ms:>10.4f} {ms / self.run_ms:>6.1%}"
+            if self.peaks is not None:
+                flops, moved = sum(k.flops for k in ks), sum(k.nbytes for k in ks)  # rate of the sum = weighted mean
+                row += (f" {flops / max(ms, 1e-12) / 1e6 / self.peaks.gflops:>5.0%} FMA"
+                        f" {moved / max(ms, 1e-12) / 1e6 / self.peaks.gbps:>5.0%} mem")
+            rows.append(row)
+        return rows
 
     def _nearer_peak(self, k: KernelTime) -> str:
         """The percent of the nearer peak and which one: '62% FMA' or '80% mem'."""

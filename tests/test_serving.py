@@ -220,7 +220,15 @@ def test_profile_states_percent_of_the_machine_peaks(models):
     prof = exe.profile(_feeds(exe, 6), repeat=3, peaks=Peaks(gflops=1e-3, gbps=1e6))
     lines = prof.table().splitlines()
     assert lines[0].startswith("machine: FMA peak 0 GFLOP/s, memory 1000000.0 GB/s")
-    assert all(line.endswith("FMA") for line in lines[2:-1])  # 1 MFLOP/s: every kernel is far past that peak
+    kernels = len(prof.kernels)
+    assert all(line.endswith("FMA") for line in lines[2:2 + kernels])  # 1 MFLOP/s: every kernel is far past that peak
+    # then the kernels by name: each name once, with its count, time and time-weighted percent of both peaks
+    assert lines[2 + kernels].startswith("by name: kernels, in run ms, share, time-weighted % of peaks")
+    names = {k.name for k in prof.kernels}
+    by_name = lines[3 + kernels:-1]
+    assert sorted(line.split()[0] for line in by_name) == sorted(names)
+    assert sum(int(line.split()[1][1:]) for line in by_name) == kernels
+    assert all(line.endswith(" mem") and " FMA " in line for line in by_name)
 
 
 def test_machine_peaks_are_measured_once_and_cached(tmp_path, monkeypatch):
