@@ -156,9 +156,11 @@ def fastest_traces(records: Iterable[Record], target: Target) -> dict[str, str]:
     pools: dict[tuple[str, Scope], TracePool] = {}
     for rec in records:
         if rec.target == str(target):
-            # the rounds of a model are medians: a stretch of a noisy machine in one round must not decide
-            pool = TracePool(statistics.median if rec.scope is Scope.MODEL else statistics.fmean)
-            pools.setdefault((rec.workload, rec.scope), pool).add(rec.trace, rec.costs, rec.failure)
+            key = (rec.workload, rec.scope)
+            if key not in pools:
+                # the rounds of a model are medians: a stretch of a noisy machine in one round must not decide
+                pools[key] = TracePool(statistics.median if rec.scope is Scope.MODEL else statistics.fmean)
+            pools[key].add(rec.trace, rec.costs, rec.failure)
     best = {}
     for (workload, scope), pool in pools.items():
         if scope is Scope.MODEL or (workload, Scope.MODEL) not in pools:

@@ -70,16 +70,17 @@ def judge_in_model(programs: Sequence[Program], target: Target, log: str | os.Pa
 def _interleaved(tuned: Executable, default: Executable, feeds, rounds: int, repeat: int,
                  progress: Callable[[int], None] | None) -> tuple[list[list[float]], list[list[float]]]:
     """Each round's per-kernel in-run seconds of both builds, which goes first alternating."""
-    times: dict[int, list[list[float]]] = {id(tuned): [], id(default): []}
-    tuned.run(feeds)  # warm-up: the first run sets up its workspace and threads
+    for exe in (tuned, default):
+        exe.run(feeds)  # warm-up: a first run starts the thread pool
     run_s = wall_seconds(lambda: default.run(feeds))()
     repeat = max(min(repeat, MIN_REPEAT), min(repeat, int(ROUND_S / max(run_s, 1e-9))))
+    builds: list[tuple[Executable, list[list[float]]]] = [(tuned, []), (default, [])]
     for r in range(rounds):
-        for exe in (tuned, default) if r % 2 == 0 else (default, tuned):
-            times[id(exe)].append(exe.kernel_times(feeds, repeat))
+        for exe, times in builds if r % 2 == 0 else builds[::-1]:
+            times.append(exe.kernel_times(feeds, repeat))
         if progress:
             progress(r + 1)
-    return times[id(tuned)], times[id(default)]
+    return builds[0][1], builds[1][1]
 
 
 def _judge(exe: Executable, times: tuple[list[list[float]], list[list[float]]], traces: dict[str, str],

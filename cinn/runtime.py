@@ -180,13 +180,13 @@ class Profile:
         for k in self.kernels:
             groups.setdefault(k.name, []).append(k)
         rows = ["by name: kernels, in run ms, share" + ("" if self.peaks is None else ", time-weighted % of peaks")]
-        for name, ks in sorted(groups.items(), key=lambda g: -sum(k.in_run_ms for k in g[1])):
-            ms = sum(k.in_run_ms for k in ks)
-            row = f"  {name[:46]:<46} x{len(ks):<4} {ms:>10.4f} {ms / self.run_ms:>6.1%}"
+        # each name's kernels as one: the rate of their summed work is their time-weighted mean rate
+        summed = [KernelTime(name, sum(k.in_run_ms for k in ks), sum(k.alone_ms for k in ks),
+                             sum(k.flops for k in ks), sum(k.nbytes for k in ks)) for name, ks in groups.items()]
+        for s in sorted(summed, key=lambda s: -s.in_run_ms):
+            row = f"  {s.name[:46]:<46} x{len(groups[s.name]):<4} {s.in_run_ms:>10.4f} {s.in_run_ms / self.run_ms:>6.1%}"
             if self.peaks is not None:
-                flops, moved = sum(k.flops for k in ks), sum(k.nbytes for k in ks)  # rate of the sum = weighted mean
-                row += (f" {flops / max(ms, 1e-12) / 1e6 / self.peaks.gflops:>5.0%} FMA"
-                        f" {moved / max(ms, 1e-12) / 1e6 / self.peaks.gbps:>5.0%} mem")
+                row += f" {s.gflops / self.peaks.gflops:>5.0%} FMA {s.gbps / self.peaks.gbps:>5.0%} mem"
             rows.append(row)
         return rows
 
