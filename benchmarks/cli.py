@@ -27,8 +27,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log", default=None, metavar="tuning.jsonl", help="schedule log: adds a tuned cinn build")
     p.add_argument("--repeat", type=int, default=20, help="timed runs per engine; the median is reported (default: 20)")
     p.add_argument("--rounds", type=int, default=1,
-                   help="interleaved rounds: every engine runs once per round, each run in its own process; the "
-                        "median over rounds is reported (default: 1)")
+                   help="interleaved rounds: every engine (each in its own process, kept over the rounds) times one "
+                        "round in turn; the median over rounds is reported, and the median of the ratios within rounds "
+                        "(default: 1)")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default: 3)")
     p.add_argument("--csv", default=None, metavar="PATH", help="also write the table as CSV")
     p.add_argument("--plot", default=None, metavar="PATH", help="also write a latency bar chart (PNG)")

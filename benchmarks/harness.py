@@ -1,22 +1,29 @@
-"""Benchmark harness: each engine runs a model in its own worker process and reports JSON.
+"""Benchmark harness: each engine runs a model in its own worker process, timed in rounds the parent interleaves.
 
 onnxruntime's spinning threads slow TVM's parallel kernels when both live in one process, so every
-(engine, model) pair is timed in a fresh interpreter: ``python -m cinn.benchmarks.harness --worker ENGINE MODEL``.
+(engine, model) pair lives in its own interpreter: ``python -m cinn.benchmarks.harness --worker ENGINE MODEL``. The
+worker prepares its engine (imports, compiles, saves the outputs), says so in one JSON line, then times one round per
+line it reads on stdin. The parent keeps all engines' workers of a model alive and asks each in turn for a round, so
+a change of machine speed (on a shared VM, 2x for stretches of seconds) hits all engines alike, and each round's
+ratios compare engines timed a moment apart.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import enum
 import importlib.util
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TextIO
 
 import numpy as np
 import onnx
@@ -27,6 +34,9 @@ from cinn.cli import USER_ERRORS
 from cinn.frontend.loading import parse_input_shapes
 from cinn.frontend.zoo import get_model, model_label
 from cinn.utils import SETTLE_S, median_seconds
+
+# untimed runs before each round after the first: long enough for another engine's idle threads to stop spinning
+ROUND_SETTLE_S = 0.2
 
 RTOL = ATOL = 1e-3
 QUANTIZED_MEAN_ERR = 0.01  # a quantized model's outputs: mean |error| within 1% of the output's largest magnitude
@@ -52,7 +62,7 @@ class BenchConfig:
     target: str = "llvm"
     repeat: int = 20
     warmup: int = 3
-    rounds: int = 1  # every engine runs once per round, rounds interleaved; the median over rounds is reported
+    rounds: int = 1  # every engine times one round in turn, rounds interleaved; the median over rounds is reported
     tuning_log: str | None = None
     small: bool = False
     timeout: float = 1800.0
@@ -73,7 +83,7 @@ class BenchConfig:
 
 @dataclass(frozen=True)
 class EngineResult:
-    """What one worker measured."""
+    """What one worker measured: the median over its rounds of each round's median."""
 
     engine: Engine
     model: str
@@ -82,6 +92,7 @@ class EngineResult:
     num_kernels: int | None = None
     compile_cold_s: float | None = None
     compile_cached_s: float | None = None
+    rounds_ms: tuple[float, ...] = ()  # each round's median, in the order the rounds ran
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self) | {"engine": self.engine.value})
@@ -89,7 +100,7 @@ class EngineResult:
     @classmethod
     def from_json(cls, text: str) -> EngineResult:
         data = json.loads(text)
-        return cls(**(data | {"engine": Engine(data["engine"])}))
+        return cls(**(data | {"engine": Engine(data["engine"]), "rounds_ms": tuple(data.get("rounds_ms", ()))}))
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,16 @@ class ModelResult:
         times = [t for e in PEERS if (t := self.ms(e)) is not None]
         return min(times, default=None)
 
+    def paired_vs_best_peer(self, engine: Engine) -> float | None:
+        """The median over rounds of the engine's time over the faster peer's in the same round: robust to the
+        machine changing speed between rounds, which the ratio of the medians is not."""
+        mine = self.results.get(engine)
+        peers = [r.rounds_ms for e in PEERS if (r := self.results.get(e)) and r.rounds_ms]
+        if mine is None or not mine.rounds_ms or not peers:
+            return None
+        best = [min(times) for times in zip(*peers, strict=True)]
+        return float(np.median([m / b for m, b in zip(mine.rounds_ms, best, strict=True)]))
+
     @property
     def failed(self) -> bool:
         return bool(self.errors) or not all(c.ok for c in self.checks)
@@ -134,8 +155,23 @@ def _timed_compile(program, config: BenchConfig, fuse: bool, tuning_log: str | N
     return exe, time.perf_counter() - t0
 
 
-def _run_cinn(engine: Engine, model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]]:
-    """Compile (cold and cached, for the fused build) and time a cinn executable."""
+@dataclass(frozen=True)
+class Prepared:
+    """An engine ready to be timed: one run of the model, and what preparing it measured."""
+
+    run: Callable[[], list[np.ndarray]]
+    num_kernels: int | None = None
+    compile_cold_s: float | None = None
+    compile_cached_s: float | None = None
+
+    def facts(self) -> dict[str, Any]:
+        """What the parent's EngineResult takes from the preparation."""
+        return {"num_kernels": self.num_kernels, "compile_cold_s": self.compile_cold_s,
+                "compile_cached_s": self.compile_cached_s}
+
+
+def _prepare_cinn(engine: Engine, model, config: BenchConfig) -> Prepared:
+    """Compile a cinn executable (cold and cached, for the fused and tuned builds)."""
     cold = cached = None
     if engine is Engine.UNFUSED:
         exe, _ = _timed_compile(model.program, config, False, None, None)
@@ -145,15 +181,7 @@ def _run_cinn(engine: Engine, model, config: BenchConfig) -> tuple[EngineResult,
             _, cold = _timed_compile(model.program, config, True, log, cache_dir)
             exe, cached = _timed_compile(model.program, config, True, log, cache_dir)
     feeds = dict(model.feeds)
-    ms, outputs = _measure(lambda: exe.run(feeds), config)
-    return EngineResult(engine, model.name, ms, config.repeat, exe.num_kernels, cold, cached), outputs
-
-
-def _measure(run: Callable[[], list[np.ndarray]], config: BenchConfig) -> tuple[float, list[np.ndarray]]:
-    """The median milliseconds of timed runs (every engine settles as long: see SETTLE_S), and a first run's
-    outputs."""
-    outputs = run()
-    return median_seconds(run, config.repeat, config.warmup, SETTLE_S) * 1e3, outputs
+    return Prepared(lambda: exe.run(feeds), exe.num_kernels, cold, cached)
 
 
 def ort_session(onnx_model, cuda: bool = False):
@@ -171,13 +199,12 @@ def ort_session(onnx_model, cuda: bool = False):
     return ort.InferenceSession(onnx_model.SerializeToString(), opts, providers=[provider])
 
 
-def _run_ort(model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]]:
+def _prepare_ort(model, config: BenchConfig) -> Prepared:
     # an imported ONNX model runs as its file is: onnxruntime optimizes the original graph, not our export of it
     onnx_model = onnx.load(model.onnx_path) if model.onnx_path else to_onnx(model.program)
     sess = ort_session(onnx_model, cuda=config.is_cuda)
     feeds = dict(model.feeds)
-    ms, outputs = _measure(lambda: sess.run(None, feeds), config)
-    return EngineResult(Engine.ORT, model.name, ms, config.repeat), outputs
+    return Prepared(lambda: sess.run(None, feeds))
 
 
 def openvino_runner(onnx_path: str) -> Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]:
@@ -196,7 +223,7 @@ def openvino_runner(onnx_path: str) -> Callable[[Mapping[str, np.ndarray]], list
     return run
 
 
-def _run_openvino(model, config: BenchConfig) -> tuple[EngineResult, list[np.ndarray]]:
+def _prepare_openvino(model, config: BenchConfig) -> Prepared:
     with tempfile.TemporaryDirectory(prefix="cinn-bench-ov-") as tmp:
         path = model.onnx_path  # as for onnxruntime: an imported ONNX file as it is, a built-in model as exported
         if path is None:
@@ -204,18 +231,43 @@ def _run_openvino(model, config: BenchConfig) -> tuple[EngineResult, list[np.nda
             onnx.save(to_onnx(model.program), path)
         run = openvino_runner(path)
     feeds = dict(model.feeds)
-    ms, outputs = _measure(lambda: run(feeds), config)
-    return EngineResult(Engine.OPENVINO, model.name, ms, config.repeat), outputs
+    return Prepared(lambda: run(feeds))
+
+
+def prepare(engine: Engine, model_name: str, config: BenchConfig, outputs_path: str | None) -> Prepared:
+    """Get one engine ready to time one model in this process; optionally save a first run's outputs (.npz)."""
+    model = get_model(model_name, config.small, dict(config.input_shapes))
+    if engine is Engine.ORT:
+        prepared = _prepare_ort(model, config)
+    elif engine is Engine.OPENVINO:
+        prepared = _prepare_openvino(model, config)
+    else:
+        prepared = _prepare_cinn(engine, model, config)
+    outputs = prepared.run()
+    if outputs_path:
+        np.savez(outputs_path, *[np.asarray(o) for o in outputs])
+    return prepared
+
+
+def time_round(prepared: Prepared, config: BenchConfig, first: bool) -> float:
+    """One round: the median milliseconds of `config.repeat` timed runs, after untimed ones that last SETTLE_S on
+    the first round (right after a compile the cores are slow) and ROUND_SETTLE_S on later ones (another engine's
+    threads may still be spinning)."""
+    return median_seconds(prepared.run, config.repeat, config.warmup, SETTLE_S if first else ROUND_SETTLE_S) * 1e3
 
 
 def run_worker(engine: Engine, model_name: str, config: BenchConfig, outputs_path: str | None) -> EngineResult:
-    """Measure one engine on one model in this process; optionally save its outputs (.npz)."""
-    model = get_model(model_name, config.small, dict(config.input_shapes))
-    runners = {Engine.ORT: _run_ort, Engine.OPENVINO: _run_openvino}
-    result, outputs = runners[engine](model, config) if engine in runners else _run_cinn(engine, model, config)
-    if outputs_path:
-        np.savez(outputs_path, *[np.asarray(o) for o in outputs])
-    return result
+    """Measure one engine on one model in this process, one round."""
+    prepared = prepare(engine, model_name, config, outputs_path)
+    ms = time_round(prepared, config, first=True)
+    return EngineResult(engine, model_label(model_name), ms, config.repeat, **prepared.facts(), rounds_ms=(ms,))
+
+
+def serve(prepared: Prepared, config: BenchConfig, commands: TextIO, replies: TextIO) -> None:
+    """Time a round for every line read from `commands`, replying with one JSON line each, until end of input."""
+    for k, _ in enumerate(commands):
+        replies.write(json.dumps({"ms": time_round(prepared, config, first=k == 0)}) + "\n")
+        replies.flush()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,10 +305,54 @@ def spawn_module(module: str, args: Sequence[str], timeout: float, env: Mapping[
     return lines[-1]
 
 
-def _spawn(engine: Engine, model: str, config: BenchConfig, outputs_path: str) -> EngineResult:
-    """Run one engine's worker process and parse its result."""
-    args = _worker_args(engine, model, config, outputs_path)
-    return EngineResult.from_json(spawn_module("cinn.benchmarks.harness", args, config.timeout))
+class Worker:
+    """One engine's worker process, kept alive over a model's rounds: started, it prepares its engine; each
+    `time_round` asks it for one round."""
+
+    def __init__(self, engine: Engine, model: str, config: BenchConfig, outputs_path: str):
+        self.engine, self.timeout = engine, config.timeout
+        args = _worker_args(engine, model, config, outputs_path)
+        self.proc = subprocess.Popen([sys.executable, "-m", "cinn.benchmarks.harness", *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        try:
+            self.facts = json.loads(self._reply())
+        except BaseException:
+            self.close()
+            raise
+
+    def _reply(self) -> str:
+        """The worker's next line, within the timeout."""
+        assert self.proc.stdout is not None
+        if not select.select([self.proc.stdout], [], [], self.timeout)[0]:
+            raise subprocess.TimeoutExpired(self.proc.args, self.timeout)
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.engine.value} worker exited with status {self.proc.wait()}")
+        return line
+
+    def time_round(self) -> float:
+        """One round's median milliseconds."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("time\n")
+        self.proc.stdin.flush()
+        return float(json.loads(self._reply())["ms"])
+
+    def close(self) -> None:
+        """End the worker (end of its input), killing it if it does not exit."""
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def compare(engine: Engine, got: Sequence[np.ndarray], want: Sequence[np.ndarray], quantized: bool = False) -> Check:
@@ -289,31 +385,41 @@ def _load_outputs(path: str) -> list[np.ndarray]:
         return [data[f"arr_{i}"] for i in range(len(data.files))]
 
 
+WORKER_ERRORS = (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError)
+
+
 def bench_model(model: str, config: BenchConfig) -> ModelResult:
-    """Run every engine on one model (each run in its own process; `config.rounds` interleaved rounds, the median
-    over them reported) and cross-check the outputs."""
+    """Run every engine on one model (each in its own worker process, kept for `config.rounds` rounds that visit the
+    engines in a rotating order; the median over rounds reported) and cross-check the outputs."""
     name = model_label(model)
-    rounds: dict[Engine, list[EngineResult]] = {}
     errors: dict[Engine, str] = {}
     outputs: dict[Engine, list[np.ndarray]] = {}
-    with tempfile.TemporaryDirectory(prefix="cinn-bench-") as tmp:
+    times: dict[Engine, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="cinn-bench-") as tmp, contextlib.ExitStack() as stack:
+        workers: dict[Engine, Worker] = {}
+        for engine in config.engines():
+            _progress(f"{name}: {engine.value} preparing ...")
+            path = os.path.join(tmp, f"{engine.value}.npz")
+            try:
+                workers[engine] = stack.enter_context(Worker(engine, model, config, path))
+                outputs[engine] = _load_outputs(path)
+            except WORKER_ERRORS as err:
+                errors[engine] = str(err)
+                _progress(f"{name}: {engine.value} FAILED: {err}")
         for k in range(config.rounds):
-            for engine in config.engines():
+            for engine in _rotated(list(workers), k):
                 if engine in errors:
                     continue
                 label = f"{name}: {engine.value}" + (f" (round {k + 1}/{config.rounds})" if config.rounds > 1 else "")
-                _progress(f"{label} ...")
-                path = os.path.join(tmp, f"{engine.value}.npz")
                 try:
-                    rounds.setdefault(engine, []).append(_spawn(engine, model, config, path))
-                    if engine not in outputs:  # the first round's outputs are the ones checked
-                        outputs[engine] = _load_outputs(path)
-                except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as err:
+                    times.setdefault(engine, []).append(workers[engine].time_round())
+                except WORKER_ERRORS as err:
                     errors[engine] = str(err)
+                    workers[engine].close()
                     _progress(f"{label} FAILED: {err}")
                     continue
-                _progress(f"{label} {rounds[engine][-1].median_ms:.3f} ms")
-    results = {e: _median_round(rs) for e, rs in rounds.items() if e not in errors}
+                _progress(f"{label} {times[engine][-1]:.3f} ms")
+    results = {e: _result(e, name, workers[e].facts, ts, config) for e, ts in times.items() if e not in errors}
     checked = [e for e in outputs if e in (Engine.FUSED, Engine.TUNED, Engine.OPENVINO)] if Engine.ORT in outputs else []
     quantized = is_quantized(model)
     checks = tuple(compare(e, outputs[e], outputs[Engine.ORT], quantized) for e in checked)
@@ -325,11 +431,16 @@ def bench_model(model: str, config: BenchConfig) -> ModelResult:
     return ModelResult(name, results, checks, errors)
 
 
-def _median_round(results: list[EngineResult]) -> EngineResult:
-    """One engine's result over rounds: the median of the rounds' medians (the first round's compile times, the
-    cold one)."""
-    median_ms = float(np.median([r.median_ms for r in results]))
-    return dataclasses.replace(results[0], median_ms=median_ms, runs=sum(r.runs for r in results))
+def _rotated(engines: list[Engine], k: int) -> list[Engine]:
+    """Round k's order: each engine in turn goes first, so none always follows the same one."""
+    k %= max(len(engines), 1)
+    return engines[k:] + engines[:k]
+
+
+def _result(engine: Engine, model: str, facts: Mapping[str, Any], rounds_ms: list[float], config: BenchConfig) -> EngineResult:
+    """One engine's result over rounds: the median of the rounds' medians, with what preparing it measured."""
+    return EngineResult(engine, model, float(np.median(rounds_ms)), config.repeat * len(rounds_ms), **facts,
+                        rounds_ms=tuple(rounds_ms))
 
 
 def run_benchmarks(models: Sequence[str], config: BenchConfig) -> list[ModelResult]:
@@ -338,7 +449,9 @@ def run_benchmarks(models: Sequence[str], config: BenchConfig) -> list[ModelResu
 
 
 def _worker_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cinn.benchmarks.harness", description="Time one engine on one model (a cinn-bench worker).")
+    p = argparse.ArgumentParser(prog="python -m cinn.benchmarks.harness",
+                                description="Prepare one engine on one model, then time a round per line read on stdin "
+                                "(a cinn-bench worker).")
     p.add_argument("--worker", required=True, choices=[e.value for e in Engine], help="engine to run")
     p.add_argument("model", help="built-in model name or model file")
     p.add_argument("--target", default="llvm")
@@ -351,11 +464,17 @@ def _worker_main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     shapes = tuple(parse_input_shapes(a.input_shape).items())
     config = BenchConfig(target=a.target, repeat=a.repeat, warmup=a.warmup, tuning_log=a.log, small=a.small, input_shapes=shapes)
+    # the replies go to the parent's pipe alone: whatever a library prints goes to stderr
+    replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     try:
-        print(run_worker(Engine(a.worker), a.model, config, a.outputs).to_json(), flush=True)
+        prepared = prepare(Engine(a.worker), a.model, config, a.outputs)
     except (RuntimeError, *USER_ERRORS) as err:  # no CUDA device, a model that cannot be imported: one line
         print(f"[cinn-bench] {a.model}: {a.worker}: {err}", file=sys.stderr, flush=True)
         return 1
+    replies.write(json.dumps(prepared.facts()) + "\n")
+    replies.flush()
+    serve(prepared, config, sys.stdin, replies)
     return 0
 
 

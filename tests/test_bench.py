@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import io
 import json
 import time
 
@@ -253,22 +254,64 @@ def test_latency_is_timed_after_the_settling_runs():
 
 
 def test_rounds_interleave_the_engines_and_report_the_median_round(monkeypatch):
+    """Each engine's worker is started once; the rounds visit the engines in a rotating order, and the median over
+    rounds is reported next to the median of the per-round ratios."""
     from cinn.benchmarks import harness
 
+    started: list[Engine] = []
     calls: list[Engine] = []
-    times = iter([5.0, 9.0, 1.0, 7.0, 3.0, 8.0])  # fused, ORT per round
+    times = {Engine.FUSED: iter([5.0, 2.0, 3.0]), Engine.ORT: iter([8.0, 4.0, 7.0])}  # round 2: a fast stretch
 
-    def spawn(engine, model, config, path):
-        calls.append(engine)
-        np.savez(path, np.ones(2, np.float32))
-        return EngineResult(engine, "mlp", next(times), config.repeat)
+    class FakeWorker:
+        def __init__(self, engine, model, config, path):
+            started.append(engine)
+            np.savez(path, np.ones(2, np.float32))
+            self.engine, self.facts = engine, {"num_kernels": 1} if engine is Engine.FUSED else {}
 
-    monkeypatch.setattr(harness, "_spawn", spawn)
+        def time_round(self):
+            calls.append(self.engine)
+            return next(times[self.engine])
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr(harness, "Worker", FakeWorker)
     monkeypatch.setattr(BenchConfig, "engines", lambda self: (Engine.FUSED, Engine.ORT))
     result = harness.bench_model("mlp", BenchConfig(repeat=4, rounds=3))
-    assert calls == [Engine.FUSED, Engine.ORT] * 3
-    assert result.ms(Engine.FUSED) == 3.0 and result.ms(Engine.ORT) == 8.0
+    assert started == [Engine.FUSED, Engine.ORT]
+    assert calls == [Engine.FUSED, Engine.ORT, Engine.ORT, Engine.FUSED, Engine.FUSED, Engine.ORT]
+    assert result.ms(Engine.FUSED) == 3.0 and result.ms(Engine.ORT) == 7.0
+    assert result.results[Engine.FUSED].rounds_ms == (5.0, 2.0, 3.0) and result.results[Engine.FUSED].num_kernels == 1
     assert result.results[Engine.FUSED].runs == 12 and not result.failed
+    assert result.paired_vs_best_peer(Engine.FUSED) == pytest.approx(0.5)  # median of 5/8, 2/4, 3/7
+
+
+def test_paired_ratio_takes_the_faster_peer_of_each_round():
+    res = {Engine.FUSED: EngineResult(Engine.FUSED, "m", 2.0, 2, rounds_ms=(2.0, 4.0)),
+           Engine.ORT: EngineResult(Engine.ORT, "m", 3.0, 2, rounds_ms=(2.0, 5.0)),
+           Engine.OPENVINO: EngineResult(Engine.OPENVINO, "m", 3.0, 2, rounds_ms=(4.0, 4.0))}
+    assert ModelResult("m", res).paired_vs_best_peer(Engine.FUSED) == pytest.approx(1.0)  # 2/2, 4/4
+    assert ModelResult("m", {Engine.FUSED: res[Engine.FUSED]}).paired_vs_best_peer(Engine.FUSED) is None
+
+
+def test_a_worker_times_a_round_per_command():
+    from cinn.benchmarks.harness import Prepared, serve
+
+    runs: list[int] = []
+    replies = io.StringIO()
+    serve(Prepared(lambda: runs.append(1) or []), BenchConfig(repeat=3, warmup=1), io.StringIO("time\ntime\n"), replies)
+    lines = replies.getvalue().splitlines()
+    assert len(lines) == 2 and all(json.loads(line)["ms"] >= 0 for line in lines) and len(runs) >= 8
+
+
+def test_a_worker_that_dies_is_an_engine_failure(tmp_path):
+    from cinn.benchmarks.harness import Worker
+
+    with pytest.raises(RuntimeError, match="onnxruntime worker exited with status"):
+        Worker(Engine.ORT, str(tmp_path / "missing.onnx"), BenchConfig(timeout=60), str(tmp_path / "out.npz"))
 
 
 @pytest.mark.parametrize("name", ["layernorm_gelu", "encoder"])
