@@ -10,6 +10,7 @@ import pytest
 import cinn
 from cinn.ir import Program
 from cinn.ops import get_op
+from cinn.ops.nn import WeightLayout
 from cinn.passes import fold_constants as fold_module
 from cinn.passes.conv_forms import conv_forms
 from cinn.passes.cse import cse
@@ -227,10 +228,10 @@ def test_pack_weights_stores_conv_and_matmul_weights_as_the_kernels_read_them(tm
     feeds = {"x": rand(1, 4, 7, 7), "v": rand(6, 4, 1, 1)}
     result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
     convs = [n for n in result.nodes if n.op == "conv2d"]
-    assert [str(n.attrs.weight_layout) for n in convs] == ["IHWO", "OIHW"]
+    assert [str(n.attrs.weight_layout) for n in convs] == ["GIHWO", "OIHW"]
     # a matmul's weights go to column panels [N / p, K, p], or [K, N] where no panel width divides N; a single row's
     # (a GEMV) [N, K], one dot product per output
-    assert [v.shape for v in result.const_values] == [(2, 3, 3, 6), (84, 5), (3, 168), (2, 28, 48), (1, 28, 32)]
+    assert [v.shape for v in result.const_values] == [(2, 2, 3, 3, 3), (84, 5), (3, 168), (2, 28, 48), (1, 28, 32)]
     matmuls = [n.attrs for n in result.nodes if n.op == "matmul"]
     assert [(a.trans_y, a.y_panel) for a in matmuls] == [(False, 0), (True, 0), (False, 48), (False, 32)]
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
@@ -285,18 +286,28 @@ def test_pack_weights_pads_a_strided_convs_channels_to_whole_vectors(strides, sh
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 
-@pytest.mark.parametrize("groups, out_channels, split", [(2, 64, True), (4, 64, False), (8, 8, False)])
-def test_split_groups_makes_one_dense_conv_per_wide_group(groups, out_channels, split, tmp_cache):
+@pytest.mark.parametrize("channels, groups, out_channels, hw, kernel, strides, paddings, dilations, weights", [
+    (136, 4, 136, (28, 28), 1, [1, 1], [0, 0], [1, 1], (4, 34, 1, 1, 34)),  # shufflenet's: flat pixels
+    (64, 4, 52, (14, 14), 1, [1, 1], [0, 0], [1, 1], (4, 16, 1, 1, 16)),  # 13 per group padded to 16
+    (8, 2, 64, (6, 5), 3, [1, 2], [1, 0, 1, 1], [1, 1], (2, 4, 3, 3, 32)),
+    (12, 3, 9, (9, 9), 3, [1, 1], [2, 2], [2, 2], (3, 4, 3, 3, 3)),
+])
+def test_a_grouped_conv_is_one_kernel_over_gihwo_weights(channels, groups, out_channels, hw, kernel, strides, paddings,
+                                                         dilations, weights, tmp_cache):
+    """Every group in one kernel, its weights [G, I, H, W, O / G] with each group's output channels padded to whole
+    vectors where that costs little, the padding dropped after the conv; the outputs as numpy's."""
     b = cinn.NetBuilder("groups")
-    x = b.create_input("float32", (1, 8, 6, 5), "x")
-    w = b.create_constant(rand(out_channels, 8 // groups, 3, 3), "w")
-    program = b.build([b.relu(b.conv2d(x, w, strides=[1, 2], paddings=[1, 0, 1, 1], groups=groups))])
-    feeds = {"x": rand(1, 8, 6, 5)}
-    result = check_pass(program, feeds, lambda p: dce(fold_constants(conv_forms(p))))
-    convs = [n.attrs.groups for n in result.nodes if n.op == "conv2d"]
-    assert convs == ([1] * groups if split else [groups])
-    assert ops(result)["concat"] == int(split)
-    check_compiled(program, feeds, tmp_cache, rtol=1e-4)
+    x = b.create_input("float32", (1, channels, *hw), "x")
+    w = b.create_constant(rand(out_channels, channels // groups, kernel, kernel), "w")
+    y = b.conv2d(x, w, strides=strides, paddings=paddings, dilations=dilations, groups=groups)
+    program, feeds = b.build([b.relu(y)]), {"x": rand(1, channels, *hw)}
+    result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
+    (conv,) = [n for n in result.nodes if n.op == "conv2d"]
+    assert conv.attrs.weight_layout is WeightLayout.GIHWO and conv.inputs[1].shape == weights
+    padded = weights[-1] * groups != out_channels
+    assert ops(result)["slice"] == int(padded) and ops(result)["reshape"] == 2 * int(padded)
+    exe = check_compiled(program, feeds, tmp_cache, rtol=1e-4)
+    assert exe.num_kernels == 1 + int(padded)  # the slice back fuses with the relu
 
 
 @pytest.mark.parametrize("shape, strides, paddings, sliced", [((9, 7), [2, 2], [0, 0], True), ((8, 8), [1, 3], [0, 0], True),

@@ -42,18 +42,24 @@ TO_NHWC = (0, 2, 3, 1)  # the transpose of a 4-D NCHW tensor to NHWC
 TO_NCHW = (0, 3, 1, 2)  # and back
 
 class WeightLayout(enum.StrEnum):
-    """conv2d weight layout: OIHW as the frontends give it; IHWO (output channels contiguous) or IHWO32 (IHWO in
+    """conv2d weight layout: OIHW as the frontends give it; IHWO (output channels contiguous), IHWO32 (IHWO in
     panels of PANEL output channels, [O / PANEL, I, H, W, PANEL]: each channel tile's weights one contiguous block)
-    as the pack_weights pass stores constant weights, so a kernel reads its output-channel vectors in place
-    (I = C / groups)."""
+    or GIHWO (a grouped conv's: [G, I, H, W, O / G], a panel per group) as the pack_weights pass stores constant
+    weights, so a kernel reads its output-channel vectors in place (I = C / groups)."""
 
     OIHW = "OIHW"
     IHWO = "IHWO"
     IHWO32 = "IHWO32"
+    GIHWO = "GIHWO"
 
     @property
     def ndim(self) -> int:
-        return 5 if self is WeightLayout.IHWO32 else 4
+        return 5 if self.panels else 4
+
+    @property
+    def panels(self) -> bool:
+        """Whether the weights are [panels, I, H, W, panel width]."""
+        return self in (WeightLayout.IHWO32, WeightLayout.GIHWO)
 
     def oihw(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """A weight shape of this layout in OIHW order (a shape of another rank as it is, for the error message)."""
@@ -63,20 +69,22 @@ class WeightLayout(enum.StrEnum):
 
     def to_oihw(self, w: np.ndarray) -> np.ndarray:
         """Weights of this layout as OIHW."""
-        if self is WeightLayout.IHWO32:
+        if self.panels:
             return np.moveaxis(w, 4, 1).reshape(-1, *w.shape[1:4])
         return np.moveaxis(w, 3, 0) if self is WeightLayout.IHWO else w
 
-    def from_oihw(self, w: np.ndarray) -> np.ndarray:
+    def from_oihw(self, w: np.ndarray, groups: int = 1) -> np.ndarray:
         """OIHW weights in this layout."""
-        if self is WeightLayout.IHWO32:
-            return np.moveaxis(w.reshape(-1, PANEL, *w.shape[1:]), 1, 4)
+        if self.panels:
+            width = w.shape[0] // groups if self is WeightLayout.GIHWO else PANEL
+            return np.moveaxis(w.reshape(-1, width, *w.shape[1:]), 1, 4)
         return np.moveaxis(w, 0, 3) if self is WeightLayout.IHWO else w
 
     def reader(self, w):
         """The weights as a function of OIHW indices (o, c, y, z), for a TE compute."""
-        if self is WeightLayout.IHWO32:
-            return lambda o, c, y, z: w[o // PANEL, c, y, z, o % PANEL]
+        if self.panels:
+            width = int(w.shape[4])
+            return lambda o, c, y, z: w[o // width, c, y, z, o % width]
         return (lambda o, c, y, z: w[c, y, z, o]) if self is WeightLayout.IHWO else w
 
 
@@ -390,7 +398,7 @@ def from_nchw(shape: tuple[int, ...], data_format: DataFormat) -> tuple[int, ...
 
 @dataclass(frozen=True)
 class Conv2dAttrs(Attrs):
-    """2-D convolution of NCHW input with OIHW (I = C / groups), IHWO or IHWO32 weights; see the module doc for
+    """2-D convolution of NCHW input with OIHW (I = C / groups), IHWO, IHWO32 or GIHWO weights; see the module doc for
     paddings."""
 
     strides: tuple[int, ...] = (1, 1)
@@ -427,9 +435,11 @@ def _conv_infer(types: Sequence[TensorType], a: Conv2dAttrs) -> list[TensorType]
     x, w = types
     dtype = same_dtype("conv2d", types)
     layout = a.weight_layout
-    if len(w.shape) != layout.ndim or (layout is WeightLayout.IHWO32 and w.shape[-1] != PANEL):
+    if len(w.shape) != layout.ndim or (layout is WeightLayout.IHWO32 and w.shape[-1] != PANEL) \
+            or (layout is WeightLayout.GIHWO and w.shape[0] != a.groups):
         raise ValueError(f"conv2d: w of shape {w.shape} is not {layout.ndim}-D {layout}"
-                         + (f" with panels of {PANEL}" if layout is WeightLayout.IHWO32 else ""))
+                         + (f" with panels of {PANEL}" if layout is WeightLayout.IHWO32 else "")
+                         + (f" with {a.groups} groups" if layout is WeightLayout.GIHWO else ""))
     ws = layout.oihw(w.shape)
     h, wd = conv_windows(x.shape, ws, a)
     return [TensorType(from_nchw((x.shape[0], ws[0], h.out, wd.out), a.data_format), dtype)]
@@ -443,6 +453,8 @@ def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
     last = a.data_format is DataFormat.NHWC
     if not last and _is_flat_pointwise(ws, (h, wd), a):
         return [_pointwise_compute(x, weight, out_types[0])]
+    if a.weight_layout is WeightLayout.GIHWO and not last:
+        return [_grouped_compute(x, w, (h, wd), out_types[0])]
     xp = _zero_pad(x, (h, wd), const(0, out_types[0].dtype), channels_last=last)
     cg, out_per_group = ws[1], ws[0] // a.groups
     rc = te.reduce_axis((0, cg), name="rc")
@@ -459,6 +471,29 @@ def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
     return [te.compute(out_types[0].shape, body, name="conv2d")]
 
 
+def _grouped_compute(x, w, hw: tuple[_Window, _Window], out: TensorType):
+    """A grouped conv with the group an axis of its own, out[n, g, o, i, j] over GIHWO weights, viewed back as NCHW:
+    each group's weights are then read through plain iterators, so the conv kernel vectorizes over a group's output
+    channels as over a dense conv's, and all groups run as one kernel (shufflenet's 4-group 1x1 convs were a kernel
+    per group). A pointwise one over pixels that are whole vectors is computed over flat pixels, as a dense one."""
+    groups, cg, ky, kx, og = dims(w)
+    h, wd = hw
+    rc, ry, rx = te.reduce_axis((0, cg), name="rc"), te.reduce_axis((0, ky), name="ry"), te.reduce_axis((0, kx), name="rx")
+    if _is_flat(hw, (ky, kx)):
+        flat, width = _flatten(x), wd.out
+        y = te.compute((out.shape[0], groups, og, h.out * width),
+                       lambda n, g, o, p: te.sum(flat[n, g * cg + rc, p] * w[g, rc, 0, 0, o], axis=rc), name="conv2d")
+        return te.compute(out.shape, lambda n, o, i, j: y[n, o // og, o % og, i * width + j], name="conv2d_nchw")
+    xp = _zero_pad(x, hw, const(0, out.dtype))
+
+    def body(n, g, o, i, j):
+        pixel = xp[n, g * cg + rc, i * h.stride + ry * h.dilation, j * wd.stride + rx * wd.dilation]
+        return te.sum(pixel * w[g, rc, ry, rx, o], axis=[rc, ry, rx])
+
+    y = te.compute((out.shape[0], groups, og, *out.shape[2:]), body, name="conv2d")
+    return te.compute(out.shape, lambda n, o, i, j: y[n, o // og, o % og, i, j], name="conv2d_nchw")
+
+
 # spatial sizes that are a whole number of this many lanes (AVX-512's; twice AVX2's) are computed flat
 FLAT_LANES = 16
 
@@ -467,7 +502,12 @@ def _is_flat_pointwise(ws: tuple[int, ...], hw: tuple[_Window, _Window], a: Conv
     """A dense 1x1 conv at stride 1 without padding over H x W pixels that are whole vectors: a matmul of the
     weights with the input's channels x pixels, computed over one flat pixel axis (the rows of a 56x56 or 28x28 map
     are not whole vectors; its 3136 or 784 pixels are: 128->128 on 56x56 0.47 -> 0.27 ms, 144->24 0.14 -> 0.07)."""
-    return (a.groups == 1 and ws[2:] == (1, 1) and all(w.stride == 1 and w.pad_begin == w.pad_end == 0 for w in hw)
+    return a.groups == 1 and _is_flat(hw, ws[2:])
+
+
+def _is_flat(hw: tuple[_Window, _Window], kernel: tuple[int, ...]) -> bool:
+    """A 1x1 window at stride 1 without padding over pixels that are whole vectors."""
+    return (tuple(kernel) == (1, 1) and all(w.stride == 1 and w.pad_begin == w.pad_end == 0 for w in hw)
             and hw[0].out * hw[1].out % FLAT_LANES == 0)
 
 
@@ -475,10 +515,16 @@ def _pointwise_compute(x, weight, out: TensorType):
     """out[n, o, p] = sum_c weight[o, c] * x[n, c, p] over flat pixels p, viewed back as NCHW."""
     n_, c_, height, width = dims(x)
     rc = te.reduce_axis((0, c_), name="rc")
-    flat = te.compute((n_, c_, height * width), lambda n, c, p: x[n, c, p // width, p % width], name="flatten")
+    flat = _flatten(x)
     y = te.compute((n_, out.shape[1], height * width),
                    lambda n, o, p: te.sum(flat[n, rc, p] * weight(o, rc, 0, 0), axis=rc), name="conv2d")
     return te.compute(out.shape, lambda n, o, i, j: y[n, o, i * width + j], name="conv2d_nchw")
+
+
+def _flatten(x):
+    """NCHW as [N, C, H * W]: a stage of its own, so the conv kernel reads flat pixels through plain iterators."""
+    n_, c_, height, width = dims(x)
+    return te.compute((n_, c_, height * width), lambda n, c, p: x[n, c, p // width, p % width], name="flatten")
 
 
 def _conv_flops(types: Sequence[TensorType], a: Conv2dAttrs, outs: Sequence[TensorType]) -> int:
@@ -515,7 +561,7 @@ register(
         attrs=Conv2dAttrs,
         num_inputs=2,
         dtypes=D.FLOAT,
-        doc="2-D convolution (NCHW or NHWC; OIHW, IHWO or IHWO32 weights), grouped and depthwise (groups == C).",
+        doc="2-D convolution (NCHW or NHWC; OIHW, IHWO, IHWO32 or GIHWO weights), grouped and depthwise (groups == C).",
     )
 )
 

@@ -10,8 +10,8 @@ import numpy as np
 
 from cinn.ir import Node, Program, Value
 from cinn.ops import PatternKind, get_op
-from cinn.ops.nn import PANEL, Conv2dAttrs, MatmulAttrs, WeightLayout, as_nchw, channel_axis, panel
-from cinn.ops.shape import SliceAttrs, slice_ranges
+from cinn.ops.nn import PANEL, Conv2dAttrs, DataFormat, MatmulAttrs, WeightLayout, as_nchw, channel_axis, panel
+from cinn.ops.shape import ReshapeAttrs, SliceAttrs, slice_ranges
 from cinn.passes.rewrite import Rewriter, rewrite
 
 # panel widths by preference: a 48-column panel feeds AVX-512's 3 x 8 register tile (BERT's 768 -> 3072 dense layer
@@ -81,17 +81,42 @@ def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray) -> None:
     channel tile's weights are then one contiguous block, read in place: no per-run copy into a packed panel); many
     output channels that are no whole number of panels (squeezenet's 1000 classes) are zero-padded to whole panels
     and the output sliced back: 1000 channels took 8-lane registers (a 512 -> 1000 1x1 conv on 13x13: 0.76 ms,
-    padded to 1024: 0.40 ms)."""
+    padded to 1024: 0.40 ms). A grouped NCHW conv (not depthwise) takes GIHWO weights instead."""
     x, w = rw.inputs(node)
     conv = cast(Conv2dAttrs, node.attrs)
     o = oihw.shape[0]
     dense = conv.groups == 1
     width = as_nchw(node.outputs[0].shape, conv.data_format)[-1]
+    if not dense and conv.groups < as_nchw(x.shape, conv.data_format)[1] and conv.data_format is DataFormat.NCHW:
+        _gihwo(rw, node, oihw, _channel_padding(o // conv.groups, width, conv.strides[1] > 1))
+        return
     padding = _channel_padding(o, width, conv.strides[1] > 1) if dense else 0
     layout = WeightLayout.IHWO32 if dense and (o + padding) % PANEL == 0 else WeightLayout.IHWO
     packed = rw.new_constant(layout.from_oihw(np.pad(oihw, ((0, padding), (0, 0), (0, 0), (0, 0)))), f"{w.name}_ihwo")
     axis = channel_axis(node.outputs[0].shape, conv.data_format)
     _replace(rw, node, (x, packed), dataclasses.replace(conv, weight_layout=layout), axis, (o, o + padding))
+
+
+def _gihwo(rw: Rewriter, node: Node, oihw: np.ndarray, padding: int) -> None:
+    """A grouped conv2d over GIHWO weights, each group's output channels zero-padded by `padding` (to whole vectors:
+    shufflenet's 68 per group -> 80) and the padded channels dropped from the output again."""
+    x, w = rw.inputs(node)
+    conv = cast(Conv2dAttrs, node.attrs)
+    groups = conv.groups
+    per_group = oihw.reshape(groups, -1, *oihw.shape[1:])
+    padded = np.pad(per_group, ((0, 0), (0, padding), (0, 0), (0, 0), (0, 0))).reshape(-1, *oihw.shape[1:])
+    packed = rw.new_constant(WeightLayout.GIHWO.from_oihw(padded, groups), f"{w.name}_gihwo")
+    attrs = dataclasses.replace(conv, weight_layout=WeightLayout.GIHWO)
+    if not padding:
+        rw.keep(node, inputs=(x, packed), attrs=attrs)
+        return
+    n, o, h, wd = node.outputs[0].shape
+    og = o // groups
+    (y,) = rw.emit("conv2d", [x, packed], attrs)
+    (y,) = rw.emit("reshape", [y], ReshapeAttrs((n, groups, og + padding, h, wd)))
+    (y,) = rw.emit("slice", [y], SliceAttrs(axes=(2,), starts=(0,), ends=(og,)))
+    (y,) = rw.emit("reshape", [y], ReshapeAttrs((n, o, h, wd)))
+    rw.substitute(node.outputs[0], y)
 
 
 def _channel_padding(o: int, width: int, strided: bool) -> int:

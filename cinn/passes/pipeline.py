@@ -24,8 +24,8 @@ def optimize(program: Program, passes: bool = True, target: Target | None = None
              winograd_choices: Mapping[str, int] = MappingProxyType({})) -> Program:
     """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), fuse
     attention subgraphs into one op (the softmax is still one node), decompose,
-    simplify what the expansions emit, rewrite convs into denser forms (conv_forms), then fold constant subgraphs
-    (the split groups' weight slices), merge common subexpressions, drop what no output needs and store constant
+    simplify what the expansions emit, rewrite convs into denser forms (conv_forms), then fold constant subgraphs,
+    merge common subexpressions, drop what no output needs and store constant
     weights as the kernels read them. The target's rewrites (none without one): on a CPU with VNNI, matmuls and
     convs of quantized tensors and weights first become integer kernels (integer_kernels), whose channels-last layout
     then carries from one conv to the next (sink_transposes); on a CPU, stride-1 3x3 convs become Winograd convs
