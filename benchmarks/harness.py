@@ -94,14 +94,6 @@ class EngineResult:
     compile_cached_s: float | None = None
     rounds_ms: tuple[float, ...] = ()  # each round's median, in the order the rounds ran
 
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self) | {"engine": self.engine.value})
-
-    @classmethod
-    def from_json(cls, text: str) -> EngineResult:
-        data = json.loads(text)
-        return cls(**(data | {"engine": Engine(data["engine"]), "rounds_ms": tuple(data.get("rounds_ms", ()))}))
-
 
 @dataclass(frozen=True)
 class Check:
