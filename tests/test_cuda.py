@@ -210,6 +210,32 @@ def _edge_model():
                       [("y", f32, (1, 224, 13, 13)), ("l", f32, (1, 96, 54, 54))], [("w", w)], opset=13)
 
 
+def _grouped_program():
+    """Grouped convs as their GIHWO kernels compute them: a pointwise one whose 13 channels per group are padded to
+    16 and a 3x3 one."""
+    rng = np.random.default_rng(7)
+    b = cinn.NetBuilder("groups")
+    x = b.create_input("float32", (1, 64, 14, 14), "x")
+    y = b.relu(b.conv2d(x, b.create_constant(rng.standard_normal((52, 16, 1, 1)).astype(np.float32)), groups=4))
+    z = b.conv2d(x, b.create_constant(rng.standard_normal((8, 16, 3, 3)).astype(np.float32)), paddings=[1, 1], groups=4)
+    return b.build([y, z]), {"x": rng.standard_normal((1, 64, 14, 14)).astype(np.float32)}
+
+
+def test_grouped_convs_build_for_cuda(tmp_cache):
+    program, _ = _grouped_program()
+    exe = cinn.compile(program, target="cuda", cache_dir=tmp_cache)
+    assert all("__global__" in s for s in exe.kernel_sources())
+
+
+@pytest.mark.gpu
+def test_grouped_convs_run_on_gpu(tmp_cache):
+    program, feeds = _grouped_program()
+    want = cinn.compile(program, target="llvm", cache_dir=tmp_cache).run(feeds)
+    got = cinn.compile(program, target="cuda", cache_dir=tmp_cache).run(feeds)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
 def test_edge_kernels_build_for_cuda(tmp_cache):
     exe = cinn.compile(cinn.load_onnx(_edge_model()), target="cuda", cache_dir=tmp_cache)
     assert exe.num_kernels == 2 and all("__global__" in s for s in exe.kernel_sources())

@@ -310,6 +310,24 @@ def test_a_grouped_conv_is_one_kernel_over_gihwo_weights(channels, groups, out_c
     assert exe.num_kernels == 1 + int(padded)  # the slice back fuses with the relu
 
 
+@pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
+def test_gihwo_weights_given_at_run_time(data_format, tmp_cache):
+    """GIHWO weights as an input: the grouped kernel (NCHW) or the generic conv reading them (NHWC), as numpy's."""
+    b = cinn.NetBuilder("gihwo")
+    shape = (1, 6, 5, 7) if data_format == "NCHW" else (1, 5, 7, 6)
+    x, w = b.create_input("float32", shape, "x"), b.create_input("float32", (3, 2, 3, 3, 4), "w")
+    y = b.conv2d(x, w, paddings=[1, 1], groups=3, data_format=data_format, weight_layout="GIHWO")
+    assert y.shape == ((1, 12, 5, 7) if data_format == "NCHW" else (1, 5, 7, 12))
+    check_compiled(b.build([y]), {"x": rand(*shape), "w": rand(3, 2, 3, 3, 4)}, tmp_cache, rtol=1e-4)
+
+
+def test_gihwo_weights_of_another_group_count_are_refused():
+    b = cinn.NetBuilder("gihwo")
+    x, w = b.create_input("float32", (1, 8, 5, 5), "x"), b.create_input("float32", (2, 2, 1, 1, 4), "w")
+    with pytest.raises(ValueError, match=r"conv2d: w of shape \(2, 2, 1, 1, 4\) is not 5-D GIHWO with 4 groups"):
+        b.conv2d(x, w, groups=4, weight_layout="GIHWO")
+
+
 @pytest.mark.parametrize("shape, strides, paddings, sliced", [((9, 7), [2, 2], [0, 0], True), ((8, 8), [1, 3], [0, 0], True),
                                                             ((8, 8), [2, 2], [1, 1], False), ((8, 8), [1, 1], [0, 0], False)])
 def test_strided_pointwise_conv_reads_a_slice(shape, strides, paddings, sliced, tmp_cache):
