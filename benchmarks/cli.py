@@ -36,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--small", action="store_true", help="small built-in model sizes (a quick smoke test)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="shape of a model file's input with symbolic dims (repeatable)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per engine and model (default: 1800)")
+    p.add_argument("--timeout", type=float, default=1800.0,
+                   help="seconds an engine's worker may take to get ready (import, compile) or to time one round "
+                        "(default: 1800)")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
