@@ -316,6 +316,8 @@ class Worker:
         """The worker's next line, within the timeout."""
         assert self.proc.stdout is not None
         if not select.select([self.proc.stdout], [], [], self.timeout)[0]:
+            self.proc.kill()  # hung: it would not read the end of its input either
+            self.proc.wait()
             raise subprocess.TimeoutExpired(self.proc.args, self.timeout)
         line = self.proc.stdout.readline()
         if not line:

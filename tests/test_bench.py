@@ -5,6 +5,8 @@ import csv
 import importlib.util
 import io
 import json
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -305,6 +307,18 @@ def test_a_worker_times_a_round_per_command():
     serve(Prepared(lambda: runs.append(1) or []), BenchConfig(repeat=3, warmup=1), io.StringIO("time\ntime\n"), replies)
     lines = replies.getvalue().splitlines()
     assert len(lines) == 2 and all(json.loads(line)["ms"] >= 0 for line in lines) and len(runs) >= 8
+
+
+def test_a_worker_past_the_timeout_is_killed(tmp_path, monkeypatch):
+    from cinn.benchmarks import harness
+
+    popen = subprocess.Popen
+    monkeypatch.setattr(harness.subprocess, "Popen",
+                        lambda args, **kw: popen([sys.executable, "-c", "import time; time.sleep(60)"], **kw))
+    started = time.perf_counter()
+    with pytest.raises(subprocess.TimeoutExpired):
+        harness.Worker(Engine.ORT, "mlp", BenchConfig(timeout=0.5), str(tmp_path / "out.npz"))
+    assert time.perf_counter() - started < 10
 
 
 def test_a_worker_that_dies_is_an_engine_failure(tmp_path):
