@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -68,7 +67,7 @@ class _TaskState:
         self.default = space.default_candidate(task, target, self.search.module)
         self.default_trace: str | None = None
         self.pool = TracePool()
-        self.remeasured: set[str] = set()  # traces the log measured more than once (a verification's work)
+        self.verified = False  # whether the log's records of this task end with a verification (re-measurements)
 
     @property
     def task(self) -> Task:
@@ -124,7 +123,7 @@ def tune(
             if progress:
                 progress(Progress(used, config.trials, i, states[i].summary()))
         for i, state in enumerate(states):
-            if state.progress.trials == logged[i] and set(state.finalists(config.verify)) <= state.remeasured:
+            if state.progress.trials == logged[i] and state.verified:
                 continue  # nothing new since the log's own verification (a run killed before it gets one now)
             if _verify(state, target, log, runner, config.verify) and progress:
                 progress(Progress(used, config.trials, i, state.summary()))
@@ -191,8 +190,8 @@ def _resume(states: list[_TaskState], target: Target, log, model: CostModel) -> 
         state = by_workload[workload]
         for cand, trace, result in items:
             state.note(cand, trace, result)
-        counts = Counter(trace for _, trace, _ in items)
-        state.remeasured = {t for t, n in counts.items() if n > 1}
+        # re-measured pools move the ranking, so the finalists read back may differ from those the log verified
+        state.verified = any(t == items[-1][1] for _, t, _ in items[:-1])
         model.update(workload, state.search.features([c for c, _, _ in items]), [r.mean for _, _, r in items])
         state.progress.add_round(len({t for _, t, _ in items}), state.pool.best()[0])
     return sum(state.progress.trials for state in states)

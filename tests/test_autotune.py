@@ -1,6 +1,7 @@
 """The auto-tuner: search space, evolutionary search, task scheduler, tuning loop, log, resume, cinn-tune."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -327,6 +328,31 @@ def test_verification_overrules_a_lucky_measurement(tmp_path, verify):
     picked = best_traces(log, TARGET)[tasks[0].workload]
     assert (picked == runner.lucky) == (verify == 0)  # unverified, the lucky slowest candidate would be applied
     assert summary.best_trace == picked
+
+
+def test_resume_after_a_verification_that_moved_the_ranking_measures_nothing(tmp_path):
+    """The verification measured the lucky candidate again, slow, so the finalists read back from the log are not
+    the ones it verified; with the budget spent, a resumed run still measures nothing (it verified them again)."""
+    tasks = extract_tasks(_softmax())
+    log = tmp_path / "log.jsonl"
+    config = TuneConfig(trials=6, batch=6, verify=3, search=SearchConfig(population=16, generations=1))
+    tune(tasks, TARGET, log, config, runner=LuckyRunner())
+    logged = len(list(read_records(log)))
+    runner = LuckyRunner()
+    tune(tasks, TARGET, log, config, runner=runner, resume=True)
+    assert runner.calls == 0 and len(list(read_records(log))) == logged
+
+
+def test_resume_verifies_a_log_that_ends_unverified(tmp_path):
+    """A run killed between its last trial and its verification: resumed with the budget spent, it verifies now."""
+    tasks = extract_tasks(_softmax())
+    log = tmp_path / "log.jsonl"
+    config = TuneConfig(trials=6, batch=6, verify=3, search=SearchConfig(population=16, generations=1))
+    tune(tasks, TARGET, log, dataclasses.replace(config, verify=0), runner=LuckyRunner())
+    logged = len(list(read_records(log)))
+    runner = LuckyRunner()
+    tune(tasks, TARGET, log, config, runner=runner, resume=True)
+    assert runner.calls == len(list(read_records(log))) - logged >= 3  # the best three (and the default) again
 
 
 def test_apply_best_picks_the_fastest_record(tmp_path, tmp_cache):
