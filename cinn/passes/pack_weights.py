@@ -87,7 +87,7 @@ def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray) -> None:
     o = oihw.shape[0]
     dense = conv.groups == 1
     width = as_nchw(node.outputs[0].shape, conv.data_format)[-1]
-    if not dense and conv.groups < as_nchw(x.shape, conv.data_format)[1] and conv.data_format is DataFormat.NCHW:
+    if conv.data_format is DataFormat.NCHW and 1 < conv.groups < x.shape[1]:  # grouped, not depthwise
         _gihwo(rw, node, oihw, _channel_padding(o // conv.groups, width, conv.strides[1] > 1))
         return
     padding = _channel_padding(o, width, conv.strides[1] > 1) if dense else 0
