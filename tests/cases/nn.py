@@ -125,6 +125,12 @@ CASES += [
     # two images, asymmetric paddings, tiles that overhang the output (9x8 in tiles of 2)
     Case("winograd_input", inputs=(((2, 5, 8, 7), "float32"),), attrs={"tile": 2, "paddings": (1, 0, 2, 3)},
          id="winograd_input-f2-batch-asymmetric"),
+    # 25 tiles per image: a whole vector of tiles and a shorter one (16-lane vectors; 3 + 1 of 8 lanes)
+    Case("winograd_input", inputs=(((2, 3, 18, 21), "float32"),), attrs={"tile": 4, "paddings": (1, 1, 1, 0)},
+         id="winograd_input-f4-batch-vector-tail"),
+    # 16 tiles per image: whole vectors
+    Case("winograd_input", inputs=(((1, 2, 14, 14), "float32"),), attrs={"tile": 4, "paddings": (1, 1, 1, 1)},
+         id="winograd_input-f4-whole-vectors"),
     Case("winograd_output", inputs=(((36, 3, 6), "float32"),), attrs={"tile": 4, "tiles": (2, 3), "size": (8, 12)},
          id="winograd_output-f4"),
     # the last tiles overhang the output (7x11 of 4x6 tiles of 2)
