@@ -1,6 +1,5 @@
 """The Winograd transforms (cinn.ops.winograd) on CPU: tile positions unrolled, so that every transform coefficient is
-a constant and the zero ones vanish, and tiles vectorized (the input's over consecutive tiles of an image, the
-output's over tile columns)."""
+a constant and the zero ones vanish, over vectors of consecutive tiles of an image."""
 from __future__ import annotations
 
 from tvm.s_tir import Schedule
@@ -11,7 +10,7 @@ from cinn.schedules.cpu_common import lanes
 from cinn.schedules.cpu_matmul import vectorize_innermost
 from cinn.target import Target
 
-INPUT, OUTPUT, PAD = "winograd_input", "winograd_output", "winograd_pad"
+INPUT, OUTPUT, PAD, TILES = "winograd_input", "winograd_output", "winograd_pad", "winograd_tiles"
 
 
 def applicable(sch: Schedule) -> bool:
@@ -21,36 +20,67 @@ def applicable(sch: Schedule) -> bool:
 
 def schedule(sch: Schedule, target: Target) -> None:
     """Schedule whichever transform the kernel holds."""
-    names = {sch.get(b).name_hint for b in blocks(sch)}
-    if INPUT in names:
-        _input(sch, lanes(sch.get(sch.get_sblock(INPUT)).writes[0].source.dtype, target))
-    else:
-        _output(sch)
+    main = sch.get_sblock(INPUT if INPUT in {sch.get(b).name_hint for b in blocks(sch)} else OUTPUT)
+    width = lanes(sch.get(main).writes[0].source.dtype, target)
+    (_input if sch.get(main).name_hint == INPUT else _output)(sch, main, width)
 
 
-def _input(sch: Schedule, width: int) -> None:
-    """Per (channel, image) in parallel: its padded copy, then vectors of `width` consecutive tiles x the unrolled
-    (alpha^2) tile positions; the last vector takes the tiles left (its own loop, without a bounds test)."""
-    main, pad = sch.get_sblock(INPUT), sch.get_sblock(PAD)
+def _input(sch: Schedule, main, width: int) -> None:
+    """Per (channel, image) in parallel: its padded copy, then the transform over vectors of consecutive tiles."""
+    pad = sch.get_sblock(PAD)
     t, c, p = sch.get_loops(main)
-    n, _, _, _, span = (int(d) for d in sch.get(pad).writes[0].source.shape)
+    n = int(sch.get(pad).writes[0].source.shape[0])
     tiles = int(sch.get(p).extent) // n  # per image; the copy spans a tile row more
     b, p = sch.split(p, [n, tiles])
-    outer, inner = sch.split(p, [None, width])
-    sch.reorder(c, b, outer, t, inner)
+    sch.reorder(c, b, t, p)
     par = sch.fuse(c, b)
     sch.parallel(par)
-    sch.unroll(t)
     sch.compute_at(pad, par)
     # the padded copy by rows of tiles, each one vector of tile columns
-    sch.split(sch.get_loops(pad)[-1], [None, span - tiles])
+    sch.split(sch.get_loops(pad)[-1], [None, int(sch.get(pad).writes[0].source.shape[-1]) - tiles])
     vectorize_innermost(sch, pad)
+    _vectorize_tiles(sch, t, p, width)
+
+
+def _output(sch: Schedule, main, width: int) -> None:
+    """The epilogue inlined; per (image, channel) in parallel: the outputs of its tiles over vectors of consecutive
+    tiles, then the output rows, each one vector, or wider ones as m vectors of every m-th column (stored at a
+    stride of m: 64 channels on 56x56, 0.062 -> 0.046 ms against one vector of 56)."""
+    products = sch.get_sblock(TILES)
+    m = tile_size(int(sch.get(products).reads[0].source.shape[0]))
+    reverse_inline_all(sch, main)  # the producer block keeps its name, now writing the epilogue's output
+    stages = [sch.get(b).name_hint for b in blocks(sch) if sch.get(b).name_hint not in (OUTPUT, TILES)]
+    n, k, h, w = sch.get_loops(main)
+    par = sch.fuse(n, k)
+    sch.parallel(par)
+    columns = int(sch.get(w).extent)
+    if columns > width and columns % m == 0:
+        w, phase = sch.split(w, [None, m])
+        sch.reorder(phase, w)
+        sch.unroll(phase)
+    sch.vectorize(w)
+    for name in stages:  # epilogue stages TVM would not inline run per output row
+        block = sch.get_sblock(name)
+        sch.reverse_compute_at(block, h)
+        vectorize_innermost(sch, block)
+    sch.compute_at(products, par)
+    _, t, *_, p = sch.get_loops(products)  # under the parallel loop
+    _vectorize_tiles(sch, t, p, width)
+
+
+def _vectorize_tiles(sch: Schedule, t, p, width: int) -> None:
+    """The (unrolled) tile positions `t` over vectors of `width` consecutive tiles `p`; the last vector, shorter,
+    its own loop without a bounds test."""
+    tiles = int(sch.get(p).extent)
+    outer, inner = sch.split(p, [None, width])
+    sch.reorder(outer, t, inner)
+    sch.unroll(t)
     if tiles % width == 0:
         sch.vectorize(inner)
         return
     if tiles > width:  # whole vectors, then the rest
-        main_part, outer = sch.loop_partition(outer, [tiles // width, None])
-        sch.vectorize(_innermost(sch, main_part))
+        whole, outer = sch.loop_partition(outer, [tiles // width, None])
+        sch.vectorize(_innermost(sch, whole))
     sch.vectorize(sch.loop_partition(_innermost(sch, outer), [tiles % width, None])[0])
 
 
@@ -58,31 +88,3 @@ def _innermost(sch: Schedule, loop):
     """The innermost loop of the (one) block under `loop`."""
     (block,) = sch.get_child_blocks(loop)
     return sch.get_loops(block)[-1]
-
-
-def _output(sch: Schedule) -> None:
-    """The epilogue inlined; per (image, channel) in parallel: tile rows x the unrolled m x m positions in a tile x
-    the tile columns as one vector."""
-    main = sch.get_sblock(OUTPUT)
-    tile = tile_size(int(sch.get(main).reads[0].source.shape[0]))
-    reverse_inline_all(sch, main)  # the producer block keeps its name, now writing the epilogue's output
-    stages = [sch.get(b).name_hint for b in blocks(sch) if sch.get(b).name_hint != OUTPUT]
-    n, k, h, w = sch.get_loops(main)
-    overhangs = int(sch.get(w).extent) % tile != 0  # the last tile column is partly outside the output
-    th, a = sch.split(h, [None, tile])
-    tw, col = sch.split(w, [None, tile])
-    sch.reorder(th, a, col, tw)
-    par = sch.fuse(n, k)
-    sch.parallel(par)
-    sch.unroll(a)
-    sch.unroll(col)
-    for name in stages:  # epilogue stages TVM would not inline run per tile row
-        block = sch.get_sblock(name)
-        sch.reverse_compute_at(block, th)
-        vectorize_innermost(sch, block)
-    tiles = int(sch.get(tw).extent)
-    if tiles > 1 and overhangs:
-        # the last tile column overhangs the output: its own loop keeps the bounds test, the others are one vector
-        tw = sch.loop_partition(tw, [tiles - 1, None])[0]
-    sch.vectorize(tw)
-

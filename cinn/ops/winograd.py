@@ -167,15 +167,20 @@ def _input_compute(tensors, a: WinogradInputAttrs, out_types: Sequence[TensorTyp
 
 
 def _output_compute(tensors, a: WinogradOutputAttrs, out_types: Sequence[TensorType]):
-    """Y[n, k, h, w] from the tile of M at (n, h // m, w // m), the product chosen by (h % m, w % m)."""
+    """The m x m outputs of every tile, O[position, k, p] (vectors of consecutive tiles, as winograd_input's), then
+    Y[n, k, h, w] from the tile at (n, h // m, w // m), the position (h % m, w % m)."""
     (mm,) = tensors
     m, alpha, at = a.tile, a.tile + 2, transforms(a.tile)[0]
     th, tw = a.tiles
     dtype = out_types[0].dtype
 
+    def position(t, k, p):
+        return _transform(at, at, t // m, t % m, lambda e, f: mm[e * alpha + f, k, p], dtype)
+
+    tiles = te.compute((m * m, *mm.shape[1:]), position, name="winograd_tiles")
+
     def value(b, k, h, w):
-        p = (b * th + h // m) * tw + w // m
-        return _transform(at, at, h % m, w % m, lambda e, f: mm[e * alpha + f, k, p], dtype)
+        return tiles[h % m * m + w % m, k, (b * th + h // m) * tw + w // m]
 
     return [te.compute(out_types[0].shape, value, name="winograd_output")]
 
