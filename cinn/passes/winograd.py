@@ -26,7 +26,8 @@ from cinn.passes.rewrite import Rewriter, rewrite
 
 MIN_CHANNELS = 32  # input channels below which the batched matmul is too thin to gain
 # output channels below which the input transform outweighs the saved products (densenet's 128->32 on 56x56: 0.62
-# ms against the direct 0.57)
+# ms against the direct 0.57, measured at full FMA width before the transforms ran over vectors of consecutive tiles;
+# at half width, scaled to 32, it passes and gains: 0.56-0.64 against 1.15 ms)
 MIN_OUT_CHANNELS = 64
 MIN_TILES = 32  # tiles per image below which the transformed weights outweigh the saved products (512 on 7x7)
 TILES = (4, 2)  # output tile sizes tried
@@ -41,10 +42,12 @@ GAIN = 0.9  # the estimated Winograd time must be under this share of the direct
 # thresholds with them, which on a 2-core znver4 agreed with 42 of 53 measured choices (the ten CNNs' conv shapes)
 # against 22 unscaled, 0.7 ms over the measured best in all against 2.0 (vgg19's 224x224 conv aside)
 CALIBRATION_FMA_BITS = 1024
-# rates measured here (2 cores, AVX-512): the direct conv's FLOP/s; the batched matmul's by its shorter of rows
-# (output channels) and reduction (input channels); transformed elements made and read per second (fewer once they
-# spill from L2)
-DIRECT_RATE = 470e9
+# rates measured here (2 cores, AVX-512): the direct conv's FLOP/s and the batched matmul's, each by its reduction (input
+# channels); transformed elements made and read per second (fewer once they spill from L2). A direct conv over fewer
+# than 64 input channels runs at about three quarters of the rate (squeezenet's 16->64 on 55x55: 169 of 235 GFLOP/s on
+# a 2-core znver4; Winograd there: 0.23 against 0.33 ms); the matmul's rows (output channels) matter less than its
+# reduction (densenet's 128->32 on 56x56: 180 GFLOP/s, Winograd 0.56-0.64 against 1.15 ms, the model 0.88x)
+DIRECT_RATES = ((64, 470e9), (0, 360e9))
 MATMUL_RATES = ((96, 380e9), (64, 320e9), (0, 160e9))
 TRANSFORM_RATE, SPILLED_TRANSFORM_RATE, OUTPUT_RATE = 8e9, 3.5e9, 10e9
 L2_BYTES = 2 << 20
@@ -144,7 +147,8 @@ def choose_tile(batch: int, channels: int, out_channels: int, size: tuple[int, i
     estimated faster or the guards (channels, tiles, transformed size) rule it out."""
     if channels < MIN_CHANNELS * fma_share or out_channels < MIN_OUT_CHANNELS * fma_share:
         return None
-    direct = 2 * KERNEL * KERNEL * batch * channels * out_channels * size[0] * size[1] / (DIRECT_RATE * fma_share)
+    rate = next(r for least, r in DIRECT_RATES if channels >= least)
+    direct = 2 * KERNEL * KERNEL * batch * channels * out_channels * size[0] * size[1] / (rate * fma_share)
     times = {m: _estimate(batch, channels, out_channels, size, m, fma_share) for m in TILES
              if _allowed(batch, channels, out_channels, size, m, fma_share)}
     best = min(times, key=times.__getitem__, default=None)
@@ -161,7 +165,7 @@ def _allowed(batch: int, channels: int, out_channels: int, size: tuple[int, int]
 def _estimate(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int, fma_share: float) -> float:
     """Seconds for the input transform, the batched matmul and the output transform."""
     positions, tiles = (m + 2) ** 2, batch * math.prod(tile_grid(size, m))
-    rate = next(r for least, r in MATMUL_RATES if min(channels, out_channels) >= least)
+    rate = next(r for least, r in MATMUL_RATES if channels >= least)
     made = positions * channels * tiles
     seconds = 2 * positions * channels * out_channels * tiles / (rate * fma_share) + positions * out_channels * tiles / OUTPUT_RATE
     seconds += made / (TRANSFORM_RATE if made * 4 <= L2_BYTES else SPILLED_TRANSFORM_RATE)
