@@ -23,7 +23,7 @@ from cinn.builder import NetBuilder
 from cinn.ir import Program
 from cinn.lower import lower_program
 from cinn.passes.pipeline import winograd_shapes
-from cinn.passes.winograd import ALGORITHM_PREFIX, DIRECT, TILES, ConvShape
+from cinn.passes.winograd import ALGORITHM_FAMILY, ALGORITHM_PREFIX, DIRECT, TILES, ConvShape
 from cinn.target import Target
 
 TILE_FIELD = "winograd_tile"  # the trace of an algorithm record: {"winograd_tile": m}, 0 for the direct conv
@@ -53,9 +53,16 @@ def select_winograd(programs: Sequence[Program], target: Target, log: str | os.P
 def winograd_choices(records: Iterable[Record], target: Target) -> dict[str, int]:
     """The measured algorithm per conv shape key among a schedule log's records, for this target."""
     by_shape: dict[str, list[Record]] = {}
+    stale = 0
     for rec in records:
         if rec.target == str(target) and rec.workload.startswith(ALGORITHM_PREFIX):
             by_shape.setdefault(rec.workload, []).append(rec)
+        elif rec.target == str(target) and rec.workload.startswith(ALGORITHM_FAMILY):
+            stale += 1
+    if stale:
+        warnings.warn(f"{stale} conv algorithm records of the schedule log were measured with earlier Winograd "
+                      "kernels and are ignored (the built-in estimate decides); `cinn-tune --resume` measures those "
+                      "shapes again", stacklevel=2)
     choices = {key: _choice(records) for key, records in by_shape.items()}
     return {key: tile for key, tile in choices.items() if tile is not None}
 

@@ -15,7 +15,7 @@ from cinn.autotune.measure import MeasureResult
 from cinn.lower import lower_program
 from cinn.ops.winograd import POINTS, transforms, weight_transform
 from cinn.passes.pipeline import winograd_shapes
-from cinn.passes.winograd import DIRECT, ConvShape, choose_tile
+from cinn.passes.winograd import ALGORITHM_FAMILY, ALGORITHM_PREFIX, DIRECT, ConvShape, choose_tile
 from cinn.target import parse_target
 from tests.test_passes import evaluate
 
@@ -203,3 +203,16 @@ def test_algorithm_choice_keeps_the_direct_conv_on_a_tie_and_skips_bad_records(t
     append_records(disturbed, [record(f'{{"winograd_tile": {t}}}', c) for t, c in
                                [(0, 1.0), (4, 5.0), (0, 1.0), (4, 0.7), (0, 1.0), (4, 0.7)]])
     assert winograd_choices(read_records(disturbed), CPU) == {shape.key: 4}
+
+
+def test_algorithm_records_of_earlier_winograd_kernels_are_ignored_with_a_warning(tmp_path):
+    """A log measured before the Winograd kernels' revision changed no longer decides: the estimate does."""
+    (shape,) = winograd_shapes(_conv_program(1, 16, 64, (20, 20), (1, 1), False), CPU)
+    earlier = shape.key.replace(ALGORITHM_PREFIX, ALGORITHM_FAMILY)  # the key format of revision 1
+    log = tmp_path / "log.jsonl"
+    append_records(log, [Record(earlier, str(CPU), f'{{"winograd_tile": {t}}}', (c,)) for t, c in ((0, 1.0), (4, 0.5))])
+    with pytest.warns(UserWarning, match="2 conv algorithm records .* earlier Winograd kernels"):
+        assert winograd_choices(read_records(log), CPU) == {}
+    append_records(log, [Record(shape.key, str(CPU), f'{{"winograd_tile": {t}}}', (c,)) for t, c in ((0, 1.0), (2, 0.5))])
+    with pytest.warns(UserWarning, match="earlier Winograd kernels"):
+        assert winograd_choices(read_records(log), CPU) == {shape.key: 2}

@@ -58,7 +58,12 @@ LANES = 16  # a tile count that is no multiple of this makes the matmul vectoriz
 SMALL_WEIGHTS = 1 << 20
 
 
-ALGORITHM_PREFIX = "winograd/"  # of a ConvShape's key, as the schedule log stores a measured choice
+ALGORITHM_FAMILY = "winograd/"  # the start of every conv algorithm record's workload in a schedule log
+# the revision of the Winograd kernels an algorithm record was measured with, bumped when their speed changes (2: the
+# transforms over vectors of consecutive tiles, 2-6x faster on 7x7 to 14x14 images), so that a log's measurements of
+# earlier kernels no longer decide
+TRANSFORMS_REVISION = 2
+ALGORITHM_PREFIX = f"{ALGORITHM_FAMILY}r{TRANSFORMS_REVISION}/"  # of a ConvShape's key
 DIRECT = 0  # the tile of a measured choice that keeps the conv direct
 
 
@@ -79,7 +84,7 @@ class ConvShape:
 
     @property
     def key(self) -> str:
-        """Its name in the schedule log: winograd/NxCxHxW/K/top,left,bottom,right."""
+        """Its name in the schedule log: winograd/rR/NxCxHxW/K/top,left,bottom,right (R: TRANSFORMS_REVISION)."""
         return (f"{ALGORITHM_PREFIX}{self.batch}x{self.channels}x{self.size[0]}x{self.size[1]}/{self.out_channels}/"
                 + ",".join(map(str, self.paddings)))
 
