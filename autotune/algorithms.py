@@ -54,10 +54,10 @@ def winograd_choices(records: Iterable[Record], target: Target) -> dict[str, int
     """The measured algorithm per conv shape key among a schedule log's records, for this target."""
     by_shape: dict[str, list[Record]] = {}
     stale = 0
-    for rec in records:
-        if rec.target == str(target) and rec.workload.startswith(ALGORITHM_PREFIX):
+    for rec in (r for r in records if r.target == str(target)):
+        if rec.workload.startswith(ALGORITHM_PREFIX):
             by_shape.setdefault(rec.workload, []).append(rec)
-        elif rec.target == str(target) and rec.workload.startswith(ALGORITHM_FAMILY):
+        elif rec.workload.startswith(ALGORITHM_FAMILY):
             stale += 1
     if stale:
         warnings.warn(f"{stale} conv algorithm records of the schedule log were measured with earlier Winograd "

@@ -20,9 +20,9 @@ def applicable(sch: Schedule) -> bool:
 
 def schedule(sch: Schedule, target: Target) -> None:
     """Schedule whichever transform the kernel holds."""
-    main = sch.get_sblock(INPUT if INPUT in {sch.get(b).name_hint for b in blocks(sch)} else OUTPUT)
-    width = lanes(sch.get(main).writes[0].source.dtype, target)
-    (_input if sch.get(main).name_hint == INPUT else _output)(sch, main, width)
+    is_input = INPUT in {sch.get(b).name_hint for b in blocks(sch)}
+    main = sch.get_sblock(INPUT if is_input else OUTPUT)
+    (_input if is_input else _output)(sch, main, lanes(sch.get(main).writes[0].source.dtype, target))
 
 
 def _input(sch: Schedule, main, width: int) -> None:
