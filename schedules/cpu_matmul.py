@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from math import prod
+from math import gcd, prod
 
 from tvm import DataType, tirx
 from tvm.s_tir import Schedule, ScheduleError
@@ -198,7 +198,10 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     vectors = max(1, cols // width)
     rows = rows2 = 1
     if row is not None:
-        rows = knobs.choose(sch, Knob.ROWS, _fitting_rows(ext[row], vectors, registers, default_rows), default_rows)
+        # rows read from row panels (MatmulAttrs.x_panel) take whole panels or parts of one: a tile reads one stream
+        extent = gcd(ext[row], _panel_width(block, row, _reads_using(block, row)) or ext[row])
+        default_rows = max(divisors(extent, default_rows))
+        rows = knobs.choose(sch, Knob.ROWS, _fitting_rows(extent, vectors, registers, default_rows), default_rows)
     if row2 is not None:
         rows2 = knobs.choose(sch, Knob.ROWS2, _fitting_rows(ext[row2], vectors * rows, registers, default_rows2),
                              default_rows2)

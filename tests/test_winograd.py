@@ -15,7 +15,7 @@ from cinn.autotune.measure import MeasureResult
 from cinn.lower import lower_program
 from cinn.ops.winograd import POINTS, transforms, weight_transform
 from cinn.passes.pipeline import winograd_shapes
-from cinn.passes.winograd import ALGORITHM_FAMILY, ALGORITHM_PREFIX, DIRECT, ConvShape, choose_tile
+from cinn.passes.winograd import ALGORITHM_FAMILY, ALGORITHM_PREFIX, DIRECT, ROW_PANEL, ConvShape, choose_tile
 from cinn.target import parse_target
 from tests.test_passes import evaluate
 
@@ -95,6 +95,7 @@ def _conv_program(n, c, k, size, pads, epilogue: bool):
     (2, 64, 64, (27, 22), (1, 1), 4),  # the last tiles overhang the output; two images share the matmul
     (1, 96, 96, (14, 14), (1, 0, 1, 2), 2),  # asymmetric padding (top, left, bottom, right); 16 tiles of 4 too few
     (1, 64, 64, (34, 34), (0, 0), 4),  # no padding
+    (1, 64, 72, (28, 28), (1, 1), 4),  # output channels that are no whole row panels: weights stored [t, K, C]
 ])
 def test_winograd_conv_matches_the_direct_conv(n, c, k, size, pads, tile, tmp_cache):
     program = _conv_program(n, c, k, size, pads, epilogue=True)
@@ -103,6 +104,8 @@ def test_winograd_conv_matches_the_direct_conv(n, c, k, size, pads, tile, tmp_ca
     ops = Counter(node.op for node in optimized.nodes)
     assert ops["winograd_input"] == ops["winograd_output"] == 1 and ops["conv2d"] == 0
     assert next(node.attrs.tile for node in optimized.nodes if node.op == "winograd_input") == tile
+    (matmul,) = [node for node in optimized.nodes if node.op == "matmul"]
+    assert matmul.attrs.x_panel == (ROW_PANEL if k % ROW_PANEL == 0 else 0)
     # the input transform, the batched matmul, the output transform with the epilogue
     assert [lg.group.name for lg in lowered[:2]] == ["winograd_input", "matmul"]
     assert lowered[2].group.name.startswith("fused_winograd_output_add")

@@ -121,12 +121,20 @@ class MatmulAttrs(Attrs):
     """out = alpha * op(x) @ op(y), op transposing the last two axes when trans_* is set.
 
     `y_panel` > 0 says a 2-D y is stored as column panels, [N / y_panel, K, y_panel]: each register tile of the
-    kernel then streams one contiguous panel (the pack_weights pass stores constant weights so; not a user option)."""
+    kernel then streams one contiguous panel (the pack_weights pass stores constant weights so; not a user option).
+    `x_panel` > 0 likewise says x is stored as row panels, [batch..., M / x_panel, K, x_panel] (the winograd pass
+    stores its transformed weights so)."""
 
     trans_x: bool = False
     trans_y: bool = False
     alpha: float = 1.0
     y_panel: int = 0
+    x_panel: int = 0
+
+    @property
+    def paneled(self) -> bool:
+        """Whether an operand is stored in panels (a constant laid out for the kernel, not a graph-level matmul)."""
+        return bool(self.x_panel or self.y_panel)
 
 
 @dataclass(frozen=True)
@@ -149,6 +157,10 @@ def _matmul_shape(xs: tuple[int, ...], ys: tuple[int, ...], a: MatmulAttrs) -> _
     """Validate operand shapes and resolve batch, M, K, N."""
     if not xs or not ys:
         raise ValueError(f"matmul: shapes {xs} and {ys}: operands must have at least one dimension")
+    if a.x_panel:
+        if len(xs) < 3 or xs[-1] != a.x_panel or a.trans_x:
+            raise ValueError(f"matmul: x of shape {xs} is not stored as [..., M / {a.x_panel}, K, {a.x_panel}] panels")
+        xs = xs[:-3] + (xs[-3] * xs[-1], xs[-2])
     xm, xk = (1, xs[0]) if len(xs) == 1 else (xs[-1], xs[-2]) if a.trans_x else xs[-2:]
     if a.y_panel:
         if len(ys) != 3 or ys[-1] != a.y_panel or a.trans_y:
@@ -191,7 +203,9 @@ def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
         n = None if s.y_vec else rest.pop(0)
         # x is [.., m, k], y is [.., k, n]; the transposed operand is indexed directly (no transpose stage)
         yi = [n // a.y_panel, k, n % a.y_panel] if a.y_panel else _operand_index(ys, b, k, n, a.trans_y)
-        prod = x(*_operand_index(xs, b, m, k, a.trans_x)) * y(*yi)
+        xi = (_operand_index(xs[:-1], b, m // a.x_panel, k, False) + [m % a.x_panel] if a.x_panel
+              else _operand_index(xs, b, m, k, a.trans_x))
+        prod = x(*xi) * y(*yi)
         return te.sum(prod if a.alpha == 1.0 else prod * const(a.alpha, dtype), axis=k)
 
     return [te.compute(s.out, body, name="matmul")]
@@ -208,15 +222,27 @@ def unpanel(y: np.ndarray) -> np.ndarray:
     return y.transpose(1, 0, 2).reshape(y.shape[1], -1)
 
 
+def row_panels(x: np.ndarray, width: int) -> np.ndarray:
+    """[..., M, K] -> [..., M / width, K, width] row panels (MatmulAttrs.x_panel)."""
+    *batch, m, k = x.shape
+    return np.ascontiguousarray(np.swapaxes(x.reshape(*batch, m // width, width, k), -1, -2))
+
+
+def unrow_panels(x: np.ndarray) -> np.ndarray:
+    """Row panels [..., M / width, K, width] -> [..., M, K]."""
+    *batch, panels, k, width = x.shape
+    return np.swapaxes(x, -1, -2).reshape(*batch, panels * width, k)
+
+
 def _matmul_flops(types: Sequence[TensorType], a: MatmulAttrs, outs: Sequence[TensorType]) -> int:
     xs = types[0].shape
-    k = xs[-2] if a.trans_x and len(xs) > 1 else xs[-1]
+    k = xs[-2] if (a.trans_x or a.x_panel) and len(xs) > 1 else xs[-1]
     return 2 * outs[0].size * k
 
 
 def _matmul_reference(arrays: Sequence[np.ndarray], a: MatmulAttrs) -> list[np.ndarray]:
     x, y = arrays
-    xt = np.swapaxes(x, -1, -2) if a.trans_x and x.ndim >= 2 else x
+    xt = unrow_panels(x) if a.x_panel else np.swapaxes(x, -1, -2) if a.trans_x and x.ndim >= 2 else x
     yt = np.swapaxes(y, -1, -2) if a.trans_y and y.ndim >= 2 else y
     if a.y_panel:
         yt = unpanel(y)

@@ -22,7 +22,7 @@ def integer_kernels(program: Program) -> Program:
 
 
 def _integer_matmul(rw: Rewriter, node: Node) -> bool:
-    if node.op != "matmul" or node.attrs.trans_x or node.attrs.alpha != 1.0 or node.attrs.y_panel:
+    if node.op != "matmul" or node.attrs.trans_x or node.attrs.alpha != 1.0 or node.attrs.paneled:
         return False
     x, w = rw.inputs(node)
     weights = rw.constant(w)

@@ -37,6 +37,8 @@ CASES = [
     Case("matmul", (_f(5,), _f(5,)), **ACC, id="matmul-dot"),
     Case("matmul", (((3, 4), "int32"), ((4, 2), "int32")), id="matmul-int"),
     Case("matmul", (_f(2, 8, 6), _f(3, 6, 16)), {"y_panel": 16, "alpha": 0.5}, **ACC, id="matmul-panels"),
+    Case("matmul", (_f(3, 2, 6, 8), _f(3, 6, 5)), {"x_panel": 8}, **ACC, id="matmul-row-panels"),
+    Case("matmul", (_f(2, 6, 16), _f(1, 6, 12)), {"x_panel": 16}, **ACC, id="matmul-row-panels-broadcast"),
     _conv((1, 3, 6, 6), (4, 3, 3, 3)),
     _conv((2, 2, 7, 7), (3, 2, 3, 3), "conv2d-stride-pad", strides=[2, 2], paddings=[1, 1]),
     _conv((1, 2, 6, 7), (2, 2, 2, 3), "conv2d-asym-pad-dilation", paddings=[1, 0, 2, 1], dilations=[2, 1]),
