@@ -66,9 +66,9 @@ SMALL_WEIGHTS = 1 << 20
 
 ALGORITHM_FAMILY = "winograd/"  # the start of every conv algorithm record's workload in a schedule log
 # the revision of the Winograd kernels an algorithm record was measured with, bumped when their speed changes (2: the
-# transforms over vectors of consecutive tiles, 2-6x faster on 7x7 to 14x14 images), so that a log's measurements of
-# earlier kernels no longer decide
-TRANSFORMS_REVISION = 2
+# transforms over vectors of consecutive tiles, 2-6x faster on 7x7 to 14x14 images; 3: the transformed weights in
+# row panels, read in place), so that a log's measurements of earlier kernels no longer decide
+TRANSFORMS_REVISION = 3
 ALGORITHM_PREFIX = f"{ALGORITHM_FAMILY}r{TRANSFORMS_REVISION}/"  # of a ConvShape's key
 DIRECT = 0  # the tile of a measured choice that keeps the conv direct
 
