@@ -29,11 +29,7 @@ MIN_CHANNELS = 32  # input channels below which the batched matmul is too thin t
 # ms against the direct 0.57, measured at full FMA width before the transforms ran over vectors of consecutive tiles;
 # at half width, scaled to 32, it passes and gains: 0.56-0.64 against 1.15 ms)
 MIN_OUT_CHANNELS = 64
-# tiles per image below which the transformed weights outweigh the saved products, by the share of the calibration
-# FMA width: at full width measured before the weights were row-paneled (512->512 on 7x7: F(2x2)'s 16 MB of weights
-# lost); at half width (2-core znver4, row panels, flushed caches) F(4x4) on 7x7, 4 tiles, wins: 512->512 0.55 ms
-# against 0.67 F(2x2) and 1.11 direct, inception_v2's 160..224->224..320 0.08-0.11 against 0.10-0.16 and 0.18-0.27
-MIN_TILES = ((1.0, 32), (0.0, 4))
+MIN_TILES = 32  # tiles per image below which the transformed weights outweigh the saved products (512 on 7x7)
 TILES = (4, 2)  # output tile sizes tried
 # transformed inputs larger than this (bytes) go through memory twice more than the direct conv's input; with few
 # channels per tile that costs more than the products save (vgg19's 64->64 on 224x224: 10.0 ms, direct 8.6)
@@ -50,10 +46,11 @@ CALIBRATION_FMA_BITS = 1024
 # channels); transformed elements made and read per second (fewer once they spill from L2). A direct conv over fewer
 # than 64 input channels runs at about three quarters of the rate (squeezenet's 16->64 on 55x55: 169 of 235 GFLOP/s on
 # a 2-core znver4; Winograd there: 0.23 against 0.33 ms); the matmul's rows (output channels) matter less than its
-# reduction (densenet's 128->32 on 56x56: 180 GFLOP/s, Winograd 0.56-0.64 against 1.15 ms, the model 0.88x). With
-# row-paneled weights, `cinn-tune`'s measurements of the CNNs' 39 conv shapes (flushed caches) agree with 36 of the
-# estimate's choices, 0.03 ms over the measured best in all (before: 28, 0.52 ms); squeezenet's 48->192 on 13x13
-# took the thin rate up from 160e9 (F(4x4) 0.103 against 0.136 ms direct)
+# reduction (densenet's 128->32 on 56x56: 180 GFLOP/s, Winograd 0.56-0.64 against 1.15 ms, the model 0.88x). A thin
+# matmul reading row-paneled weights runs at 200 GFLOP/s or more: squeezenet's 48->192 on 13x13, F(4x4) 0.103 against
+# 0.136 ms direct. `cinn-tune`'s measurements of the ten CNNs' 39 conv shapes (alone, flushed caches) agree with 29
+# of these choices; most others are 7x7 convs where 4 tiles of F(4x4) measure faster than F(2x2) alone but not inside
+# runs, whose weights (resnet50's 512->512: 37.7 MB) stream from memory (1.21-1.27 ms against 0.94 for F(2x2))
 DIRECT_RATES = ((64, 470e9), (0, 360e9))
 MATMUL_RATES = ((96, 380e9), (64, 320e9), (0, 200e9))
 TRANSFORM_RATE, SPILLED_TRANSFORM_RATE, OUTPUT_RATE = 8e9, 3.5e9, 10e9
@@ -181,7 +178,7 @@ def choose_tile(batch: int, channels: int, out_channels: int, size: tuple[int, i
 def _allowed(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int, fma_share: float) -> bool:
     tiles = math.prod(tile_grid(size, m))
     transformed = (m + 2) ** 2 * channels * batch * tiles * 4
-    return tiles >= next(t for share, t in MIN_TILES if fma_share >= share) and (transformed <= MAX_TRANSFORMED / fma_share
+    return tiles >= MIN_TILES * fma_share and (transformed <= MAX_TRANSFORMED / fma_share
                                                or min(channels, out_channels) >= WIDE_CHANNELS)
 
 
