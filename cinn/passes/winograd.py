@@ -29,7 +29,11 @@ MIN_CHANNELS = 32  # input channels below which the batched matmul is too thin t
 # ms against the direct 0.57, measured at full FMA width before the transforms ran over vectors of consecutive tiles;
 # at half width, scaled to 32, it passes and gains: 0.56-0.64 against 1.15 ms)
 MIN_OUT_CHANNELS = 64
-MIN_TILES = 32  # tiles per image below which the transformed weights outweigh the saved products (512 on 7x7)
+# tiles per image below which the transformed weights outweigh the saved products, by the share of the calibration
+# FMA width: measured at full width before the weights were row-paneled (512->512 on 7x7: F(2x2)'s 16 tiles lost);
+# at half width (2-core znver4, row panels) 4 tiles of F(4x4) lose inside runs (resnet50's 512->512 on 7x7: 1.26 ms
+# against 0.95 for F(2x2)) but 9 of F(2x2) gain (inception_v1's 160->320 on 6x6: 0.14 against 0.31 ms direct)
+MIN_TILES = ((1.0, 32), (0.0, 8))
 TILES = (4, 2)  # output tile sizes tried
 # transformed inputs larger than this (bytes) go through memory twice more than the direct conv's input; with few
 # channels per tile that costs more than the products save (vgg19's 64->64 on 224x224: 10.0 ms, direct 8.6)
@@ -48,9 +52,9 @@ CALIBRATION_FMA_BITS = 1024
 # a 2-core znver4; Winograd there: 0.23 against 0.33 ms); the matmul's rows (output channels) matter less than its
 # reduction (densenet's 128->32 on 56x56: 180 GFLOP/s, Winograd 0.56-0.64 against 1.15 ms, the model 0.88x). A thin
 # matmul reading row-paneled weights runs at 200 GFLOP/s or more: squeezenet's 48->192 on 13x13, F(4x4) 0.103 against
-# 0.136 ms direct. `cinn-tune`'s measurements of the ten CNNs' 39 conv shapes (alone, flushed caches) agree with 29
-# of these choices; most others are 7x7 convs where 4 tiles of F(4x4) measure faster than F(2x2) alone but not inside
-# runs, whose weights (resnet50's 512->512: 37.7 MB) stream from memory (1.21-1.27 ms against 0.94 for F(2x2))
+# 0.136 ms direct. `cinn-tune`'s measurements of the ten CNNs' 39 conv shapes agree with 37 of these choices,
+# 0.09 ms over the measured best in all (squeezenet's 16->64 on 55x55 measures 0.35 ms direct against 0.44 for
+# F(4x4), but its model ran 0.955x with F(4x4) in paired rounds)
 DIRECT_RATES = ((64, 470e9), (0, 360e9))
 MATMUL_RATES = ((96, 380e9), (64, 320e9), (0, 200e9))
 TRANSFORM_RATE, SPILLED_TRANSFORM_RATE, OUTPUT_RATE = 8e9, 3.5e9, 10e9
@@ -178,7 +182,7 @@ def choose_tile(batch: int, channels: int, out_channels: int, size: tuple[int, i
 def _allowed(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int, fma_share: float) -> bool:
     tiles = math.prod(tile_grid(size, m))
     transformed = (m + 2) ** 2 * channels * batch * tiles * 4
-    return tiles >= MIN_TILES * fma_share and (transformed <= MAX_TRANSFORMED / fma_share
+    return tiles >= next(t for share, t in MIN_TILES if fma_share >= share) and (transformed <= MAX_TRANSFORMED / fma_share
                                                or min(channels, out_channels) >= WIDE_CHANNELS)
 
 
