@@ -72,7 +72,7 @@ def test_tile_choice(shape, tile):
     ((1, 48, 192, (27, 27)), 4),  # 0.33 against 0.61 ms
     ((1, 160, 320, (6, 6)), 2),  # 9 tiles of 2x2: 0.14 against 0.31 ms (inception_v1)
     ((1, 128, 32, (56, 56)), 4),  # densenet's 128->32: 0.56-0.64 against 1.15 ms
-    ((1, 64, 64, (224, 224)), None),  # 29 MB of transformed input: over the (doubled) limit
+    ((1, 64, 64, (224, 224)), 4),  # 29 MB of transformed input, but 12.5 against 17.8 ms (vgg19 0.96x)
 ])
 def test_tile_choice_at_half_the_fma_width(shape, tile):
     """znver4 and AVX2 cores complete half the FMA bits per cycle of the machine the rates were measured on: the

@@ -35,9 +35,11 @@ MIN_OUT_CHANNELS = 64
 # against 0.95 for F(2x2)) but 9 of F(2x2) gain (inception_v1's 160->320 on 6x6: 0.14 against 0.31 ms direct)
 MIN_TILES = ((1.0, 32), (0.0, 8))
 TILES = (4, 2)  # output tile sizes tried
-# transformed inputs larger than this (bytes) go through memory twice more than the direct conv's input; with few
-# channels per tile that costs more than the products save (vgg19's 64->64 on 224x224: 10.0 ms, direct 8.6)
-MAX_TRANSFORMED = 8 << 20
+# transformed inputs larger than this (bytes), by the share of the calibration FMA width, go through memory twice more
+# than the direct conv's input; with few channels per tile that costs more than the products save at full width
+# (vgg19's 64->64 on 224x224, 29 MB: 10.0 ms, direct 8.6), not at half width, where the direct conv takes twice as
+# long (12.5 against 17.8 ms; the model 0.96x in paired rounds)
+MAX_TRANSFORMED = ((1.0, 8 << 20), (0.0, 64 << 20))
 WIDE_CHANNELS = 128  # channels from which the products outweigh the transforms at any size
 GAIN = 0.9  # the estimated Winograd time must be under this share of the direct conv's
 # the machine the rates and thresholds here were measured on: 2 znver5 cores, two 512-bit FMAs per cycle each. A core
@@ -52,7 +54,7 @@ CALIBRATION_FMA_BITS = 1024
 # a 2-core znver4; Winograd there: 0.23 against 0.33 ms); the matmul's rows (output channels) matter less than its
 # reduction (densenet's 128->32 on 56x56: 180 GFLOP/s, Winograd 0.56-0.64 against 1.15 ms, the model 0.88x). A thin
 # matmul reading row-paneled weights runs at 200 GFLOP/s or more: squeezenet's 48->192 on 13x13, F(4x4) 0.103 against
-# 0.136 ms direct. `cinn-tune`'s measurements of the ten CNNs' 39 conv shapes agree with 37 of these choices,
+# 0.136 ms direct. `cinn-tune`'s measurements of the ten CNNs' 51 conv shapes agree with 49 of these choices,
 # 0.09 ms over the measured best in all (squeezenet's 16->64 on 55x55 measures 0.35 ms direct against 0.44 for
 # F(4x4), but its model ran 0.955x with F(4x4) in paired rounds)
 DIRECT_RATES = ((64, 470e9), (0, 360e9))
@@ -182,8 +184,13 @@ def choose_tile(batch: int, channels: int, out_channels: int, size: tuple[int, i
 def _allowed(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int, fma_share: float) -> bool:
     tiles = math.prod(tile_grid(size, m))
     transformed = (m + 2) ** 2 * channels * batch * tiles * 4
-    return tiles >= next(t for share, t in MIN_TILES if fma_share >= share) and (transformed <= MAX_TRANSFORMED / fma_share
-                                               or min(channels, out_channels) >= WIDE_CHANNELS)
+    return tiles >= _at(MIN_TILES, fma_share) and (transformed <= _at(MAX_TRANSFORMED, fma_share)
+                                                    or min(channels, out_channels) >= WIDE_CHANNELS)
+
+
+def _at(thresholds: tuple[tuple[float, int], ...], fma_share: float) -> int:
+    """The threshold for a CPU at this share of the calibration FMA width (the first whose share it reaches)."""
+    return next(value for share, value in thresholds if fma_share >= share)
 
 
 def _estimate(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int, fma_share: float) -> float:
