@@ -45,8 +45,9 @@ GAIN = 0.9  # the estimated Winograd time must be under this share of the direct
 # the machine the rates and thresholds here were measured on: 2 znver5 cores, two 512-bit FMAs per cycle each. A core
 # with half that FMA throughput (znver4, AVX2 CPUs) runs the direct conv and the matmul at about half the rate but the
 # transforms, which load and store, at about the same: there the rates scale by the share of this FMA width and the
-# thresholds with them, which on a 2-core znver4 agreed with 42 of 53 measured choices (the ten CNNs' conv shapes)
-# against 22 unscaled, 0.7 ms over the measured best in all against 2.0 (vgg19's 224x224 conv aside)
+# channel thresholds with them, which on a 2-core znver4 agreed with 42 of 53 measured choices (the ten CNNs' conv
+# shapes) against 22 unscaled, 0.7 ms over the measured best in all against 2.0 (vgg19's 224x224 conv aside); the
+# tile and size thresholds are measured at each width (MIN_TILES, MAX_TRANSFORMED)
 CALIBRATION_FMA_BITS = 1024
 # rates measured here (2 cores, AVX-512): the direct conv's FLOP/s and the batched matmul's, each by its reduction (input
 # channels); transformed elements made and read per second (fewer once they spill from L2). A direct conv over fewer
