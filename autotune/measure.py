@@ -26,7 +26,7 @@ from tvm.support.popen_pool import PopenPoolExecutor
 
 from cinn.autotune.database import FailureKind
 from cinn.autotune.task import Task
-from cinn.build import KernelSpec, build_kernel
+from cinn.build import KernelSpec, build_kernel, load_library
 from cinn.cuda_module import require_device
 from cinn.machine import configure_threads
 from cinn.target import Target
@@ -189,7 +189,7 @@ def _open_local(request: RunRequest):
     if request.target.is_cuda:
         require_device()
     dev = tvm.cuda(0) if request.target.is_cuda else tvm.cpu(0)
-    return tvm.runtime.load_module(request.lib_path), dev, tvm.get_global_func("runtime.config_threadpool")
+    return load_library(request.lib_path, request.target), dev, tvm.get_global_func("runtime.config_threadpool")
 
 
 def _open_remote(request: RunRequest):

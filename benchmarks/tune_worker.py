@@ -26,7 +26,7 @@ from cinn.autotune.task import Task
 from cinn.autotune.tuner import TuneConfig, tune
 from cinn.benchmarks.harness import ATOL, RTOL
 from cinn.benchmarks.tune_bench import Candidate, NumpyRate, Retimed, RetimePlan, TuneOutcome, Tuner, Workload, get_workload
-from cinn.build import KernelSpec, build_kernel
+from cinn.build import KernelSpec, build_kernel, load_library
 from cinn.lower import lower_program
 from cinn.machine import configure_threads
 from cinn.target import Target, parse_target
@@ -120,7 +120,7 @@ def _build(task: Task, cand: Candidate, target: Target, lib_dir: str):
     """Build a candidate exactly as cinn.compile builds a tuned kernel, and load it."""
     path = os.path.join(lib_dir, f"{len(os.listdir(lib_dir))}.so")
     build_kernel(KernelSpec(task.workload, task.func(), task.kind, cand.trace), target, path)
-    return tvm.runtime.load_module(path)
+    return load_library(path, target)
 
 
 def run_retime(plan: RetimePlan) -> Retimed:

@@ -19,7 +19,7 @@ import tvm_ffi
 from tvm.s_tir import Schedule, Trace
 from tvm.support.popen_pool import PopenPoolExecutor
 
-from cinn import cuda_module, schedules
+from cinn import cuda_module, schedules, thread_pool
 from cinn.ops import PatternKind
 from cinn.schedules import apply_default
 from cinn.schedules.cuda_common import unbound_blocks
@@ -229,7 +229,15 @@ def _build_all(specs: Sequence[KernelSpec], target: Target, cache_dir: pathlib.P
 def _read(path: str, target: Target) -> BuiltKernel:
     """Load a kernel library and its source from the cache (CUDA libraries only where a GPU can run them)."""
     loadable = not target.is_cuda or cuda_module.device_present()
-    return BuiltKernel(tvm.runtime.load_module(path) if loadable else None, pathlib.Path(source_path(path)).read_text())
+    return BuiltKernel(load_library(path, target) if loadable else None, pathlib.Path(source_path(path)).read_text())
+
+
+def load_library(path: str, target: Target) -> tvm.runtime.Module:
+    """Load a kernel library; a CPU kernel's parallel loops run on cinn's thread pool."""
+    module = tvm.runtime.load_module(path)
+    if not target.is_cuda:
+        thread_pool.install(path)
+    return module
 
 
 def _load_cached(path: str, target: Target) -> BuiltKernel | None:

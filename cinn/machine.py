@@ -16,6 +16,7 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
+from cinn import thread_pool
 from cinn.target import Target
 
 ACCUMULATORS = 12
@@ -33,11 +34,12 @@ class Peaks:
 
 
 def configure_threads(n: int, config: Callable | None = None) -> None:
-    """Give TVM's CPU thread pool n workers. Asked for n threads alone, TVM keeps one worker on machines whose
-    cores it cannot rank (these VMs), so this process's CPUs are listed explicitly. `config` is the
-    runtime.config_threadpool function to call (default: this process's)."""
+    """Run the calling thread's parallel loops on n threads, on cinn's pool and on TVM's. Asked for n threads alone,
+    TVM keeps one worker on machines whose cores it cannot rank (these VMs), so this process's CPUs are listed
+    explicitly. `config` is the runtime.config_threadpool function to call (default: this process's)."""
     config = config or tvm.get_global_func("runtime.config_threadpool")
     config(SHARE_ALL_CORES, n, [str(c) for c in sorted(os.sched_getaffinity(0))[:n]])
+    thread_pool.set_threads(n)
 
 
 def machine_peaks(target: Target, cache_dir: pathlib.Path) -> Peaks:

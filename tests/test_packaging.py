@@ -46,6 +46,7 @@ def test_the_wheel_installs_one_top_level_package(installed, tmp_path):
         "import cinn, cinn.frontend, cinn.schedules, cinn.autotune, cinn.benchmarks\n"
         f"assert pathlib.Path(cinn.__file__).is_relative_to({str(installed)!r}), cinn.__file__\n"
         f"assert not pathlib.Path(cinn.frontend.__file__).is_relative_to({str(ROOT)!r})\n"
+        "assert (pathlib.Path(cinn.__file__).parent / 'thread_pool.c').is_file()  # the thread pool's source\n"
         "for name in ('frontend', 'schedules', 'autotune', 'benchmarks'):\n"
         "    try:\n"
         "        importlib.import_module(name)\n"
