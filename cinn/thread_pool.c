@@ -2,9 +2,9 @@
  *
  * TVM's own pool gives each thread one fixed share of a parallel loop and waits for every share: where a core is taken
  * now and then by another process (a busy host, a VM whose virtual CPU is descheduled), each kernel waits for the
- * stalled share. Here a loop is cut into TASKS_PER_THREAD tasks per thread. Each thread first runs its own tasks in
- * order (the same contiguous share TVM's pool would give it, so a kernel reads what the previous one wrote into the same
- * core's cache), then takes the tasks the others have not started, from the back of their shares.
+ * share of the stalled thread. Here a loop is cut into TASKS_PER_THREAD tasks per thread. Each thread first runs its
+ * own tasks in order (the same contiguous share TVM's pool would give it, so a kernel reads what the previous one wrote
+ * into the same core's cache), then takes the tasks the others have not started, from the back of their shares.
  *
  * A kernel library's LLVM code calls its parallel loops through its __TVMBackendParallelLaunch pointer, which
  * cinn/thread_pool.py points at cinn_pool_launch: the lambda, its closure and a task count (0: the pool's choice),
@@ -31,11 +31,20 @@
 #endif
 
 #define MAX_THREADS 256
-#define TASKS_PER_THREAD 8
+#ifndef TASKS_PER_THREAD
+/* One: a thread's whole share, taken over by another thread when it has not started it. Finer tasks (2, 4 or 8 per
+ * thread, contiguous or strided) ran shufflenet's small kernels 1.05-1.11x slower on a quiet machine, and gained at
+ * most a few percent more beside a busy process. */
+#define TASKS_PER_THREAD 1
+#endif
 #define SPIN_NS 4000000 /* an idle worker spins this long before it sleeps: a run's gaps between kernels are shorter */
-#define PAUSES 64        /* then each spin yields: a spinning thread that shares a core with the one it waits for
-                          * (the scheduler may put both on one core while other processes keep the other busy)
-                          * would otherwise hold that core for a whole time slice */
+#ifndef PAUSES
+/* Then each spin yields: a spinning thread that shares a core with the one it waits for (the scheduler may put both on
+ * one core while other processes keep the other busy) would otherwise hold that core for a whole time slice. 400
+ * pauses (about 10 us here) keep the quick hand-overs of a quiet machine (64: mobilenet_v2 and shufflenet about 1%
+ * slower than TVM's pool, 400: even) and most of the gain beside a busy process. */
+#define PAUSES 400
+#endif
 
 typedef struct {
   void* sync_handle;
@@ -51,10 +60,15 @@ extern int TVMFFIObjectDecRef(void* obj) __attribute__((weak));
 
 /* Thread p's share of the current launch: generation << 32 | first << 16 | end (task ids below 65536). A task is taken
  * by a compare-and-swap that also checks the generation, so a worker late from an earlier launch takes nothing. */
-static _Atomic uint64_t shares[MAX_THREADS];
+struct share {
+  _Atomic uint64_t tasks;
+  char apart[56]; /* one cache line each: a thread taking its own tasks does not disturb the others' */
+};
+static _Alignas(64) struct share shares[MAX_THREADS];
 static _Atomic uint32_t generation; /* also the futex word sleeping workers wait on */
 static _Atomic int active;          /* threads taking part in the current launch */
-static _Atomic int done, failed, sleepers;
+static _Alignas(64) _Atomic int done; /* tasks run, added once per thread and launch */
+static _Atomic int failed, sleepers;
 static _Atomic(FLambda) lambda;
 static _Atomic(void*) closure;
 static void* error; /* the first failed task's error (worker side) */
@@ -85,12 +99,12 @@ static uint64_t pack(uint32_t gen, uint32_t first, uint32_t end) {
 
 /* A task of generation gen from share q (its front when q is the caller's own share, else its back), or -1. */
 static int take(int q, uint32_t gen, int front) {
-  uint64_t s = atomic_load_explicit(&shares[q], memory_order_acquire);
+  uint64_t s = atomic_load_explicit(&shares[q].tasks, memory_order_acquire);
   for (;;) {
     uint32_t first = (s >> 16) & 0xffff, end = s & 0xffff;
     if ((uint32_t)(s >> 32) != gen || first >= end) return -1;
     uint64_t rest = front ? pack(gen, first + 1, end) : pack(gen, first, end - 1);
-    if (atomic_compare_exchange_weak(&shares[q], &s, rest)) return front ? (int)first : (int)end - 1;
+    if (atomic_compare_exchange_weak(&shares[q].tasks, &s, rest)) return front ? (int)first : (int)end - 1;
   }
 }
 
@@ -102,17 +116,18 @@ static void run_task(FLambda f, void* cdata, int task, int on_worker) {
       TVMFFIErrorMoveFromRaised(&error);
   }
   in_task = 0;
-  atomic_fetch_add_explicit(&done, 1, memory_order_release);
 }
 
 /* Participant p runs its own share, then what is left of the others'. */
 static void run_tasks(int p, int n_active, uint32_t gen) {
   FLambda f = atomic_load_explicit(&lambda, memory_order_relaxed);
   void* cdata = atomic_load_explicit(&closure, memory_order_relaxed);
+  int ran = 0;
   for (int k = 0; k < n_active; ++k) {
     int q = (p + k) % n_active, task;
-    while ((task = take(q, gen, k == 0)) >= 0) run_task(f, cdata, task, p != 0);
+    for (; (task = take(q, gen, k == 0)) >= 0; ++ran) run_task(f, cdata, task, p != 0);
   }
+  if (ran) atomic_fetch_add_explicit(&done, ran, memory_order_release);
 }
 
 static void* worker(void* arg) {
@@ -190,7 +205,7 @@ int cinn_pool_launch(FLambda f, void* cdata, int num_task) {
   atomic_store(&failed, 0);
   error = NULL;
   for (int q = 0; q < n_active; ++q)
-    atomic_store_explicit(&shares[q], pack(gen, (uint32_t)(q * n / n_active), (uint32_t)((q + 1) * n / n_active)),
+    atomic_store_explicit(&shares[q].tasks, pack(gen, (uint32_t)(q * n / n_active), (uint32_t)((q + 1) * n / n_active)),
                           memory_order_relaxed);
   atomic_store(&generation, gen); /* sequentially consistent: ordered before the load of sleepers */
   if (atomic_load(&sleepers) > 0) syscall(SYS_futex, &generation, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
