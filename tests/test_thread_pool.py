@@ -10,9 +10,14 @@ import textwrap
 
 import numpy as np
 import pytest
+import tvm
+from tvm.script import tirx as T
 
 import cinn
 from cinn import thread_pool
+from cinn.build import load_library
+from cinn.machine import configure_threads
+from cinn.target import parse_target
 
 RNG = np.random.default_rng(0)
 
@@ -124,3 +129,28 @@ def test_a_forked_child_starts_its_own_workers(compiled):
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@T.prim_func
+def _checked(a: T.Buffer((64,), "float32"), b: T.Buffer((64,), "float32")):
+    for i in T.parallel(64):
+        assert a[i] < T.float32(100), "value too large for the test"
+        b[i] = a[i] + T.float32(1)
+
+
+@pytest.mark.parametrize("bad", [0, 31, 32, 63])
+def test_a_tasks_error_is_raised_on_the_calling_thread(tmp_path, bad):
+    """The assertion fails in the first or the second thread's share: either way the caller gets its message."""
+    target = parse_target("llvm")
+    path = str(tmp_path / "checked.so")
+    tvm.compile(tvm.IRModule({"main": _checked.with_attr("global_symbol", "main")}), target=target.tvm()).export_library(path)
+    module = load_library(path, target)
+    configure_threads(2)
+    a = np.zeros(64, "float32")
+    b = tvm.runtime.tensor(np.zeros(64, "float32"))
+    module["main"](tvm.runtime.tensor(a), b)
+    np.testing.assert_array_equal(b.numpy(), a + 1)
+    a[bad] = 1000
+    for _ in range(10):
+        with pytest.raises(RuntimeError, match="value too large for the test"):
+            module["main"](tvm.runtime.tensor(a), b)
