@@ -24,6 +24,7 @@ from cinn.ops import PatternKind
 from cinn.schedules import apply_default
 from cinn.schedules.cuda_common import unbound_blocks
 from cinn.target import Target
+from cinn.utils import digest_path, file_digest
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def _store(path: str, source: str, export: Callable[[str], object]) -> None:
         lib, src, digest = made
         export(lib)
         pathlib.Path(src).write_text(source)
-        pathlib.Path(digest).write_text(_digest(lib))
+        pathlib.Path(digest).write_text(file_digest(lib))
         with _cache_lock(path, exclusive=True):
             for tmp, final in zip(made, (path, source_path(path), digest_path(path)), strict=True):
                 os.replace(tmp, final)
@@ -164,16 +165,6 @@ def kernel_source(scheduled: tvm.IRModule, ex) -> str:
 def source_path(lib_path: str) -> str:
     """The source file stored beside a cached library."""
     return lib_path[: -len(".so")] + ".src"
-
-
-def digest_path(lib_path: str) -> str:
-    """The SHA-256 of a cached library, written after it: loading a truncated library can kill the process (SIGBUS
-    in dlopen), so a library is loaded only when its bytes match."""
-    return lib_path[: -len(".so")] + ".sha256"
-
-
-def _digest(lib_path: str) -> str:
-    return hashlib.sha256(pathlib.Path(lib_path).read_bytes()).hexdigest()
 
 
 def build_all(
@@ -261,7 +252,7 @@ def _load_cached(path: str, target: Target) -> BuiltKernel | None:
 
 def _verified(path: str, target: Target) -> BuiltKernel:
     """Load a cached library whose bytes match its digest (loading a truncated one can kill the process)."""
-    if pathlib.Path(digest_path(path)).read_text().strip() != _digest(path):
+    if pathlib.Path(digest_path(path)).read_text().strip() != file_digest(path):
         raise ValueError("the library does not match its digest (truncated or overwritten)")
     return _read(path, target)
 

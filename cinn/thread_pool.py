@@ -10,7 +10,6 @@ from __future__ import annotations
 import _ctypes
 import ctypes
 import enum
-import hashlib
 import os
 import pathlib
 import shutil
@@ -18,6 +17,8 @@ import subprocess
 import tempfile
 import threading
 import warnings
+
+from cinn.utils import atomic_write, digest_path, file_digest
 
 SOURCE = pathlib.Path(__file__).with_name("thread_pool.c")
 LAUNCH_POINTER = "__TVMBackendParallelLaunch"  # the variable a TVM kernel library calls its parallel loops through
@@ -86,7 +87,7 @@ def _library(directory: pathlib.Path) -> ctypes.CDLL | None:
 
 
 def _load(directory: pathlib.Path) -> ctypes.CDLL:
-    name = f"thread-pool-{_digest(SOURCE)[:16]}.so"
+    name = f"thread-pool-{file_digest(SOURCE)[:16]}.so"
     path = directory / name
     if not _intact(path):
         try:
@@ -100,14 +101,10 @@ def _load(directory: pathlib.Path) -> ctypes.CDLL:
     return library
 
 
-def _digest(path: pathlib.Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _intact(path: pathlib.Path) -> bool:
     """Whether the built pool is there and whole (a library cut short kills dlopen with SIGBUS)."""
     try:
-        return _digest(path) == path.with_suffix(".sha256").read_text()
+        return file_digest(path) == pathlib.Path(digest_path(path)).read_text()
     except OSError:
         return False
 
@@ -117,18 +114,15 @@ def _compile(path: pathlib.Path) -> None:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise OSError("no C compiler: set CC")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".thread-pool-", suffix=".so")
-    os.close(fd)
-    try:
+
+    def build(tmp: str) -> None:
         done = subprocess.run([cc, "-O2", "-std=c11", "-shared", "-fPIC", "-pthread", "-o", tmp, str(SOURCE)],
                               capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise subprocess.SubprocessError(f"{cc} failed: {done.stderr.strip()[-400:]}")
-        path.with_suffix(".sha256").write_text(_digest(pathlib.Path(tmp)))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        pathlib.Path(digest_path(path)).write_text(file_digest(tmp))
+
+    atomic_write(str(path), build)
 
 
 def _default_threads() -> int:

@@ -1,7 +1,9 @@
 """Small helpers shared by every layer: seeded random tensors, median timing, atomic file writes."""
 from __future__ import annotations
 
+import hashlib
 import os
+import pathlib
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -81,3 +83,14 @@ def atomic_write(path: str, write: Callable[[str], object]) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes."""
+    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+
+
+def digest_path(lib_path: str | os.PathLike) -> str:
+    """The SHA-256 of a built library, written beside it: loading a truncated library can kill the process (SIGBUS
+    in dlopen), so a library is loaded only when its bytes match."""
+    return os.fspath(lib_path)[: -len(".so")] + ".sha256"
