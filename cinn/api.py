@@ -12,6 +12,7 @@ from typing import overload
 import tvm
 from tvm.s_tir import Schedule, Trace
 
+from cinn import symbolic_kernels
 from cinn.autotune.algorithms import winograd_choices
 from cinn.autotune.database import Record, fastest_traces, read_records
 from cinn.build import KernelSpec, build_all, default_cache_dir, workload_key
@@ -20,7 +21,8 @@ from cinn.ir import Program
 from cinn.lower import LoweredGroup, lower_program
 from cinn.passes.views import find_views
 from cinn.runtime import ConstantPool, Executable, Kernel
-from cinn.symbolic import SymbolicProgram, bindings_of
+from cinn.symbolic import Binding, SymbolicProgram, bindings_of
+from cinn.symbolic_kernels import NotSymbolic
 from cinn.target import Target, parse_target
 
 
@@ -28,14 +30,15 @@ from cinn.target import Target, parse_target
 def compile(program: Program, target: str | Target = ..., fuse: bool = ...,
             tuning_log: str | os.PathLike | Sequence[Record] | None = ..., *, cache_dir: str | os.PathLike | None = ...,
             workers: int | None = ..., progress: Callable[[int, int], None] | None = ..., passes: bool = ...,
-            shape_hints: None = ..., on_demand: bool = ...) -> Executable: ...
+            shape_hints: None = ..., on_demand: bool = ..., symbolic_kernels: bool = ...) -> Executable: ...
 
 
 @overload
 def compile(program: SymbolicProgram, target: str | Target = ..., fuse: bool = ...,
             tuning_log: str | os.PathLike | Sequence[Record] | None = ..., *, cache_dir: str | os.PathLike | None = ...,
             workers: int | None = ..., progress: Callable[[int, int], None] | None = ..., passes: bool = ...,
-            shape_hints: Mapping[str, Iterable[int]] | None = ..., on_demand: bool = ...) -> DynamicExecutable: ...
+            shape_hints: Mapping[str, Iterable[int]] | None = ..., on_demand: bool = ...,
+            symbolic_kernels: bool = ...) -> DynamicExecutable: ...
 
 
 def compile(
@@ -50,6 +53,7 @@ def compile(
     passes: bool = True,
     shape_hints: Mapping[str, Iterable[int]] | None = None,
     on_demand: bool = True,
+    symbolic_kernels: bool = True,
 ) -> Executable | DynamicExecutable:
     """Compile a Program for a target; fuse=False runs one kernel per op (the baseline).
 
@@ -58,14 +62,22 @@ def compile(
     graph simplifications (composite ops are still decomposed), so every op reaches a kernel as written.
     tuning_log is a schedule log (cinn-tune writes one) or records already read from one.
 
-    A SymbolicProgram gives a DynamicExecutable: built now for every combination of the sizes in shape_hints
-    ({"batch": [1, 8], "seq": [128, 384]}), and, when on_demand, at the first run of any other binding.
+    A SymbolicProgram gives a DynamicExecutable: specialized kernels built now for every combination of the sizes in
+    shape_hints ({"batch": [1, 8], "seq": [128, 384]}), and, with symbolic_kernels, kernels built now for every size
+    (their schedules chosen at the largest hinted sizes) that run any other binding; where the program cannot have
+    those (see DynamicExecutable.symbolic_reason), another binding is built at its first run when on_demand.
     """
     options = _Options(target, fuse, tuning_log, cache_dir, workers, progress, passes)
     if isinstance(program, SymbolicProgram):
         pool = ConstantPool()  # the bindings' weights are the same arrays: one device copy each
         bindings = bindings_of(program, shape_hints) if shape_hints is not None else []
-        return DynamicExecutable(program, lambda p: _compile(p, options, pool), bindings, on_demand)
+        symbolic, reason = None, ""
+        if symbolic_kernels:
+            try:
+                symbolic = _symbolic_kernels(program, options, pool, shape_hints or {})
+            except NotSymbolic as e:
+                reason = str(e)
+        return DynamicExecutable(program, lambda p: _compile(p, options, pool), bindings, on_demand, symbolic, reason)
     if shape_hints is not None:
         raise TypeError(f"compile: shape_hints are for symbolic programs; {program.name!r} has static shapes")
     return _compile(program, options, None)
@@ -104,6 +116,30 @@ def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> E
     views = find_views(program) if in_place else {}
     return Executable(program, kernels, device, threads=None if tgt.is_cuda else tgt.num_cores, views=views,
                       constants=constants)
+
+
+def _symbolic_kernels(program: SymbolicProgram, o: _Options, pool: ConstantPool,
+                      hints: Mapping[str, Iterable[int]]) -> Callable[[Binding], Executable]:
+    """Build the program's symbolic kernels; returns the executable of a binding on them (buffers only)."""
+    tgt = parse_target(o.target)
+    nominal = {s: max(sizes) for s, sizes in hints.items() if sizes}
+    try:
+        plan = symbolic_kernels.plan(program, tgt, o.fuse, o.passes, nominal,
+                                     winograd_choices(_tuning_records(o.tuning_log), tgt))
+    except (ValueError, TypeError, NotImplementedError) as e:  # the program refuses a probe's sizes
+        raise NotSymbolic(str(e)) from None
+    specs = [KernelSpec(workload_key(lg.func), lg.func, lg.group.kind) for lg in plan.lowered]
+    cache = pathlib.Path(o.cache_dir) if o.cache_dir is not None else default_cache_dir()
+    modules = build_all(specs, tgt, cache, o.workers if o.workers is not None else (os.cpu_count() or 1), o.progress)
+
+    def executable(binding: Binding) -> Executable:
+        static = plan.program_at(binding)
+        sizes = plan.sizes(binding)
+        kernels = [Kernel(g.name, _entry(b.module), b.module, params, b.source, g.flops, s.workload, sizes)
+                   for (g, params), b, s in zip(plan.kernels_at(static), modules, specs, strict=True)]
+        return Executable(static, kernels, tvm.cpu(0), threads=tgt.num_cores, constants=pool)
+
+    return executable
 
 
 def _entry(module):

@@ -22,6 +22,8 @@ from tvm.support.popen_pool import PopenPoolExecutor
 from cinn import cuda_module, schedules, thread_pool
 from cinn.ops import PatternKind
 from cinn.schedules import apply_default
+from cinn.schedules.analysis import NOMINAL_SIZES
+from cinn.schedules.cpu_common import parallel_outer
 from cinn.schedules.cuda_common import unbound_blocks
 from cinn.target import Target
 from cinn.utils import digest_path, file_digest
@@ -76,8 +78,22 @@ def cache_key(spec: KernelSpec, target: Target) -> str:
 
 def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
     """Schedule and compile one kernel to a shared library at `path` (atomically); returns `path`."""
-    func = spec.func
-    sch = Schedule(tvm.IRModule({"main": func if target.is_cuda else element_aligned(func)}))
+    mod = tvm.IRModule({"main": spec.func if target.is_cuda else element_aligned(spec.func)})
+    try:
+        sch, ex = _scheduled(mod, spec, target)
+    except Exception:  # a symbolic kernel's schedule, chosen at its nominal sizes, may fail anywhere in TVM
+        if NOMINAL_SIZES not in getattr(spec.func, "attrs", {}):
+            raise
+        sch = Schedule(mod)  # the plain loop nest, its outer loops parallel: valid at every size
+        parallel_outer(sch)
+        ex = _compiled(sch, target)
+    _store(path, kernel_source(sch.mod, ex), lambda tmp: _export(ex, tmp, target))
+    return path
+
+
+def _scheduled(mod: tvm.IRModule, spec: KernelSpec, target: Target) -> tuple[Schedule, object]:
+    """The kernel scheduled (by default or by its trace) and compiled."""
+    sch = Schedule(mod)
     if spec.trace is None:
         apply_default(sch, spec.kind, target)
     else:
@@ -86,11 +102,13 @@ def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
         _check_bound(sch, spec)
         if cuda_module.runtime_loaded():
             cuda_module.use_nvcc(target)
+    return sch, _compiled(sch, target)
+
+
+def _compiled(sch: Schedule, target: Target):
     tvm_target = target.tvm()
     with tvm_target:  # CUDA compilation reads the architecture from the current target
-        ex = tvm.compile(sch.mod, target=tvm_target)
-    _store(path, kernel_source(sch.mod, ex), lambda tmp: _export(ex, tmp, target))
-    return path
+        return tvm.compile(sch.mod, target=tvm_target)
 
 
 def _store(path: str, source: str, export: Callable[[str], object]) -> None:
@@ -129,8 +147,10 @@ def _cache_lock(path: str, exclusive: bool):
 
 def element_aligned(func):
     """The PrimFunc with its parameters aligned to one element only, so a CPU kernel reads and writes any contiguous
-    array in place (LLVM emits unaligned vector moves, as fast as aligned ones on aligned data)."""
-    aligned = [(p, _with_alignment(p, tvm.runtime.DataType(p.dtype).itemsize)) for p in func.params]
+    array in place (LLVM emits unaligned vector moves, as fast as aligned ones on aligned data). A symbolic kernel's
+    scalar parameters (its symbols' sizes) stay as they are."""
+    aligned = [(p, _with_alignment(p, tvm.runtime.DataType(p.dtype).itemsize)) for p in func.params
+               if isinstance(p.ty, tvm.tirx.buffer.BufferType)]
     return tvm_ffi.structural_map(func, [(tvm.tirx.Buffer, lambda b: next((n for o, n in aligned if b.same_as(o)), b))])
 
 

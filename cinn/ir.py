@@ -61,6 +61,15 @@ class TensorType:
 
 
 @dataclass(frozen=True)
+class SymbolicType:
+    """A tensor type of a symbolic kernel: dims are ints or TIR expressions of the symbols (``batch * seq``), as the
+    op table's computes see them when a kernel is lowered for every size at once."""
+
+    shape: tuple[Any, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
 class Value:
     """A named SSA tensor value of a Program."""
 

@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
-from tvm import te
+from tvm import te, tirx
 
-from cinn.ir import Program, Value
+from cinn.ir import Program, SymbolicType, Value
 from cinn.ops import get_op
 from cinn.ops.te_util import const
 from cinn.passes.fusion import Group, unfused
@@ -31,8 +31,10 @@ class LoweredGroup:
     group: Group
 
 
-def lower_group(group: Group, constants: Mapping[str, np.ndarray]) -> LoweredGroup:
-    """Build the group's TE graph and turn it into a PrimFunc (inputs, then outputs)."""
+def lower_group(group: Group, constants: Mapping[str, np.ndarray], shapes: Mapping[str, tuple] = MappingProxyType({}),
+                symbols: Sequence[tirx.Var] = ()) -> LoweredGroup:
+    """Build the group's TE graph and turn it into a PrimFunc (inputs, then outputs). A symbolic kernel gives its
+    values' dims as TIR expressions of `symbols` (`shapes`), which it takes as trailing int parameters."""
     tensors: dict[str, te.Tensor] = {}
     args: list[Value] = []
     for v in group.inputs:
@@ -40,17 +42,18 @@ def lower_group(group: Group, constants: Mapping[str, np.ndarray]) -> LoweredGro
             # scalar constants are folded into the kernel instead of being passed as buffers
             tensors[v.name] = te.compute(v.shape, _filled(constants[v.name].reshape(()).item(), v.dtype), name=_ident(v.name))
         else:
-            tensors[v.name] = te.placeholder(v.shape, v.dtype, name=_ident(v.name))
+            tensors[v.name] = te.placeholder(shapes.get(v.name, v.shape), v.dtype, name=_ident(v.name))
             args.append(v)
     for node in group.nodes:
         compute = get_op(node.op, node.name).compute
         if compute is None:  # the pipeline decomposes composite ops before fusion
             raise RuntimeError(f"cinn: composite op {node.op!r} (node {node.name!r}) reached lowering undecomposed")
-        outs = compute([tensors[v.name] for v in node.inputs], node.attrs, [v.type for v in node.outputs])
+        types = [SymbolicType(shapes[v.name], v.dtype) if v.name in shapes else v.type for v in node.outputs]
+        outs = compute([tensors[v.name] for v in node.inputs], node.attrs, types)
         for v, t in zip(node.outputs, outs, strict=True):
             tensors[v.name] = t
     params = tuple(_hot_first(args, constants)) + group.outputs
-    func = te.create_prim_func([tensors[v.name] for v in params])
+    func = te.create_prim_func([tensors[v.name] for v in params] + list(symbols))
     return LoweredGroup(func.with_attr("global_symbol", "main"), params, group)
 
 

@@ -36,6 +36,7 @@ class Kernel:
     source: str
     flops: int = 0  # its arithmetic, for the profiler's rates
     workload: str = ""  # its PrimFunc's structural hash, as the schedule log names it
+    sizes: tuple[int, ...] = ()  # a symbolic kernel's trailing int arguments: its symbols' sizes in this executable
 
     @property
     def nbytes(self) -> int:
@@ -112,7 +113,7 @@ class Workspace:
 
     inputs: tuple[tvm.runtime.Tensor, ...]
     input_arrays: tuple[np.ndarray, ...]  # the same memory, for numpy to convert feeds into (CPU only)
-    args: tuple[list[tvm.runtime.Tensor | None], ...]  # None: bound per run
+    args: tuple[list[tvm.runtime.Tensor | int | None], ...]  # None: bound per run; ints: a symbolic kernel's sizes
     outputs: tuple[tvm.runtime.Tensor | None, ...]  # on a GPU, where kernels write the outputs (None: not a kernel's)
 
 
@@ -203,14 +204,22 @@ class ConstantPool:
 
     def __init__(self):
         self._tensors: dict[tuple, tvm.runtime.Tensor] = {}
+        # an array uploaded before, by identity (the array is held, so its id is not reused): the symbolic kernels'
+        # executables upload the same arrays for every binding, and hashing BERT-base's weights takes 0.3 s
+        self._seen: dict[tuple, tuple[np.ndarray, tvm.runtime.Tensor]] = {}
         self._lock = threading.Lock()
 
     def upload(self, array: np.ndarray, nbytes: int, device) -> tvm.runtime.Tensor:
         """A byte buffer of `nbytes` on the device holding the array (an earlier one with the same content)."""
+        seen = (id(array), str(device), nbytes)
+        with self._lock:
+            if seen in self._seen:
+                return self._seen[seen][1]
         key = (str(device), array.dtype.str, array.shape, nbytes, hashlib.blake2b(array.data, digest_size=16).digest())
         with self._lock:
             if key not in self._tensors:
                 self._tensors[key] = _uploaded(array, nbytes, device)
+            self._seen[seen] = (array, self._tensors[key])
             return self._tensors[key]
 
 
@@ -281,7 +290,7 @@ class Executable:
                 storage[i] = tvm.runtime.empty((nbytes,), "uint8", self._device)
         inputs = tuple(self._view(storage, v) for v in self.program.inputs)
         # the feeds' and outputs' positions start empty (None): each run binds its own arrays there
-        args = tuple([self._view(storage, v) if v.name not in self._per_run else None for v in k.params]
+        args = tuple([*(self._view(storage, v) if v.name not in self._per_run else None for v in k.params), *k.sizes]
                      for k in self._kernels)
         if self._host:
             return Workspace(inputs, tuple(np.from_dlpack(t) for t in inputs), args, ())

@@ -1,11 +1,19 @@
 """Block classification helpers shared by the schedules."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import tvm
+import tvm_ffi
+from tvm import tirx
 from tvm.s_tir import Schedule, ScheduleError
 from tvm.s_tir.schedule.analysis import is_output_block
 from tvm.tirx.analysis import undefined_vars
 
 REDUCE_ITER = 2  # tvm IterVar.CommReduce
+# a symbolic kernel's PrimFunc attribute: the sizes of its symbols its schedule is chosen for (its loops and tiles
+# stay valid at every size: splits of symbolic loops guard their last tile)
+NOMINAL_SIZES = "cinn.nominal_sizes"
 
 
 def blocks(sch: Schedule) -> list:
@@ -29,16 +37,38 @@ def is_output(sch: Schedule, block) -> bool:
     return is_output_block(sch, block)
 
 
+def size(sch: Schedule, expr) -> int:
+    """A loop extent or buffer dim as an int: a symbolic kernel's at its nominal sizes (see NOMINAL_SIZES)."""
+    if isinstance(expr, int | tirx.IntImm):
+        return int(expr)
+    sizes = sch.mod["main"].attrs[NOMINAL_SIZES]
+    analyzer = tvm.sym.Analyzer()
+    for v in vars_in(expr):
+        analyzer.bind(v, tirx.const(int(sizes[v.name]), str(v.ty)))
+    return int(analyzer.simplify(expr))
+
+
+def is_static(sch: Schedule, loops) -> bool:
+    """Whether loops have constant extents (a symbolic kernel's may not)."""
+    return all(isinstance(sch.get(loop).extent, tirx.IntImm) for loop in loops)
+
+
+def split(sch: Schedule, loop, factors: Sequence) -> list:
+    """sch.split, where a symbolic loop's outer factor is left to TVM (the factors chosen at its nominal size do not
+    multiply to its extent): its last tile is guarded."""
+    return sch.split(loop, factors if is_static(sch, [loop]) else [None, *factors[1:]])
+
+
 def extents(sch: Schedule, loops) -> list[int]:
-    """Constant extents of loops."""
-    return [int(sch.get(loop).extent) for loop in loops]
+    """Extents of loops (a symbolic kernel's at its nominal sizes)."""
+    return [size(sch, sch.get(loop).extent) for loop in loops]
 
 
 def is_fresh(sch: Schedule, block) -> bool:
     """Whether the block's loops still map 1:1, in order, onto its iterators (as te.create_prim_func makes them)."""
     loops = sch.get_loops(block)
     iters = sch.get(block).iter_vars
-    return len(loops) == len(iters) and extents(sch, loops) == [int(iv.dom.extent) for iv in iters]
+    return len(loops) == len(iters) and extents(sch, loops) == [size(sch, iv.dom.extent) for iv in iters]
 
 
 def spatial_count(sch: Schedule, block) -> int:
@@ -92,12 +122,22 @@ def reverse_inline_all(sch: Schedule, block) -> None:
     """Inline the elementwise consumers of `block` into it, one after another, while TVM allows."""
     while True:
         consumers = list(sch.get_consumers(block))
-        if len(consumers) != 1 or is_output(sch, block):
+        if len(consumers) != 1 or is_output(sch, block) or not _same_symbolic_domain(sch, block, consumers[0]):
             return
         try:
             sch.reverse_compute_inline(consumers[0])
         except ScheduleError:  # a consumer that is not elementwise in this block's output stays a stage
             return
+
+
+def _same_symbolic_domain(sch: Schedule, producer, consumer) -> bool:
+    """Whether a consumer of symbolic extents covers exactly its producer's domain: TVM inlines one that covers part
+    of it (a symbolic matmul's padded rows) without guarding the rest, writing past the consumer's buffer."""
+    ours, theirs = (tuple(iv.dom.extent for iv in sch.get(b).iter_vars) for b in (producer, consumer))
+    if all(isinstance(e, tirx.IntImm) for e in (*ours, *theirs)):
+        return True
+    spatial = tuple(e for e, iv in zip(ours, sch.get(producer).iter_vars, strict=True) if iv.iter_type != REDUCE_ITER)
+    return len(spatial) == len(theirs) and all(tvm_ffi.structural_equal(a, b) for a, b in zip(spatial, theirs, strict=True))
 
 
 def write_dtype(sch: Schedule, block) -> str:

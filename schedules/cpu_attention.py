@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from cinn.schedules.analysis import blocks, extents, inline_all
-from cinn.schedules.cpu_common import lanes, register_lanes
+from cinn.schedules.analysis import blocks, extents, inline_all, is_static, size
+from cinn.schedules.cpu_common import injective, lanes, register_lanes
 from cinn.schedules.cpu_matmul import vectorize_innermost, vectorize_registers
 from cinn.schedules.knobs import DEFAULT, Knob, Knobs, divisors
 from cinn.target import Target
@@ -31,14 +31,21 @@ def applicable(sch: Schedule) -> bool:
 
 def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Tasks over (batch, head, query block) in parallel, each stage register-tiled and vectorized inside."""
-    inline_all(sch, keep=lambda b: sch.get(b).name_hint in STAGES)
+    # a symbolic kernel's attention computes padded query blocks, then copies the rows there are (cinn.ops.attention)
+    inline_all(sch, keep=lambda b: sch.get(b).name_hint in (*STAGES, "attention"))
     stage = {sch.get(b).name_hint: b for b in blocks(sch)}
+    if "attention_rows" in stage:
+        injective(sch, stage["attention_rows"], target)
     out = stage["attention"]
-    keys, queries = (int(iv.dom.extent) for iv in sch.get(stage["attention_scores"]).iter_vars[-3:-1])
-    value_dim = int(sch.get(stage["attention_context"]).iter_vars[-2].dom.extent)
+    keys, queries = (size(sch, iv.dom.extent) for iv in sch.get(stage["attention_scores"]).iter_vars[-3:-1])
+    value_dim = size(sch, sch.get(stage["attention_context"]).iter_vars[-2].dom.extent)
     width = lanes(str(sch.get(out).writes[0].source.dtype), target)
-    rows = knobs.choose(sch, Knob.ROWS, _row_candidates(queries, keys), _row_block(queries, keys))
     *batch, seq, cols = sch.get_loops(out)
+    rows = _row_block(queries, keys)
+    if is_static(sch, [seq]):
+        rows = knobs.choose(sch, Knob.ROWS, _row_candidates(queries, keys), rows)
+    elif rows not in ROW_BLOCKS:  # a symbolic kernel's query blocks divide its padding (cinn.ops.attention)
+        rows = ROW_BLOCKS[-1]
     head, dim = sch.split(cols, [None, value_dim])
     block, row = sch.split(seq, [None, rows])
     sch.reorder(*batch, head, block, row, dim)
@@ -82,7 +89,8 @@ def _register_tile(sch: Schedule, block, width: int, budget: int) -> None:
     nrows, ncols = extents(sch, [row, col])
     cols = _vector_tile(ncols, width)
     regs = max(1, cols // register_lanes(cols, width))
-    rows = max(divisors(nrows, max(1, budget // regs)))
+    # a symbolic row axis (the keys) in rows of one: a guarded last tile would make TVM size the tile wrongly
+    rows = max(divisors(nrows, max(1, budget // regs))) if is_static(sch, [row]) else 1
     row_outer, row_inner = sch.split(row, [None, rows])
     col_outer, col_inner = sch.split(col, [None, cols])
     sch.reorder(row_outer, col_outer, red, row_inner, col_inner)

@@ -14,6 +14,8 @@ from cinn.schedules.analysis import (
     inline_all,
     is_fresh,
     is_reduction,
+    is_static,
+    size,
     spatial_count,
     vars_in,
     write_dtype,
@@ -23,6 +25,15 @@ from cinn.target import Target
 
 PARALLEL_MIN = 4096  # elements below which a thread fork costs more than it saves
 PARALLEL_TASKS = 64  # parallel iterations that balance the cores whatever each one costs
+
+
+def parallel_outer(sch: Schedule) -> None:
+    """Run each block's outermost loop in parallel where it is a spatial one (the plain schedule of a symbolic
+    kernel whose default schedule does not apply)."""
+    for block in blocks(sch):
+        loops = sch.get_loops(block)
+        if loops and spatial_count(sch, block) > 0:
+            sch.parallel(loops[0])
 
 
 def lanes(dtype: str, target: Target) -> int:
@@ -149,10 +160,11 @@ def injective(sch: Schedule, block, target: Target, knobs: Knobs = DEFAULT) -> N
     cut, width = _vector_suffix(sch, block, lanes(write_dtype(sch, block), target))
     outer, inner = loops[:cut], loops[cut:]
     inner_loop = sch.fuse(*inner) if len(inner) > 1 else inner[0]
-    width = vector_width(sch, knobs, width, int(sch.get(inner_loop).extent), 4 if not outer else 1)
+    width = vector_width(sch, knobs, width, size(sch, sch.get(inner_loop).extent), 4 if not outer else 1)
     # the axes outside the vector suffix (a concat's channels) stay the parallel loop, the suffix's vectors a serial
     # loop inside it, when they make enough tasks: its selects and index arithmetic are then loop-invariant
-    serial = bool(outer) and prod(extents(sch, outer)) >= PARALLEL_TASKS
+    # (a symbolic kernel's outer axes may be 1 at run time: a batch)
+    serial = bool(outer) and prod(extents(sch, outer)) >= PARALLEL_TASKS and is_static(sch, outer)
     if width:
         rest, lane = sch.split(inner_loop, [None, width])
         sch.vectorize(lane)
@@ -251,7 +263,7 @@ def deinterleave(sch: Schedule, main, stage) -> bool:
     buffer = sch.get(stage).writes[0].source
     reads = [r for r in block.reads if r.source.same_as(buffer)]
     step = index_step(reads[0].region[-1].min, var) if len(reads) == 1 else None
-    if step is None or step < 2 or int(buffer.shape[-1]) % step:
+    if step is None or step < 2 or size(sch, buffer.shape[-1]) % step:
         return False
     phases = IndexMap.from_func(lambda *ix: [*ix[:-1], ix[-1] % step, ix[-1] // step], ndim=len(buffer.shape),
                                 index_dtype=str(buffer.shape[-1].ty))
@@ -266,7 +278,7 @@ def copy_in_read_order(sch: Schedule, stage) -> None:
     padding where it is narrower than the stride) are a loop of their own, so the lowering drops its bounds test."""
     *_, phase, column = sch.get_loops(stage)
     sch.reorder(column, phase)
-    extent = int(sch.get(column).extent)
+    extent = size(sch, sch.get(column).extent)
     if extent > 2:
         sch.loop_partition(column, [1, extent - 2, None])
 

@@ -19,14 +19,18 @@ from tvm import DataType, tirx
 from tvm.s_tir import Schedule, ScheduleError
 
 from cinn.schedules.analysis import (
+    NOMINAL_SIZES,
     blocks,
     extents,
     inline_all,
     is_fresh,
     is_reduction,
+    is_static,
     reverse_inline_all,
     single_reduction,
+    size,
     spatial_count,
+    split,
     vars_in,
     write_dtype,
 )
@@ -102,7 +106,7 @@ def is_gemv(sch: Schedule) -> bool:
     n = spatial_count(sch, main)
     reduced = {iv.var for iv in block.iter_vars[n:]}
     operands = [r for r in block.reads if not r.source.same_as(block.writes[0].source)]
-    return (sum(int(iv.dom.extent) > 1 for iv in block.iter_vars[:n]) == 1 and bool(operands)
+    return (sum(size(sch, iv.dom.extent) > 1 for iv in block.iter_vars[:n]) == 1 and bool(operands)
             and all(vars_in(r.region[-1].min) & reduced for r in operands))
 
 
@@ -171,7 +175,7 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     """Pick the vector axis, the register-row axis and their tile sizes for the reduction block."""
     block = sch.get(main)
     n = spatial_count(sch, main)
-    ext = [int(iv.dom.extent) for iv in block.iter_vars]
+    ext = [size(sch, iv.dom.extent) for iv in block.iter_vars]
     width = lanes(write_dtype(sch, main), target)
     depthwise = _depthwise_channels(block, n, ext, width)
     if depthwise is not None:
@@ -412,7 +416,9 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
         _pack_once(sch, main, tiling, target)
     # the blocks still to schedule: producers and epilogues that were there before packing (not inlined by it)
     stages = [b for b in blocks(sch) if sch.get(b).name_hint in others and not is_reduction(sch, b)]
-    sch.reverse_compute_at(write_back, row_outer if pack_outer and row_outer is not None else par)
+    # a symbolic kernel's row tiles may run inside its parallel loop (see _static_parallel): the write-back goes there
+    inside = pack_outer or NOMINAL_SIZES in sch.mod["main"].attrs
+    sch.reverse_compute_at(write_back, row_outer if inside and row_outer is not None else par)
     stages = _producer_at_tile(sch, knobs, main if tiling.col == spatial_count(sch, main) - 1 else None, par, stages,
                                producers)
     sch.parallel(par)
@@ -488,6 +494,7 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):
             outer, serial = [*outer[:-1], row_block, outer[-1], row_in], []
         else:
             outer, serial = outer[:-1] + serial + outer[-1:], []
+    outer, serial = _static_parallel(sch, outer, serial)
     middle = [lp for lp in (row_mid, col_mid) if lp is not None]
     inner = [lp for lp in (row2_inner, row_inner, col_inner) if lp is not None]
     sch.reorder(*outer, *serial, reduce_outer, *middle, reduce_inner, *loops[n + 1 :], *inner)
@@ -505,7 +512,7 @@ def _tile_output_spills(sch: Schedule, main, tiles: int, target: Target) -> bool
 
 def _output_share(sch: Schedule, main, tiles: int) -> int:
     """Bytes of the output (the accumulators) one of `tiles` parallel tiles writes."""
-    return _bytes(sch.get(main).writes[0].source) // max(1, tiles)
+    return _bytes(sch, sch.get(main).writes[0].source) // max(1, tiles)
 
 
 def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target) -> bool:
@@ -522,11 +529,22 @@ def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target)
         return True
     block = sch.get(main)
     n = spatial_count(sch, main)
-    if any(int(iv.dom.extent) > 1 for iv in block.iter_vars[n + 1 :]):
+    if any(size(sch, iv.dom.extent) > 1 for iv in block.iter_vars[n + 1 :]):
         return False
     if col != n - 1 and _output_share(sch, main, tiles) > TRANSPOSED_SHARE * target.l2_bytes:
         return True
-    return any(_bytes(b) > target.l2_bytes for b in _row_operands(block, col))
+    return any(_bytes(sch, b) > target.l2_bytes for b in _row_operands(block, col))
+
+
+def _static_parallel(sch: Schedule, outer: list, serial: list) -> tuple[list, list]:
+    """A symbolic kernel's parallel loop fuses its loops of static extent only (the first symbolic one where there
+    are none), its other symbolic loops running inside: TVM sizes a tile's buffers wrongly under a fused loop of
+    symbolic extent (a negative allocation), and the tiles of a static parallel loop balance at every size."""
+    symbolic = [lp for lp in outer if not is_static(sch, [lp])]
+    if not symbolic:
+        return outer, serial
+    static = [lp for lp in outer if lp not in symbolic]
+    return (static, symbolic + serial) if static else (symbolic[:1], symbolic[1:] + serial)
 
 
 def _row_block(sch: Schedule, knobs: Knobs, main, t: Tiling, row_outer, target: Target) -> int:
@@ -535,10 +553,10 @@ def _row_block(sch: Schedule, knobs: Knobs, main, t: Tiling, row_outer, target: 
     of it). BERT batch 8 (1024 rows): 768->768 2.57 -> 2.34 ms, 768->3072 10.40 -> 10.06 ms, 3072->768 10.01 -> 9.95
     ms, against 24 KB-row tiles that each streamed every panel from L3."""
     rows = _row_operands(sch.get(main), t.col)
-    tiles = int(sch.get(row_outer).extent)
+    tiles = size(sch, sch.get(row_outer).extent)
     if len(rows) != 1 or tiles == 1:
         return 0
-    per_tile = _bytes(rows[0]) / tiles
+    per_tile = _bytes(sch, rows[0]) / tiles
     fits = [d for d in divisors(tiles) if d < tiles and d * per_tile <= target.l2_bytes * ROW_BLOCK_L2]
     default = max(fits, default=0)
     return knobs.choose(sch, Knob.ROW_BLOCK, sorted({0, *fits[-4:], default}), default)
@@ -550,8 +568,8 @@ def _row_operands(block, col: int) -> list:
     return [r.source for r in block.reads if r not in vector and not r.source.same_as(out)]
 
 
-def _bytes(buffer) -> int:
-    return prod(int(d) for d in buffer.shape) * DataType(buffer.dtype).bits // 8
+def _bytes(sch: Schedule, buffer) -> int:
+    return prod(size(sch, d) for d in buffer.shape) * DataType(buffer.dtype).bits // 8
 
 
 def _vector_axis_last(sch: Schedule, main, t: Tiling) -> None:
@@ -564,9 +582,9 @@ def _vector_axis_last(sch: Schedule, main, t: Tiling) -> None:
 
 def _split2(sch: Schedule, knobs: Knobs, knob: Knob, loop, outer_default: bool = True) -> list:
     """Split a loop in two tunable levels; by default all of it stays in the outer (or, for reductions, inner)."""
-    extent = int(sch.get(loop).extent)
+    extent = size(sch, sch.get(loop).extent)
     default = [extent, 1] if outer_default else [1, extent]
-    return sch.split(loop, knobs.tile(sch, knob, loop, 2, default, extent))
+    return split(sch, loop, knobs.tile(sch, knob, loop, 2, default, extent))
 
 
 def _packed_copy(sch: Schedule, main, t: Tiling):
@@ -591,7 +609,7 @@ def _pack(sch: Schedule, main, t: Tiling, par) -> None:
         vectorize_innermost(sch, panel)
     elif t.per_tile:  # a depthwise input's transposing copy runs in the order of what it writes: contiguous stores,
         # its padding test per pixel
-        dims = [d for d, iv in enumerate(sch.get(panel).iter_vars) if int(iv.dom.extent) > 1]
+        dims = [d for d, iv in enumerate(sch.get(panel).iter_vars) if size(sch, iv.dom.extent) > 1]
         loops = dict(zip(dims, sch.get_loops(panel)[-len(dims) :], strict=True))
         sch.reorder(*[loops[d] for d in t.pack_perm if d in loops])
 

@@ -18,6 +18,7 @@ from cinn.schedules.analysis import (
     is_fresh,
     is_output,
     is_reduction,
+    size,
     spatial_count,
     write_dtype,
 )
@@ -83,7 +84,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     for block in [*others, anchor]:
         if not any(sch.get(block).name_hint == sch.get(p).name_hint for p in partials):
             _vectorize_spatial(sch, block, target, knobs)
-    rows = int(sch.get(row).extent)
+    rows = size(sch, sch.get(row).extent)
     big = rows > 1 and work >= PARALLEL_MIN
     if rows > 1 and knobs.choose(sch, Knob.PARALLEL, [0, 1], int(big)):
         sch.parallel(row)  # before decompose_reduction, which leaves blocks parallel() refuses
@@ -98,7 +99,7 @@ def _vectorize_spatial(sch: Schedule, block, target: Target, knobs: Knobs) -> No
     if not inner or is_reduction(sch, block):
         return
     fused = sch.fuse(*inner) if len(inner) > 1 else inner[0]
-    width = vector_width(sch, knobs, lanes(write_dtype(sch, block), target), int(sch.get(fused).extent))
+    width = vector_width(sch, knobs, lanes(write_dtype(sch, block), target), size(sch, sch.get(fused).extent))
     if width:
         _, vec = sch.split(fused, [None, width])
         sch.vectorize(vec)

@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from cinn.schedules.analysis import blocks, extents, inline_all, is_reduction, reverse_inline_all, spatial_count, write_dtype
+from cinn.schedules.analysis import (
+    blocks,
+    extents,
+    inline_all,
+    is_reduction,
+    reverse_inline_all,
+    size,
+    spatial_count,
+    split,
+    write_dtype,
+)
 from cinn.schedules.cpu_common import injective, lanes
 from cinn.schedules.knobs import Knob, Knobs, unroll
 from cinn.target import Target
@@ -31,7 +41,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs) -> None:
     n = spatial_count(sch, main)
     spatial = [_split(sch, knobs, Knob.SPATIAL_TILE, lp, 4, 4 * width if i == n - 1 else INNER_SPATIAL)
                for i, lp in enumerate(loops[:n])]
-    reduce = [_split(sch, knobs, Knob.REDUCE_TILE, lp, 2, int(sch.get(lp).extent)) for i, lp in enumerate(loops[n:])]
+    reduce = [_split(sch, knobs, Knob.REDUCE_TILE, lp, 2, size(sch, sch.get(lp).extent)) for i, lp in enumerate(loops[n:])]
     level = [[parts[k] for parts in spatial] for k in range(4)]
     sch.reorder(*level[0], *level[1], *[p[0] for p in reduce], *level[2], *[p[1] for p in reduce], *level[3])
     par = sch.fuse(*level[0]) if len(level[0]) > 1 else level[0][0]
@@ -50,5 +60,5 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs) -> None:
 
 def _split(sch: Schedule, knobs: Knobs, knob: Knob, loop, n: int, max_innermost: int) -> list:
     """Split a loop into n sampled perfect levels (the default keeps it whole in the outermost)."""
-    extent = int(sch.get(loop).extent)
-    return sch.split(loop, knobs.tile(sch, knob, loop, n, [extent] + [1] * (n - 1), max_innermost))
+    extent = size(sch, sch.get(loop).extent)
+    return split(sch, loop, knobs.tile(sch, knob, loop, n, [extent] + [1] * (n - 1), max_innermost))

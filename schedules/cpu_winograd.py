@@ -5,7 +5,7 @@ from __future__ import annotations
 from tvm.s_tir import Schedule
 
 from cinn.ops.winograd import tile_size
-from cinn.schedules.analysis import blocks, reverse_inline_all
+from cinn.schedules.analysis import blocks, reverse_inline_all, size, split
 from cinn.schedules.cpu_common import lanes
 from cinn.schedules.cpu_matmul import vectorize_innermost
 from cinn.target import Target
@@ -29,15 +29,15 @@ def _input(sch: Schedule, main, width: int) -> None:
     """Per (channel, image) in parallel: its padded copy, then the transform over vectors of consecutive tiles."""
     pad = sch.get_sblock(PAD)
     t, c, p = sch.get_loops(main)
-    n = int(sch.get(pad).writes[0].source.shape[0])
-    tiles = int(sch.get(p).extent) // n  # per image; the copy spans a tile row more
-    b, p = sch.split(p, [n, tiles])
+    n = size(sch, sch.get(pad).writes[0].source.shape[0])
+    tiles = size(sch, sch.get(p).extent) // n  # per image; the copy spans a tile row more
+    b, p = split(sch, p, [n, tiles])
     sch.reorder(c, b, t, p)
     par = sch.fuse(c, b)
     sch.parallel(par)
     sch.compute_at(pad, par)
     # the padded copy by rows of tiles, each one vector of tile columns
-    sch.split(sch.get_loops(pad)[-1], [None, int(sch.get(pad).writes[0].source.shape[-1]) - tiles])
+    sch.split(sch.get_loops(pad)[-1], [None, size(sch, sch.get(pad).writes[0].source.shape[-1]) - tiles])
     vectorize_innermost(sch, pad)
     _vectorize_tiles(sch, t, p, width)
 
@@ -47,13 +47,13 @@ def _output(sch: Schedule, main, width: int) -> None:
     tiles, then the output rows, each one vector, or wider ones as m vectors of every m-th column (stored at a
     stride of m: 64 channels on 56x56 0.046 ms, 0.068 as one vector of 56)."""
     products = sch.get_sblock(TILES)
-    m = tile_size(int(sch.get(products).reads[0].source.shape[0]))
+    m = tile_size(size(sch, sch.get(products).reads[0].source.shape[0]))
     reverse_inline_all(sch, main)  # the producer block keeps its name, now writing the epilogue's output
     stages = [sch.get(b).name_hint for b in blocks(sch) if sch.get(b).name_hint not in (OUTPUT, TILES)]
     n, k, h, w = sch.get_loops(main)
     par = sch.fuse(n, k)
     sch.parallel(par)
-    columns = int(sch.get(w).extent)
+    columns = size(sch, sch.get(w).extent)
     if columns > width and columns % m == 0:
         w, phase = sch.split(w, [None, m])
         sch.reorder(phase, w)
@@ -71,7 +71,7 @@ def _output(sch: Schedule, main, width: int) -> None:
 def _vectorize_tiles(sch: Schedule, t, p, width: int) -> None:
     """The (unrolled) tile positions `t` over vectors of `width` consecutive tiles `p`; the last vector, shorter,
     its own loop without a bounds test."""
-    tiles = int(sch.get(p).extent)
+    tiles = size(sch, sch.get(p).extent)
     outer, inner = sch.split(p, [None, width])
     sch.reorder(outer, t, inner)
     sch.unroll(t)

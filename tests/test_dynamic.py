@@ -34,7 +34,7 @@ def _reference(program: SymbolicProgram, feeds: dict[str, np.ndarray]) -> list[n
 def test_symbolic_mlp_at_many_batches(tmp_cache):
     program = _mlp()
     assert program.symbols == ("batch",) and str(program) == "symbolic program mlp(%x:float32[batch, 24])"
-    exe = cinn.compile(program, cache_dir=tmp_cache, shape_hints={"batch": [1, 16]})
+    exe = cinn.compile(program, cache_dir=tmp_cache, shape_hints={"batch": [1, 16]}, symbolic_kernels=False)
     assert [str(b) for b in exe.bindings] == ["batch=1", "batch=16"]
     for n in (1, 16, 3, 17, 33):  # 17 is the probe size the builder showed
         x = rand(n, 24)
@@ -94,7 +94,8 @@ def test_relation_errors_name_the_input_symbol_and_both_values():
 
 
 def test_run_errors_and_on_demand_off(tmp_cache):
-    exe = cinn.compile(_mlp(), cache_dir=tmp_cache, shape_hints={"batch": [2]}, on_demand=False)
+    exe = cinn.compile(_mlp(), cache_dir=tmp_cache, shape_hints={"batch": [2]}, on_demand=False,
+                       symbolic_kernels=False)
     assert exe.run({"x": np.zeros((2, 24), np.float32)})[0].shape == (2, 10)
     with pytest.raises(ShapeBindingError, match=r"no executable for batch=3 \(built: batch=2\)"):
         exe.run({"x": np.zeros((3, 24), np.float32)})
@@ -104,8 +105,9 @@ def test_run_errors_and_on_demand_off(tmp_cache):
         cinn.compile(_mlp().specialize(_mlp().binding({"batch": 1})), shape_hints={"batch": [1]})
 
 
-def test_concurrent_runs_build_each_binding_once(tmp_cache):
-    exe = cinn.compile(_mlp(), cache_dir=tmp_cache)
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_concurrent_runs_build_each_binding_once(symbolic, tmp_cache):
+    exe = cinn.compile(_mlp(), cache_dir=tmp_cache, symbolic_kernels=symbolic)
     errors: list[BaseException] = []
 
     def work(n: int) -> None:
@@ -120,7 +122,7 @@ def test_concurrent_runs_build_each_binding_once(tmp_cache):
         t.start()
     for t in threads:
         t.join()
-    assert not errors and exe.built_on_demand == 2
+    assert not errors and (exe.built_on_demand, exe.served_symbolic) == ((0, 2) if symbolic else (2, 0))
 
 
 def test_builder_symbolic_rules():
@@ -271,7 +273,7 @@ def test_many_bindings_built_at_run_time_are_warned_of(tmp_cache, monkeypatch):
     from cinn import dynamic
 
     monkeypatch.setattr(dynamic, "MANY_ON_DEMAND", 3)
-    exe = cinn.compile(_mlp(), cache_dir=tmp_cache)
+    exe = cinn.compile(_mlp(), cache_dir=tmp_cache, symbolic_kernels=False)
     for n in (1, 2):
         exe.run({"x": rand(n, 24)})
     with pytest.warns(UserWarning, match=r"mlp has built 3 executables at run time, each kept for good; hint"):

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import te, tirx, topi
 
-from cinn.ir import Attrs, TensorType
-from cinn.ops.common import keep_nan, same_dtype
+from cinn.ir import Attrs, SymbolicType, TensorType
+from cinn.ops.common import broadcast_shapes, keep_nan, same_dims, same_dtype
 from cinn.ops.registry import DtypeClass, OpDef, PatternKind, register
-from cinn.ops.te_util import broadcast_index, const
+from cinn.ops.te_util import broadcast_index, const, dims
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class AttentionShape:
         return (*self.batch, self.heads, self.queries, self.keys)
 
 
-def attention_shape(types: Sequence[TensorType], a: AttentionAttrs) -> AttentionShape:
+def attention_shape(types: Sequence[TensorType | SymbolicType], a: AttentionAttrs) -> AttentionShape:
     """Validate q, k, v and bias shapes (errors name every shape)."""
     q, k, v, bias = (t.shape for t in types)
     where = f"attention: q {q}, k {k}, v {v}, bias {bias}, heads {a.heads}"
@@ -72,7 +72,7 @@ def attention_shape(types: Sequence[TensorType], a: AttentionAttrs) -> Attention
 def broadcasts_to(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
     """Whether numpy broadcasts `shape` to exactly `to`."""
     try:
-        return len(shape) <= len(to) and tuple(np.broadcast_shapes(shape, to)) == to
+        return len(shape) <= len(to) and same_dims(broadcast_shapes("attention", shape, to), to)
     except ValueError:
         return False
 
@@ -83,26 +83,37 @@ def _infer(types: Sequence[TensorType], a: AttentionAttrs) -> list[TensorType]:
     return [TensorType((*s.batch, s.queries, s.heads * s.value_dim), dtype)]
 
 
+QUERY_PAD = 32  # query rows of a symbolic attention's blocks (cinn.schedules.cpu_attention.ROW_BLOCKS divide it)
+
+
 def _compute(tensors, a: AttentionAttrs, out_types: Sequence[TensorType]):
     q, k, v, bias = tensors
-    s = attention_shape([TensorType(tuple(int(d) for d in t.shape), str(t.dtype)) for t in tensors], a)
+    s = attention_shape([SymbolicType(dims(t), str(t.dtype)) for t in tensors], a)
     n, dtype, d, dv = len(s.batch), q.dtype, s.dim, s.value_dim
     rd, rt = te.reduce_axis((0, d), name="d"), te.reduce_axis((0, s.keys), name="t")
+    # a symbolic kernel's query rows are computed in whole blocks of QUERY_PAD, the last reading the last row again
+    # (then dropped): a guarded last block would make TVM size its buffers wrongly (a negative allocation)
+    padded = not isinstance(s.queries, int)
+    queries = (s.queries + QUERY_PAD - 1) // QUERY_PAD * QUERY_PAD if padded else s.queries
+
+    def row(i):
+        return tirx.min(i, s.queries - 1) if padded else i
+
     # per head: q^T [d, queries]; scores, logits and exponentials [keys, queries]; max, sum [queries]
-    qt = te.compute((*s.batch, s.heads, d, s.queries), lambda *i: q(*i[:n], i[n + 2], i[n] * d + i[n + 1]),
+    qt = te.compute((*s.batch, s.heads, d, queries), lambda *i: q(*i[:n], row(i[n + 2]), i[n] * d + i[n + 1]),
                     name="attention_qt")
     scores = te.compute(
-        (*s.batch, s.heads, s.keys, s.queries),
+        (*s.batch, s.heads, s.keys, queries),
         lambda *i: te.sum(k(*i[:n], i[n + 1], i[n] * d + rd) * qt(*i[:n], i[n], rd, i[n + 2]), axis=rd),
         name="attention_scores",
     )
 
     def logit(*i):  # i: [..., heads, keys, queries]; the bias is indexed as [..., heads, queries, keys]
         value = scores(*i) if a.scale == 1.0 else scores(*i) * const(a.scale, dtype)
-        return value + bias(*broadcast_index(bias, [*i[:-2], i[-1], i[-2]]))
+        return value + bias(*broadcast_index(bias, [*i[:-2], row(i[-1]), i[-2]]))
 
     logits = te.compute(scores.shape, logit, name="attention_logits")
-    top = te.compute((*s.batch, s.heads, s.queries), lambda *i: te.max(logits(*i[:-1], rt, i[-1]), axis=rt),
+    top = te.compute((*s.batch, s.heads, queries), lambda *i: te.max(logits(*i[:-1], rt, i[-1]), axis=rt),
                      name="attention_max")
     shifted = te.compute(scores.shape, lambda *i: logits(*i) - top(*i[:-2], i[-1]), name="attention_shifted")
     if dtype == "float32":  # NaN logits stay NaN (topi's polynomial clamps them), so the row's output is NaN
@@ -111,7 +122,7 @@ def _compute(tensors, a: AttentionAttrs, out_types: Sequence[TensorType]):
         exp = te.compute(scores.shape, lambda *i: tirx.exp(shifted(*i)), name="attention_exp")
     total = te.compute(top.shape, lambda *i: te.sum(exp(*i[:-1], rt, i[-1]), axis=rt), name="attention_sum")
     context = te.compute(
-        (*s.batch, s.heads, s.queries, dv),
+        (*s.batch, s.heads, queries, dv),
         lambda *i: te.sum(exp(*i[:n], i[n], rt, i[n + 1]) * v(*i[:n], rt, i[n] * dv + i[n + 2]), axis=rt),
         name="attention_context",
     )
@@ -124,7 +135,10 @@ def _compute(tensors, a: AttentionAttrs, out_types: Sequence[TensorType]):
         seen = tirx.min((top(*row) - tirx.min_value(dtype)) * tirx.max_value(dtype), const(1, dtype))
         return context(*row, i[n + 1] % dv) * seen / (total(*row) + (const(1, dtype) - seen))
 
-    return [te.compute(out_types[0].shape, merge, name="attention")]
+    if not padded:
+        return [te.compute(out_types[0].shape, merge, name="attention")]
+    merged = te.compute((*s.batch, queries, s.heads * dv), merge, name="attention")
+    return [te.compute(out_types[0].shape, lambda *i: merged(*i), name="attention_rows")]  # noqa: PLW0108
 
 
 def _reference(arrays: Sequence[np.ndarray], a: AttentionAttrs) -> list[np.ndarray]:

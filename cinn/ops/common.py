@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import te
 
 from cinn.ir import Attrs, NoAttrs, TensorType
@@ -23,12 +24,36 @@ def coerce_enum(attrs: Attrs, name: str, enum_cls: type[enum.Enum], op: str) -> 
         raise ValueError(f"{op}: {name} must be one of {choices}, got {value!r}") from None
 
 
-def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
-    """Numpy broadcasting of shapes, with an error naming the op and the shapes."""
+def broadcast_shapes(op: str, *shapes: tuple) -> tuple:
+    """Numpy broadcasting of shapes, with an error naming the op and the shapes. A symbolic kernel's dims may be TIR
+    expressions: such a dim never broadcasts (a size of 1 that it takes at run time broadcasts to itself)."""
     try:
-        return tuple(np.broadcast_shapes(*shapes))
+        if all(isinstance(d, int) for s in shapes for d in s):
+            return tuple(np.broadcast_shapes(*shapes))
+        return tuple(_broadcast_dim([s[len(s) - k] for s in shapes if len(s) >= k])
+                     for k in range(max(map(len, shapes)), 0, -1))
     except ValueError:
         raise ValueError(f"{op}: shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast") from None
+
+
+def same_dims(a: Sequence, b: Sequence) -> bool:
+    """Whether two shapes are the same (ints or TIR expressions)."""
+    return len(a) == len(b) and all(map(same_dim, a, b))
+
+
+def same_dim(x: object, y: object) -> bool:
+    """Whether two dims are the same: equal ints, or structurally equal TIR expressions of the same symbols."""
+    if isinstance(x, int) or isinstance(y, int):
+        return x == y if isinstance(x, int) and isinstance(y, int) else False
+    return bool(tvm_ffi.structural_equal(x, y))
+
+
+def _broadcast_dim(dims: Sequence) -> object:
+    """The dim that dims of one axis broadcast to (ints or TIR expressions)."""
+    wide = [d for d in dims if not (isinstance(d, int) and d == 1)]
+    if not all(same_dim(d, wide[0]) for d in wide[1:]):
+        raise ValueError(f"dims {dims} do not broadcast")
+    return wide[0] if wide else 1
 
 
 def same_dtype(op: str, types: Sequence[TensorType]) -> str:

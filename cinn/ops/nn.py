@@ -17,7 +17,7 @@ import numpy as np
 from tvm import te, tirx
 
 from cinn.ir import Attrs, TensorType
-from cinn.ops.common import coerce_enum, normalize_axes, normalize_axis, register_elementwise, same_dtype
+from cinn.ops.common import broadcast_shapes, coerce_enum, normalize_axes, normalize_axis, register_elementwise, same_dtype
 from cinn.ops.registry import DtypeClass as D
 from cinn.ops.registry import OpDef, register
 from cinn.ops.registry import PatternKind as K
@@ -170,7 +170,7 @@ def _matmul_shape(xs: tuple[int, ...], ys: tuple[int, ...], a: MatmulAttrs) -> _
     if xk != yk:
         raise ValueError(f"matmul: shapes {xs} and {ys} are incompatible (K {xk} vs {yk})")
     try:
-        batch = tuple(np.broadcast_shapes(xs[:-2], ys[:-2]))
+        batch = broadcast_shapes("matmul", xs[:-2], ys[:-2])
     except ValueError:
         raise ValueError(f"matmul: batch dims of shapes {xs} and {ys} do not broadcast") from None
     return _MatmulShape(batch, xm, xk, yn, len(xs) == 1, len(ys) == 1)
@@ -190,16 +190,24 @@ def _operand_index(shape: tuple[int, ...], batch_idx: Sequence, row, col, trans:
     return [0 if d == 1 else i for d, i in zip(own, lead, strict=False)] + ([col, row] if trans else [row, col])
 
 
+ROW_PAD = 8  # rows of a symbolic matmul's tiles: its schedule's row tile divides it (rows are 1, 2, 4 or 8)
+
+
 def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
     x, y = tensors
     xs, ys = dims(x), dims(y)
     s = _matmul_shape(xs, ys, a)
     dtype = out_types[0].dtype
     k = te.reduce_axis((0, s.k), name="k")
+    # a symbolic kernel's rows are computed in whole tiles of ROW_PAD, the last tile reading the last row again
+    # (then dropped): a guarded tail tile would make TVM size its accumulator wrongly (a negative allocation)
+    padded = not isinstance(s.m, int) and not s.x_vec and not a.x_panel
+    rows = (s.m + ROW_PAD - 1) // ROW_PAD * ROW_PAD if padded else s.m
 
     def body(*idx):
         b, rest = idx[: len(s.batch)], list(idx[len(s.batch) :])
         m = None if s.x_vec else rest.pop(0)
+        m = tirx.min(m, s.m - 1) if padded else m
         n = None if s.y_vec else rest.pop(0)
         # x is [.., m, k], y is [.., k, n]; the transposed operand is indexed directly (no transpose stage)
         yi = [n // a.y_panel, k, n % a.y_panel] if a.y_panel else _operand_index(ys, b, k, n, a.trans_y)
@@ -208,7 +216,10 @@ def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
         prod = x(*xi) * y(*yi)
         return te.sum(prod if a.alpha == 1.0 else prod * const(a.alpha, dtype), axis=k)
 
-    return [te.compute(s.out, body, name="matmul")]
+    if not padded:
+        return [te.compute(s.out, body, name="matmul")]
+    tiles = te.compute((*s.batch, rows, *s.out[len(s.batch) + 1 :]), body, name="matmul")
+    return [te.compute(s.out, lambda *i: tiles(*i), name="matmul_rows")]  # noqa: PLW0108 (te reads the arity)
 
 
 def panel(y: np.ndarray, width: int) -> np.ndarray:

@@ -43,7 +43,9 @@ def dtype_class(dtype: str) -> DtypeClass:
 # The functions of an op take its own Attrs subclass (Any here: a Callable's parameters are contravariant, so a
 # function of ConvAttrs is not a function of Attrs).
 InferFn = Callable[[Sequence[TensorType], Any], Sequence[TensorType]]
-ComputeFn = Callable[[Sequence["te.Tensor"], Any, Sequence[TensorType]], Sequence["te.Tensor"]]
+# output types: TensorTypes, or in a symbolic kernel SymbolicTypes (dims that are TIR expressions of its symbols);
+# Any, as the computes are written for TensorType (a Callable's parameters are contravariant)
+ComputeFn = Callable[[Sequence["te.Tensor"], Any, Sequence[Any]], Sequence["te.Tensor"]]
 ReferenceFn = Callable[[Sequence[np.ndarray], Any], Sequence[np.ndarray]]
 # Composite ops are expanded into primitive ops by the decompose pass; the emitter is a NetBuilder.
 DecomposeFn = Callable[[Any, Sequence[Any], Any], Any]

@@ -9,9 +9,9 @@ from tvm import te
 from cinn.ir import TensorType
 
 
-def dims(t: te.Tensor) -> tuple[int, ...]:
-    """A tensor's static shape as Python ints."""
-    return tuple(int(d) for d in t.shape)
+def dims(t: te.Tensor) -> tuple:
+    """A tensor's shape: Python ints for static dims, TIR expressions for symbolic ones (a symbolic kernel's)."""
+    return tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in t.shape)
 
 
 def broadcast_index(t: te.Tensor, out_idx: Sequence) -> list:

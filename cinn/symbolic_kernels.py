@@ -1,0 +1,187 @@
+"""Symbolic kernels: a symbolic program's kernels built once, with its symbols as TIR variables, for every size.
+
+The program is optimized and fused at three probe bindings of its symbols. Where the three agree (the same nodes,
+attributes, constants and kernels; every dim an affine function of one product of symbols, ``batch * seq``,
+``seq + 1``), each kernel is lowered once with its dims as expressions of the symbols, which it takes as trailing int
+parameters. A binding is then served by these kernels: only the buffers are planned for its sizes, nothing is built.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from math import prod
+from types import MappingProxyType
+from typing import Any, TypeAlias
+
+import numpy as np
+import tvm
+from tvm import sym, tirx
+
+from cinn.ir import Program, TensorType, Value
+from cinn.lower import LoweredGroup, lower_group, lower_program
+from cinn.passes.fusion import Group
+from cinn.schedules.analysis import NOMINAL_SIZES
+from cinn.symbolic import PROBES, Binding, SymbolicProgram
+from cinn.target import Target
+
+PROBE_COUNT = 3  # bindings the program is optimized at: two fit each dim, the third checks the fit
+MAX_POWER = 2  # of one symbol in a dim (seq * seq: an attention's scores)
+NOMINAL_SIZE = 64  # of a symbol no shape hint names: the size its kernels' schedules are chosen for
+Dim: TypeAlias = int | tvm.ir.expr.Expr
+
+
+class NotSymbolic(ValueError):
+    """A program whose kernels cannot be built for every size at once (the message says why)."""
+
+
+@dataclass(frozen=True)
+class SymbolicPlan:
+    """The optimized program at the first probe, every value's dims as expressions of the symbols, and one
+    symbolic kernel per fused group."""
+
+    program: Program
+    symbols: tuple[tirx.Var, ...]
+    dims: Mapping[str, tuple[Dim, ...]]
+    lowered: tuple[LoweredGroup, ...]
+
+    def program_at(self, binding: Binding) -> Program:
+        """The optimized program with every value typed at a binding of the symbols."""
+        types = {name: TensorType(self._shape_at(name, binding), self._dtype[name]) for name in self.dims}
+
+        def typed(v: Value) -> Value:
+            return Value(v.name, types[v.name]) if v.name in types else v
+
+        nodes = tuple(dataclasses.replace(n, inputs=tuple(map(typed, n.inputs)), outputs=tuple(map(typed, n.outputs)))
+                      for n in self.program.nodes)
+        return self.program.replace(inputs=tuple(map(typed, self.program.inputs)), nodes=nodes,
+                                    outputs=tuple(map(typed, self.program.outputs)))
+
+    def kernels_at(self, program: Program) -> list[tuple[Group, tuple[Value, ...]]]:
+        """Each kernel's group and parameters as nodes and values of `program` (program_at's), for its flops and
+        its buffers."""
+        node_at = {id(n): m for n, m in zip(self.program.nodes, program.nodes, strict=True)}
+        values = {v.name: v for v in [*program.inputs, *program.const_values]}
+        values |= {v.name: v for n in program.nodes for v in n.outputs}
+
+        def typed(vs: Sequence[Value]) -> tuple[Value, ...]:
+            return tuple(values[v.name] for v in vs)
+
+        return [(Group(tuple(node_at[id(n)] for n in lg.group.nodes), typed(lg.group.inputs), typed(lg.group.outputs),
+                       lg.group.kind), typed(lg.params)) for lg in self.lowered]
+
+    def sizes(self, binding: Binding) -> tuple[int, ...]:
+        """The kernels' trailing int arguments: the symbols' sizes."""
+        return tuple(binding[s.name] for s in self.symbols)
+
+    @property
+    def _dtype(self) -> Mapping[str, str]:
+        values = [*self.program.inputs, *(v for n in self.program.nodes for v in n.outputs)]
+        return {v.name: v.dtype for v in values}
+
+    def _shape_at(self, name: str, binding: Binding) -> tuple[int, ...]:
+        at = {s: binding[s.name] for s in self.symbols}
+        return tuple(d if isinstance(d, int) else _evaluate(d, at) for d in self.dims[name])
+
+
+def plan(program: SymbolicProgram, target: Target, fuse: bool = True, passes: bool = True,
+         nominal: Mapping[str, int] = MappingProxyType({}),
+         winograd_choices: Mapping[str, int] = MappingProxyType({})) -> SymbolicPlan:
+    """The symbolic kernels of a program (CPU targets); raises NotSymbolic naming what stops them."""
+    if target.is_cuda:
+        raise NotSymbolic("symbolic kernels are built for CPU targets")
+    by_value = [i.name for i in program.inputs if i.by_value]
+    if by_value:
+        raise NotSymbolic(f"inputs {by_value} are read by value")
+    names = program.symbols
+    probes = [tuple(PROBES[k * len(names) + i] for i in range(len(names))) for k in range(PROBE_COUNT)]
+    if len(names) * PROBE_COUNT > len(PROBES):
+        raise NotSymbolic(f"{len(names)} symbols: at most {len(PROBES) // PROBE_COUNT}")
+    optimized = [lower_program(program.specialize(Binding(tuple(zip(names, p, strict=True)))), fuse, passes, False,
+                               target, winograd_choices) for p in probes]
+    first, groups = optimized[0]
+    for other, other_groups in optimized[1:]:
+        _check_same(first, groups, other, other_groups)
+    symbols = tuple(tirx.Var(n, "int32") for n in names)
+    fit = _Fitter(symbols, probes)
+    dims: dict[str, tuple[Dim, ...]] = {}
+    for values in zip(*(_values(p) for p, _ in optimized), strict=True):
+        dims[values[0].name] = tuple(fit(values[0].name, [v.shape[d] for v in values])
+                                     for d in range(len(values[0].shape)))
+    sizes = {n: int(nominal.get(n, NOMINAL_SIZE)) for n in names}
+    lowered = tuple(_lowered(lg.group, first, dims, symbols, sizes) for lg in groups)
+    return SymbolicPlan(first, symbols, MappingProxyType(dims), lowered)
+
+
+def _lowered(group: Group, program: Program, dims: Mapping[str, tuple[Dim, ...]], symbols: Sequence[tirx.Var],
+             nominal: Mapping[str, int]) -> LoweredGroup:
+    """A group's symbolic kernel, its schedule chosen at the nominal sizes (see cinn.schedules.analysis.size)."""
+    try:
+        lg = lower_group(group, program.constants, dims, symbols)
+    except (TypeError, ValueError) as e:  # a compute that needs a static size
+        raise NotSymbolic(f"kernel {group.name}: {e}") from None
+    func: Any = lg.func
+    return LoweredGroup(func.with_attr(NOMINAL_SIZES, dict(nominal)), lg.params, lg.group)
+
+
+def _values(program: Program) -> list[Value]:
+    return [*program.inputs, *(v for n in program.nodes for v in n.outputs)]
+
+
+def _check_same(a: Program, a_groups: Sequence[LoweredGroup], b: Program, b_groups: Sequence[LoweredGroup]) -> None:
+    """The programs at two probes must differ in their sizes alone."""
+    for x, y in itertools.zip_longest(a.nodes, b.nodes):
+        if x is None or y is None or (x.op, x.name, x.attrs) != (y.op, y.name, y.attrs) or \
+                [v.name for v in (*x.inputs, *x.outputs)] != [v.name for v in (*y.inputs, *y.outputs)]:
+            node = x or y
+            raise NotSymbolic(f"node {node.name} ({node.op}) is optimized differently at different sizes")
+    if [lg.group.name for lg in a_groups] != [lg.group.name for lg in b_groups] or \
+            [[v.name for v in lg.params] for lg in a_groups] != [[v.name for v in lg.params] for lg in b_groups]:
+        raise NotSymbolic("the kernels differ at different sizes")
+    for name, array in a.constants.items():
+        other = b.constants.get(name)
+        if other is None or other.shape != array.shape or not np.array_equal(other, array, equal_nan=True):
+            raise NotSymbolic(f"constant {name} depends on the sizes")
+
+
+class _Fitter:
+    """Fits a dim's sizes at the probes as c * m + a, m a product of symbols (each to at most MAX_POWER)."""
+
+    def __init__(self, symbols: Sequence[tirx.Var], probes: Sequence[tuple[int, ...]]):
+        self.symbols = symbols
+        self.probes = probes
+        powers = itertools.product(range(MAX_POWER + 1), repeat=len(symbols))
+        self.monomials = sorted((p for p in powers if any(p)), key=sum)
+        self.cache: dict[tuple, Dim] = {}  # one expression object per dim: computes compare dims by identity
+
+    def __call__(self, name: str, sizes: Sequence[int]) -> Dim:
+        if len(set(sizes)) == 1:
+            return sizes[0]
+        for powers in self.monomials:
+            m = [prod(p**e for p, e in zip(probe, powers, strict=True)) for probe in self.probes]
+            c = Fraction(sizes[0] - sizes[1], m[0] - m[1])
+            a = sizes[0] - c * m[0]
+            if c.denominator == 1 and a.denominator == 1 and all(c * mk + a == s for mk, s in zip(m, sizes, strict=True)):
+                return self._expression(powers, int(c), int(a))
+        raise NotSymbolic(f"value {name}: sizes {list(sizes)} at the probes are no product of symbols")
+
+    def _expression(self, powers: tuple[int, ...], c: int, a: int) -> Dim:
+        key = (powers, c, a)
+        if key not in self.cache:
+            expr: tvm.ir.expr.Expr = tirx.const(c, "int32")
+            terms = [s for s, e in zip(self.symbols, powers, strict=True) for _ in range(e)]
+            expr = terms[0] if c == 1 else expr * terms[0]
+            for s in terms[1:]:
+                expr = expr * s
+            self.cache[key] = expr + a if a else expr
+        return self.cache[key]
+
+
+def _evaluate(expr: tvm.ir.expr.Expr, at: Mapping[tirx.Var, int]) -> int:
+    """A dim expression at sizes of its symbols."""
+    analyzer = sym.Analyzer()
+    for var, n in at.items():
+        analyzer.bind(var, tirx.const(n, "int32"))
+    return int(analyzer.simplify(expr))

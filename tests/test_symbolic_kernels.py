@@ -1,0 +1,133 @@
+"""Symbolic kernels: a symbolic program's kernels built once for every size, checked against numpy at sizes that are
+not multiples of any tile or vector width, with nothing built at run time."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from tvm import tirx
+
+import cinn
+from cinn import build as build_module
+from cinn import dynamic, symbolic_kernels
+from cinn.frontend.zoo import bert_feeds, symbolic_bert_base, symbolic_encoder
+from cinn.symbolic import SymbolicProgram
+from cinn.target import parse_target
+from tests.test_dynamic import _mlp, _reference, rand
+from tests.test_onnx_import import make_model
+
+
+def _cnn() -> SymbolicProgram:
+    b = cinn.NetBuilder("cnn")
+    x = b.create_input("float32", ("n", 3, 12, 12), "x")
+    y = b.conv2d(x, b.create_constant(rand(8, 3, 3, 3), "w"), paddings=[1, 1])
+    y = b.batchnorm(y, *(b.create_constant(np.random.default_rng(3).uniform(0.5, 1.5, 8).astype(np.float32), k)
+                         for k in "sbmv"))
+    y = b.pool2d(b.relu(y), "max", [2, 2], strides=[2, 2])
+    return b.build_symbolic([b.reshape(y, [0, -1])])
+
+
+def _check(exe, program: SymbolicProgram, feeds: dict[str, np.ndarray], tol: float = 1e-4) -> None:
+    (got,) = exe.run(feeds)
+    np.testing.assert_allclose(got, _reference(program, feeds)[0], rtol=tol, atol=tol)
+
+
+def test_mlp_runs_every_batch_on_kernels_built_once(tmp_cache):
+    program = _mlp()
+    exe = cinn.compile(program, cache_dir=tmp_cache)
+    assert exe.symbolic_kernels and exe.symbolic_reason == "" and exe.bindings == ()
+    for n in (1, 3, 16, 17, 33, 100):  # 1, primes, a vector width, more than the nominal size
+        _check(exe, program, {"x": rand(n, 24)})
+    assert (exe.built_on_demand, exe.served_symbolic) == (0, 6)
+    one, many = (exe.executable(program.binding({"batch": n})) for n in (1, 100))
+    assert one.kernel_sources() == many.kernel_sources()  # the same kernels, other buffers
+    assert "batch: T.int32" in one.kernel_sources()[0]
+    assert {id(t) for t in one._constants.values()} == {id(t) for t in many._constants.values()}
+
+
+def test_hinted_sizes_keep_their_own_kernels(tmp_cache):
+    program = _mlp()
+    exe = cinn.compile(program, cache_dir=tmp_cache, shape_hints={"batch": [1, 8]})
+    assert [str(b) for b in exe.bindings] == ["batch=1", "batch=8"]
+    for n in (1, 8, 5):
+        _check(exe, program, {"x": rand(n, 24)})
+    assert (exe.built_on_demand, exe.served_symbolic) == (0, 1)
+    assert "batch: T.int32" not in exe.executable(program.binding({"batch": 8})).kernel_sources()[0]
+
+
+def test_cnn_with_a_symbolic_batch(tmp_cache):
+    program = _cnn()
+    exe = cinn.compile(program, cache_dir=tmp_cache)
+    assert exe.symbolic_kernels, exe.symbolic_reason
+    for n in (1, 2, 5):
+        _check(exe, program, {"x": rand(n, 3, 12, 12)})
+    assert (exe.built_on_demand, exe.served_symbolic) == (0, 3)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_encoder_at_odd_sizes_equals_numpy(fuse, tmp_cache):
+    program = symbolic_encoder(small=True)
+    exe = cinn.compile(program, fuse=fuse, cache_dir=tmp_cache)
+    assert exe.symbolic_kernels, exe.symbolic_reason
+    for batch, seq in ((1, 1), (2, 7), (1, 13), (3, 20), (1, 77)):
+        _check(exe, program, {"x": rand(batch, seq, 16)})
+    assert exe.built_on_demand == 0 and exe.served_symbolic == 5
+
+
+def test_bert_equals_its_static_builds(tmp_cache):
+    program = symbolic_bert_base(small=True)
+    exe = cinn.compile(program, cache_dir=tmp_cache)
+    assert exe.symbolic_kernels, exe.symbolic_reason
+    for batch, seq in ((1, 5), (2, 16), (3, 9)):
+        feeds = bert_feeds(batch, seq, small=True)
+        static = cinn.compile(program.specialize(program.bind({k: a.shape for k, a in feeds.items()})),
+                              cache_dir=tmp_cache)
+        np.testing.assert_allclose(exe.run(feeds)[0], static.run(feeds)[0], rtol=1e-4, atol=1e-5)
+        assert exe.executable(exe.bind(feeds)).num_kernels == static.num_kernels
+    assert exe.built_on_demand == 0
+
+
+def test_dims_are_fitted_as_products_of_symbols(tmp_cache):
+    b = cinn.NetBuilder("rows")
+    x = b.create_input("float32", ("batch", "seq", 4), "x")
+    rows = b.matmul(b.reshape(x, [-1, 4]), b.create_constant(rand(4, 3), "w"))
+    program = b.build_symbolic([b.reshape(b.relu(rows), [-1])])
+    plan = symbolic_kernels.plan(program, parse_target("llvm"))
+    texts = {str(d) for dims in plan.dims.values() for d in dims if not isinstance(d, int)}
+    assert {"batch", "seq", "batch * seq"} < texts and len(texts) == 4  # and 3 * batch * seq, however TVM prints it
+    assert all(isinstance(lg.func.params[-1], tirx.Var) for lg in plan.lowered)
+    assert plan.program_at(program.binding({"batch": 2, "seq": 5})).outputs[0].shape == (30,)
+    exe = cinn.compile(program, cache_dir=tmp_cache)
+    _check(exe, program, {"x": rand(3, 7, 4)})
+
+
+def test_bindings_served_are_bounded(tmp_cache, monkeypatch):
+    monkeypatch.setattr(dynamic, "MAX_SERVED", 2)
+    program = _mlp()
+    exe = cinn.compile(program, cache_dir=tmp_cache)
+    for n in (2, 3, 4, 2):
+        _check(exe, program, {"x": rand(n, 24)})
+    assert (exe.built_on_demand, exe.served_symbolic, len(exe._served)) == (0, 4, 2)  # 2 was dropped, planned again
+
+
+def test_a_kernel_whose_schedule_fails_gets_the_plain_one(tmp_cache, monkeypatch):
+    def failing(sch, kind, target, knobs=None):
+        if symbolic_kernels.NOMINAL_SIZES in sch.mod["main"].attrs:
+            raise RuntimeError("no schedule")
+        return default(sch, kind, target)
+
+    default = build_module.apply_default
+    monkeypatch.setattr(build_module, "apply_default", failing)
+    program = symbolic_encoder(small=True)
+    exe = cinn.compile(program, cache_dir=tmp_cache, workers=1)  # built in this process, with the patch
+    _check(exe, program, {"x": rand(2, 7, 16)})
+    assert all("T.parallel" in s for s in exe.executable(program.binding({"batch": 2, "seq": 7})).kernel_sources())
+
+
+def test_programs_without_symbolic_kernels_say_why(tmp_cache):
+    model = make_model([helper.make_node("Reshape", ["x", "shape"], ["y"])],
+                       [("x", TensorProto.FLOAT, ("n", 6)), ("shape", TensorProto.INT64, (2,))],
+                       [("y", TensorProto.FLOAT, None)])
+    exe = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache)
+    assert not exe.symbolic_kernels and "read by value" in exe.symbolic_reason
+    assert cinn.compile(_mlp(), cache_dir=tmp_cache, symbolic_kernels=False).symbolic_reason == ""
