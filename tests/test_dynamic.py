@@ -218,8 +218,11 @@ def test_dynamic_benchmark_smoke(tmp_path):
     result = subprocess.run([sys.executable, "-m", "cinn.benchmarks.dynamic", *args], capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0, result.stderr
-    assert "0 built after it" in result.stdout and "max abs difference from onnxruntime" in result.stdout
-    assert csv.read_text().splitlines()[0].startswith("batch,seq,cinn-dynamic ms,cinn-static ms,onnxruntime ms")
+    assert "0 built after it, 0 sizes on its symbolic kernels" in result.stdout  # cinn-dynamic: every size hinted
+    assert "0 built after it, 2 sizes on its symbolic kernels" in result.stdout  # cinn-symbolic: none
+    assert "max abs difference from onnxruntime" in result.stdout
+    assert csv.read_text().splitlines()[0].startswith(
+        "batch,seq,cinn-dynamic ms,cinn-symbolic ms,cinn-static ms,onnxruntime ms")
     bad = subprocess.run([sys.executable, "-m", "cinn.benchmarks.dynamic", "--small", "--size", "nope=1"],
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "unknown ['nope']" in bad.stderr and "Traceback" not in bad.stderr

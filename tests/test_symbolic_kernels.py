@@ -13,8 +13,8 @@ from cinn import dynamic, symbolic_kernels
 from cinn.frontend.zoo import bert_feeds, symbolic_bert_base, symbolic_encoder
 from cinn.symbolic import SymbolicProgram
 from cinn.target import parse_target
-from tests.test_dynamic import _mlp, _reference, rand
-from tests.test_onnx_import import make_model
+from tests.test_dynamic import _mlp, _reference, _reshape_by_shape_model, rand
+from tests.test_onnx_import import make_model, ort_run
 
 
 def _cnn() -> SymbolicProgram:
@@ -122,6 +122,16 @@ def test_a_kernel_whose_schedule_fails_gets_the_plain_one(tmp_cache, monkeypatch
     exe = cinn.compile(program, cache_dir=tmp_cache, workers=1)  # built in this process, with the patch
     _check(exe, program, {"x": rand(2, 7, 16)})
     assert all("T.parallel" in s for s in exe.executable(program.binding({"batch": 2, "seq": 7})).kernel_sources())
+
+
+def test_a_shape_computed_reshape_takes_symbolic_kernels(tmp_cache):
+    model = _reshape_by_shape_model()  # Reshape(x, Concat(Shape(x)[0], [-1])): its target differs at every size
+    exe = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache)
+    assert exe.symbolic_kernels, exe.symbolic_reason
+    for n in (1, 2, 9):
+        feeds = {"x": rand(n, 3, 4)}
+        np.testing.assert_allclose(exe.run(feeds)[0], ort_run(model, feeds)[0], rtol=1e-4, atol=1e-5)
+    assert (exe.built_on_demand, exe.served_symbolic) == (0, 3)
 
 
 def test_programs_without_symbolic_kernels_say_why(tmp_cache):

@@ -71,6 +71,9 @@ class OpDef:
     # time ones are clamped into the axis by the compute (negative ones count from the end, as numpy)
     index_input: int | None = None
     flops: FlopsFn | None = None  # None: one per element read or written, whichever is more
+    # its attrs only say the output's shape (a reshape's target): its compute reads that from the output's type, so a
+    # symbolic kernel takes the op whatever sizes its attrs hold (a Shape-computed target differs at each size)
+    shape_attrs: bool = False
 
     @property
     def is_composite(self) -> bool:

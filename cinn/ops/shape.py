@@ -79,14 +79,14 @@ def _fmt(*shapes: Shape) -> str:
 
 
 def _register(name: str, attrs: type[Attrs], out_shape: Callable[[Shape, Any], Shape], reference, compute, doc: str,
-              kind: PatternKind = PatternKind.INJECTIVE) -> OpDef:
+              kind: PatternKind = PatternKind.INJECTIVE, shape_attrs: bool = False) -> OpDef:
     """Register a one-input op whose output has x's dtype and the shape `out_shape(x.shape, attrs)`."""
 
     def infer(types: Sequence[TensorType], a: Any) -> list[TensorType]:
         return [TensorType(out_shape(types[0].shape, a), types[0].dtype)]
 
     return register(OpDef(name=name, kind=kind, infer=infer, reference=reference, compute=compute, attrs=attrs,
-                          doc=doc))
+                          doc=doc, shape_attrs=shape_attrs))
 
 
 # -- reshape / flatten ---------------------------------------------------------------------------
@@ -115,7 +115,7 @@ def _reshape_shape(shape: Shape, a: ReshapeAttrs) -> Shape:
 
 
 _register("reshape", ReshapeAttrs, _reshape_shape, _reshape_reference(_reshape_shape), _reshape_compute("reshape"),
-          "Reshape x (row-major); a 0 keeps the input's dim, one dim may be -1.")
+          "Reshape x (row-major); a 0 keeps the input's dim, one dim may be -1.", shape_attrs=True)
 
 
 @dataclass(frozen=True)
