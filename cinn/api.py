@@ -21,6 +21,7 @@ from cinn.ir import Program
 from cinn.lower import LoweredGroup, lower_program
 from cinn.passes.views import find_views
 from cinn.runtime import ConstantPool, Executable, Kernel
+from cinn.schedules.analysis import PLAIN_SCHEDULE
 from cinn.symbolic import Binding, SymbolicProgram, bindings_of
 from cinn.symbolic_kernels import NotSymbolic
 from cinn.target import Target, parse_target
@@ -131,6 +132,9 @@ def _symbolic_kernels(program: SymbolicProgram, o: _Options, pool: ConstantPool,
     specs = [KernelSpec(workload_key(lg.func), lg.func, lg.group.kind) for lg in plan.lowered]
     cache = pathlib.Path(o.cache_dir) if o.cache_dir is not None else default_cache_dir()
     modules = build_all(specs, tgt, cache, o.workers if o.workers is not None else (os.cpu_count() or 1), o.progress)
+    plain = [lg.group.name for lg, b in zip(plan.lowered, modules, strict=True) if PLAIN_SCHEDULE in b.source]
+    if plain:  # many times slower than its default schedule (a conv: 30x): sizes are better built on demand
+        raise NotSymbolic(f"kernels {sorted(set(plain))} have no fast schedule at symbolic sizes")
 
     def executable(binding: Binding) -> Executable:
         static = plan.program_at(binding)

@@ -22,7 +22,7 @@ from tvm.support.popen_pool import PopenPoolExecutor
 from cinn import cuda_module, schedules, thread_pool
 from cinn.ops import PatternKind
 from cinn.schedules import apply_default
-from cinn.schedules.analysis import NOMINAL_SIZES
+from cinn.schedules.analysis import NOMINAL_SIZES, PLAIN_SCHEDULE
 from cinn.schedules.cpu_common import parallel_outer
 from cinn.schedules.cuda_common import unbound_blocks
 from cinn.target import Target
@@ -84,7 +84,8 @@ def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
     except Exception:  # a symbolic kernel's schedule, chosen at its nominal sizes, may fail anywhere in TVM
         if NOMINAL_SIZES not in getattr(spec.func, "attrs", {}):
             raise
-        sch = Schedule(mod)  # the plain loop nest, its outer loops parallel: valid at every size
+        # the plain loop nest, its outer loops parallel: valid at every size; marked so in the kernel's source
+        sch = Schedule(tvm.IRModule({"main": mod["main"].with_attr(PLAIN_SCHEDULE, True)}))
         parallel_outer(sch)
         ex = _compiled(sch, target)
     _store(path, kernel_source(sch.mod, ex), lambda tmp: _export(ex, tmp, target))

@@ -14,6 +14,8 @@ REDUCE_ITER = 2  # tvm IterVar.CommReduce
 # a symbolic kernel's PrimFunc attribute: the sizes of its symbols its schedule is chosen for (its loops and tiles
 # stay valid at every size: splits of symbolic loops guard their last tile)
 NOMINAL_SIZES = "cinn.nominal_sizes"
+# and of one whose default schedule does not apply at symbolic sizes: it got the plain loop nest instead
+PLAIN_SCHEDULE = "cinn.plain_schedule"
 
 
 def blocks(sch: Schedule) -> list:

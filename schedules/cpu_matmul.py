@@ -15,6 +15,7 @@ import contextlib
 from dataclasses import dataclass
 from math import gcd, prod
 
+import tvm
 from tvm import DataType, tirx
 from tvm.s_tir import Schedule, ScheduleError
 
@@ -203,12 +204,12 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     rows = rows2 = 1
     if row is not None:
         # rows read from row panels (MatmulAttrs.x_panel) take whole panels or parts of one: a tile reads one stream
-        extent = gcd(ext[row], _panel_width(block, row, _reads_using(block, row)) or ext[row])
+        extent = gcd(ext[row], _panel_width(block, row, _reads_using(block, row)) or ext[row], _whole(sch, block, row))
         default_rows = max(divisors(extent, default_rows))
         rows = knobs.choose(sch, Knob.ROWS, _fitting_rows(extent, vectors, registers, default_rows), default_rows)
     if row2 is not None:
-        rows2 = knobs.choose(sch, Knob.ROWS2, _fitting_rows(ext[row2], vectors * rows, registers, default_rows2),
-                             default_rows2)
+        rows2 = knobs.choose(sch, Knob.ROWS2, _fitting_rows(gcd(ext[row2], _whole(sch, block, row2)), vectors * rows,
+                                                            registers, default_rows2), default_rows2)
     pack, perm = _packable(block, n, col, vec_reads) if free else (None, ())
     # a panel packed for a single tile (one row tile, no other spatial axis to reuse it over) is read once: the
     # copy is all cost (the 1024 -> 10 classifier of a batch-32 MLP: 7.9 -> 6.0 us)
@@ -216,6 +217,15 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     if pack is not None and not knobs.choose(sch, Knob.PACK, [0, 1], int(not single)):
         pack, perm = None, ()
     return Tiling(col, cols, row, rows, row2, rows2, pack, perm)
+
+
+def _whole(sch: Schedule, block, axis: int) -> int:
+    """The tiles an axis splits into without a guarded last one: any for a static axis (0), else the largest power of
+    two its symbolic extent is a multiple of (a symbolic matmul's padded rows: 8; a batch: 1)."""
+    extent = block.iter_vars[axis].dom.extent
+    if isinstance(extent, tirx.IntImm):
+        return 0
+    return next(k for k in (64, 32, 16, 8, 4, 2, 1) if tvm.sym.Analyzer().can_prove(tirx.floormod(extent, k) == 0))
 
 
 def _depthwise_channels(block, n: int, ext: list[int], width: int) -> int | None:
@@ -554,7 +564,7 @@ def _row_block(sch: Schedule, knobs: Knobs, main, t: Tiling, row_outer, target: 
     ms, against 24 KB-row tiles that each streamed every panel from L3."""
     rows = _row_operands(sch.get(main), t.col)
     tiles = size(sch, sch.get(row_outer).extent)
-    if len(rows) != 1 or tiles == 1:
+    if len(rows) != 1 or tiles == 1 or not is_static(sch, [row_outer]):  # symbolic tiles: no guarded blocks of them
         return 0
     per_tile = _bytes(sch, rows[0]) / tiles
     fits = [d for d in divisors(tiles) if d < tiles and d * per_tile <= target.l2_bytes * ROW_BLOCK_L2]

@@ -199,7 +199,11 @@ def _slice_shape(shape: Shape, a: SliceAttrs) -> Shape:
 
 def _slice_compute(tensors, a, out_types):
     (x,) = tensors
-    ranges = slice_ranges(dims(x), a)
+    shape = dims(x)
+    sliced = {normalize_axis("slice", ax, len(shape)) for ax in a.axes}
+    # a dim not sliced is read whole, whatever its size (a symbolic kernel's batch): ranges of one element give it
+    # start 0 and step 1
+    ranges = slice_ranges(tuple(d if k in sliced else 1 for k, d in enumerate(shape)), a)
     return [_map_compute("slice", x, out_types[0].shape,
                          lambda idx: [r.start + i * r.step for r, i in zip(ranges, idx, strict=True)])]
 

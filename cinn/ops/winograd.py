@@ -23,7 +23,7 @@ from cinn.ir import Attrs, TensorType
 from cinn.ops.registry import DtypeClass as D
 from cinn.ops.registry import OpDef, register
 from cinn.ops.registry import PatternKind as K
-from cinn.ops.te_util import const
+from cinn.ops.te_util import const, dims
 
 KERNEL = 3
 POINTS = {2: (0, 1, -1), 4: (0, 1, -1, 2, -2)}  # finite interpolation points per output tile size
@@ -146,7 +146,7 @@ def _input_compute(tensors, a: WinogradInputAttrs, out_types: Sequence[TensorTyp
     over (image, tile row, tile column)."""
     (x,) = tensors
     m, alpha, bt = a.tile, a.tile + 2, transforms(a.tile)[2]
-    n, c, h, w = (int(d) for d in x.shape)
+    n, c, h, w = dims(x)
     th, tw = input_tiles((n, c, h, w), a)
     top, left = a.paddings[:2]
     dtype = out_types[0].dtype
