@@ -125,8 +125,7 @@ def _symbolic_kernels(program: SymbolicProgram, o: _Options, pool: ConstantPool,
     tgt = parse_target(o.target)
     nominal = {s: max(sizes) for s, sizes in hints.items() if sizes}
     try:
-        plan = symbolic_kernels.plan(program, tgt, o.fuse, o.passes, nominal,
-                                     winograd_choices(_tuning_records(o.tuning_log), tgt))
+        plan = symbolic_kernels.plan(program, tgt, o.fuse, o.passes, nominal)
     except (ValueError, TypeError, NotImplementedError) as e:  # the program refuses a probe's sizes
         raise NotSymbolic(str(e)) from None
     specs = [KernelSpec(workload_key(lg.func), lg.func, lg.group.kind) for lg in plan.lowered]

@@ -24,6 +24,7 @@ from cinn.ir import Program, TensorType, Value
 from cinn.lower import LoweredGroup, lower_group, lower_program
 from cinn.ops import get_op
 from cinn.passes.fusion import Group
+from cinn.passes.pipeline import winograd_shapes
 from cinn.schedules.analysis import NOMINAL_SIZES
 from cinn.symbolic import PROBES, Binding, SymbolicProgram
 from cinn.target import Target
@@ -88,8 +89,7 @@ class SymbolicPlan:
 
 
 def plan(program: SymbolicProgram, target: Target, fuse: bool = True, passes: bool = True,
-         nominal: Mapping[str, int] = MappingProxyType({}),
-         winograd_choices: Mapping[str, int] = MappingProxyType({})) -> SymbolicPlan:
+         nominal: Mapping[str, int] = MappingProxyType({})) -> SymbolicPlan:
     """The symbolic kernels of a program (CPU targets); raises NotSymbolic naming what stops them."""
     if target.is_cuda:
         raise NotSymbolic("symbolic kernels are built for CPU targets")
@@ -100,8 +100,8 @@ def plan(program: SymbolicProgram, target: Target, fuse: bool = True, passes: bo
     probes = [tuple(PROBES[k * len(names) + i] for i in range(len(names))) for k in range(PROBE_COUNT)]
     if len(names) * PROBE_COUNT > len(PROBES):
         raise NotSymbolic(f"{len(names)} symbols: at most {len(PROBES) // PROBE_COUNT}")
-    optimized = [lower_program(program.specialize(Binding(tuple(zip(names, p, strict=True)))), fuse, passes, False,
-                               target, winograd_choices) for p in probes]
+    optimized = [_optimized(program.specialize(Binding(tuple(zip(names, p, strict=True)))), target, fuse, passes)
+                 for p in probes]
     first, groups = optimized[0]
     for other, other_groups in optimized[1:]:
         _check_same(first, groups, other, other_groups)
@@ -114,6 +114,13 @@ def plan(program: SymbolicProgram, target: Target, fuse: bool = True, passes: bo
     sizes = {n: int(nominal.get(n, NOMINAL_SIZE)) for n in names}
     lowered = tuple(_lowered(lg.group, first, dims, symbols, sizes) for lg in groups)
     return SymbolicPlan(first, symbols, MappingProxyType(dims), lowered)
+
+
+def _optimized(static: Program, target: Target, fuse: bool, passes: bool) -> tuple[Program, list[LoweredGroup]]:
+    """A probe's optimized program and kernels. Its 3x3 convs stay direct: a Winograd conv's matmul vectorizes over
+    the tiles of every image, whose count a symbolic batch makes symbolic (no vector loop of symbolic extent)."""
+    direct = {shape.key: 0 for shape in winograd_shapes(static, target)} if passes else {}
+    return lower_program(static, fuse, passes, False, target, direct)
 
 
 def _lowered(group: Group, program: Program, dims: Mapping[str, tuple[Dim, ...]], symbols: Sequence[tirx.Var],

@@ -208,8 +208,10 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
         default_rows = max(divisors(extent, default_rows))
         rows = knobs.choose(sch, Knob.ROWS, _fitting_rows(extent, vectors, registers, default_rows), default_rows)
     if row2 is not None:
-        rows2 = knobs.choose(sch, Knob.ROWS2, _fitting_rows(gcd(ext[row2], _whole(sch, block, row2)), vectors * rows,
-                                                            registers, default_rows2), default_rows2)
+        extent2 = gcd(ext[row2], _whole(sch, block, row2))
+        default_rows2 = max(divisors(extent2, default_rows2))
+        rows2 = knobs.choose(sch, Knob.ROWS2, _fitting_rows(extent2, vectors * rows, registers, default_rows2),
+                             default_rows2)
     pack, perm = _packable(block, n, col, vec_reads) if free else (None, ())
     # a panel packed for a single tile (one row tile, no other spatial axis to reuse it over) is read once: the
     # copy is all cost (the 1024 -> 10 classifier of a batch-32 MLP: 7.9 -> 6.0 us)

@@ -65,6 +65,22 @@ def test_cnn_with_a_symbolic_batch(tmp_cache):
     assert (exe.built_on_demand, exe.served_symbolic) == (0, 3)
 
 
+def test_a_batch_of_3x3_convs_computes_them_directly(tmp_cache):
+    """The static compile takes Winograd where it gains; the symbolic kernels compute the convs directly (a Winograd
+    conv's matmul vectorizes over every image's tiles, a symbolic count)."""
+    b = cinn.NetBuilder("convs")
+    x = b.create_input("float32", ("n", 64, 14, 14), "x")
+    for k in range(2):
+        x = b.relu(b.conv2d(x, b.create_constant(rand(64, 64, 3, 3) * 0.1, f"w{k}"), paddings=[1, 1]))
+    program = b.build_symbolic([x])
+    exe = cinn.compile(program, cache_dir=tmp_cache)
+    assert exe.symbolic_kernels, exe.symbolic_reason
+    for n in (1, 3):
+        _check(exe, program, {"x": rand(n, 64, 14, 14)}, tol=1e-3)
+    sources = exe.executable(program.binding({"n": 2})).kernel_sources()
+    assert all("n: T.int32" in s and "winograd" not in s for s in sources)
+
+
 @pytest.mark.parametrize("fuse", [True, False])
 def test_encoder_at_odd_sizes_equals_numpy(fuse, tmp_cache):
     program = symbolic_encoder(small=True)
