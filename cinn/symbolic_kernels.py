@@ -1,6 +1,6 @@
 """Symbolic kernels: a symbolic program's kernels built once, with its symbols as TIR variables, for every size.
 
-The program is optimized and fused at three probe bindings of its symbols. Where the three agree (the same nodes,
+The program is optimized and fused at three probe bindings of its symbols (two odd, one even). Where the three agree (the same nodes,
 attributes, constants and kernels; every dim an affine function of one product of symbols, ``batch * seq``,
 ``seq + 1``), each kernel is lowered once with its dims as expressions of the symbols, which it takes as trailing int
 parameters. A binding is then served by these kernels: only the buffers are planned for its sizes, nothing is built.
@@ -29,7 +29,8 @@ from cinn.schedules.analysis import NOMINAL_SIZES
 from cinn.symbolic import PROBES, Binding, SymbolicProgram
 from cinn.target import Target
 
-PROBE_COUNT = 3  # bindings the program is optimized at: two fit each dim, the third checks the fit
+PROBE_COUNT = 2  # odd bindings the program is optimized at, which fit each dim; an even one checks the fit (a dim
+# that depends on its size's parity, as (seq + 1) // 2 * 2, fits odd sizes alone)
 MAX_POWER = 2  # of one symbol in a dim (seq * seq: an attention's scores)
 NOMINAL_SIZE = 64  # of a symbol no shape hint names: the size its kernels' schedules are chosen for
 Dim: TypeAlias = int | tvm.ir.expr.Expr
@@ -97,9 +98,10 @@ def plan(program: SymbolicProgram, target: Target, fuse: bool = True, passes: bo
     if by_value:
         raise NotSymbolic(f"inputs {by_value} are read by value")
     names = program.symbols
-    probes = [tuple(PROBES[k * len(names) + i] for i in range(len(names))) for k in range(PROBE_COUNT)]
     if len(names) * PROBE_COUNT > len(PROBES):
         raise NotSymbolic(f"{len(names)} symbols: at most {len(PROBES) // PROBE_COUNT}")
+    probes = [tuple(PROBES[k * len(names) + i] for i in range(len(names))) for k in range(PROBE_COUNT)]
+    probes.append(tuple(2 * p for p in probes[0]))
     optimized = [_optimized(program.specialize(Binding(tuple(zip(names, p, strict=True)))), target, fuse, passes)
                  for p in probes]
     first, groups = optimized[0]

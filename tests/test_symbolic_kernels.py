@@ -182,3 +182,9 @@ def test_programs_without_symbolic_kernels_say_why(tmp_cache):
     exe = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache)
     assert not exe.symbolic_kernels and "read by value" in exe.symbolic_reason
     assert cinn.compile(_mlp(), cache_dir=tmp_cache, symbolic_kernels=False).symbolic_reason == ""
+    b = cinn.NetBuilder("halves")  # a 2x2 pool of a symbolic height: ceil(h / 2) rows, no product of symbols
+    x = b.create_input("float32", (1, 4, "h", 8), "x")
+    program = b.build_symbolic([b.pool2d(x, "max", [2, 2], strides=[2, 2], ceil_mode=True)])
+    exe = cinn.compile(program, cache_dir=tmp_cache)
+    assert not exe.symbolic_kernels and "at the probes are no product of symbols" in exe.symbolic_reason
+    _check(exe, program, {"x": rand(1, 4, 5, 8)})
