@@ -128,18 +128,22 @@ def _symbolic_kernels(program: SymbolicProgram, o: _Options, pool: ConstantPool,
         plan = symbolic_kernels.plan(program, tgt, o.fuse, o.passes, nominal)
     except (ValueError, TypeError, NotImplementedError) as e:  # the program refuses a probe's sizes
         raise NotSymbolic(str(e)) from None
-    specs = [KernelSpec(workload_key(lg.func), lg.func, lg.group.kind) for lg in plan.lowered]
+    variants = [*plan.lowered, *(lg for lg in plan.unpadded if lg is not None)]
+    specs = [KernelSpec(workload_key(lg.func), lg.func, lg.group.kind) for lg in variants]
     cache = pathlib.Path(o.cache_dir) if o.cache_dir is not None else default_cache_dir()
-    modules = build_all(specs, tgt, cache, o.workers if o.workers is not None else (os.cpu_count() or 1), o.progress)
-    plain = [lg.group.name for lg, b in zip(plan.lowered, modules, strict=True) if PLAIN_SCHEDULE in b.source]
+    built = build_all(specs, tgt, cache, o.workers if o.workers is not None else (os.cpu_count() or 1), o.progress)
+    plain = [lg.group.name for lg, b in zip(variants, built, strict=True) if PLAIN_SCHEDULE in b.source]
     if plain:  # many times slower than its default schedule (a conv: 30x): sizes are better built on demand
         raise NotSymbolic(f"kernels {sorted(set(plain))} have no fast schedule at symbolic sizes")
+    kernel = dict(zip((id(lg) for lg in variants), zip(built, specs, strict=True), strict=True))
 
     def executable(binding: Binding) -> Executable:
         static = plan.program_at(binding)
         sizes = plan.sizes(binding)
+        chosen = [kernel[id(small if use_small and small is not None else lg)] for lg, small, use_small
+                  in zip(plan.lowered, plan.unpadded, plan.unpadded_at(binding), strict=True)]
         kernels = [Kernel(g.name, _entry(b.module), b.module, params, b.source, g.flops, s.workload, sizes)
-                   for (g, params), b, s in zip(plan.kernels_at(static), modules, specs, strict=True)]
+                   for (g, params), (b, s) in zip(plan.kernels_at(static), chosen, strict=True)]
         return Executable(static, kernels, tvm.cpu(0), threads=tgt.num_cores, constants=pool)
 
     return executable

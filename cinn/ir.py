@@ -67,6 +67,9 @@ class SymbolicType:
 
     shape: tuple[Any, ...]
     dtype: str
+    # rows of the whole tiles a matmul with symbolic rows computes (the last tile reads the last row again; 1: no
+    # padding, for rows fewer than a tile: batch 1)
+    tile_rows: int = 8
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,10 @@ class LoweredGroup:
 
 
 def lower_group(group: Group, constants: Mapping[str, np.ndarray], shapes: Mapping[str, tuple] = MappingProxyType({}),
-                symbols: Sequence[tirx.Var] = ()) -> LoweredGroup:
+                symbols: Sequence[tirx.Var] = (), tile_rows: int = 8) -> LoweredGroup:
     """Build the group's TE graph and turn it into a PrimFunc (inputs, then outputs). A symbolic kernel gives its
-    values' dims as TIR expressions of `symbols` (`shapes`), which it takes as trailing int parameters."""
+    values' dims as TIR expressions of `symbols` (`shapes`), which it takes as trailing int parameters, and the rows
+    of its matmuls' whole tiles (SymbolicType.tile_rows)."""
     tensors: dict[str, te.Tensor] = {}
     args: list[Value] = []
     for v in group.inputs:
@@ -48,7 +49,7 @@ def lower_group(group: Group, constants: Mapping[str, np.ndarray], shapes: Mappi
         compute = get_op(node.op, node.name).compute
         if compute is None:  # the pipeline decomposes composite ops before fusion
             raise RuntimeError(f"cinn: composite op {node.op!r} (node {node.name!r}) reached lowering undecomposed")
-        types = [SymbolicType(shapes[v.name], v.dtype) if v.name in shapes else v.type for v in node.outputs]
+        types = [SymbolicType(shapes[v.name], v.dtype, tile_rows) if v.name in shapes else v.type for v in node.outputs]
         outs = compute([tensors[v.name] for v in node.inputs], node.attrs, types)
         for v, t in zip(node.outputs, outs, strict=True):
             tensors[v.name] = t

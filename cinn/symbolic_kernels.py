@@ -33,6 +33,7 @@ PROBE_COUNT = 2  # odd bindings the program is optimized at, which fit each dim;
 # that depends on its size's parity, as (seq + 1) // 2 * 2, fits odd sizes alone)
 MAX_POWER = 2  # of one symbol in a dim (seq * seq: an attention's scores)
 NOMINAL_SIZE = 64  # of a symbol no shape hint names: the size its kernels' schedules are chosen for
+TILE_ROWS = 8  # rows of a symbolic matmul's whole tiles; at most half as many rows take its unpadded variant
 Dim: TypeAlias = int | tvm.ir.expr.Expr
 
 
@@ -49,6 +50,9 @@ class SymbolicPlan:
     symbols: tuple[tirx.Var, ...]
     dims: Mapping[str, tuple[Dim, ...]]
     lowered: tuple[LoweredGroup, ...]
+    # a kernel whose matmul has symbolic rows: those rows, and its variant in rows of one, unpadded (None: no such)
+    rows: tuple[Dim | None, ...]
+    unpadded: tuple[LoweredGroup | None, ...]
 
     def program_at(self, binding: Binding) -> Program:
         """The optimized program with every value typed at a binding of the symbols."""
@@ -74,6 +78,14 @@ class SymbolicPlan:
 
         return [(Group(tuple(node_at[id(n)] for n in lg.group.nodes), typed(lg.group.inputs), typed(lg.group.outputs),
                        lg.group.kind), typed(lg.params)) for lg in self.lowered]
+
+    def unpadded_at(self, binding: Binding) -> list[bool]:
+        """Per kernel: whether it takes its unpadded variant (rows of one) at a binding: where its matmul has at
+        most half a tile of rows, a padded tile would compute 2 to 8 times the rows there are (BERT-base at batch 1,
+        seq 1: 1.05x a static compile unpadded; at batch 8, seq 5 the unpadded one took 2.1x, the padded one 1.6x
+        the rows)."""
+        at = {s: binding[s.name] for s in self.symbols}
+        return [r is not None and 2 * _evaluate(r, at) <= TILE_ROWS for r in self.rows]
 
     def sizes(self, binding: Binding) -> tuple[int, ...]:
         """The kernels' trailing int arguments: the symbols' sizes."""
@@ -114,8 +126,11 @@ def plan(program: SymbolicProgram, target: Target, fuse: bool = True, passes: bo
         dims[values[0].name] = tuple(fit(values[0].name, [v.shape[d] for v in values])
                                      for d in range(len(values[0].shape)))
     sizes = {n: int(nominal.get(n, NOMINAL_SIZE)) for n in names}
-    lowered = tuple(_lowered(lg.group, first, dims, symbols, sizes) for lg in groups)
-    return SymbolicPlan(first, symbols, MappingProxyType(dims), lowered)
+    lowered = tuple(_lowered(lg.group, first, dims, symbols, sizes, TILE_ROWS) for lg in groups)
+    rows = tuple(_matmul_rows(lg.group, dims) for lg in groups)
+    unpadded = tuple(None if r is None else _lowered(lg.group, first, dims, symbols, sizes, 1)
+                     for lg, r in zip(groups, rows, strict=True))
+    return SymbolicPlan(first, symbols, MappingProxyType(dims), lowered, rows, unpadded)
 
 
 def _optimized(static: Program, target: Target, fuse: bool, passes: bool) -> tuple[Program, list[LoweredGroup]]:
@@ -126,14 +141,25 @@ def _optimized(static: Program, target: Target, fuse: bool, passes: bool) -> tup
 
 
 def _lowered(group: Group, program: Program, dims: Mapping[str, tuple[Dim, ...]], symbols: Sequence[tirx.Var],
-             nominal: Mapping[str, int]) -> LoweredGroup:
+             nominal: Mapping[str, int], tile_rows: int) -> LoweredGroup:
     """A group's symbolic kernel, its schedule chosen at the nominal sizes (see cinn.schedules.analysis.size)."""
     try:
-        lg = lower_group(group, program.constants, dims, symbols)
+        lg = lower_group(group, program.constants, dims, symbols, tile_rows)
     except (TypeError, ValueError) as e:  # a compute that needs a static size
         raise NotSymbolic(f"kernel {group.name}: {e}") from None
     func: Any = lg.func
     return LoweredGroup(func.with_attr(NOMINAL_SIZES, dict(nominal)), lg.params, lg.group)
+
+
+def _matmul_rows(group: Group, dims: Mapping[str, tuple[Dim, ...]]) -> Dim | None:
+    """The symbolic rows of the group's matmul (None: it has none, or they are static)."""
+    for node in group.nodes:
+        if node.op == "matmul" and not node.attrs.x_panel and len(dims[node.inputs[0].name]) > 1:
+            x = dims[node.inputs[0].name]
+            row = x[-1] if node.attrs.trans_x else x[-2]
+            if not isinstance(row, int):
+                return row
+    return None
 
 
 def _values(program: Program) -> list[Value]:

@@ -364,7 +364,9 @@ def _vector_axis(sch: Schedule, knobs: Knobs, block, n: int, ext: list[int], wid
     if ext[last] % width == 0 and (_packable(block, n, last, last_reads)[0] is not None
                                    or _panel_width(block, last, last_reads)):
         return last
-    reads = {c: _reads_using(block, c) for c in range(last) if register_lanes(ext[c], width) >= width // 2}
+    # (not a symbolic axis: its last vector tile would be guarded)
+    reads = {c: _reads_using(block, c) for c in range(last)
+             if register_lanes(ext[c], width) >= width // 2 and not _whole(sch, block, c)}
     channel = [c for c, rs in reads.items() if not any(r in last_reads for r in rs)
                and (_packable(block, n, c, rs)[0] is not None or _panel_width(block, c, rs))]
     if not channel:

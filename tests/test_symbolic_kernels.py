@@ -40,9 +40,12 @@ def test_mlp_runs_every_batch_on_kernels_built_once(tmp_cache):
     for n in (1, 3, 16, 17, 33, 100):  # 1, primes, a vector width, more than the nominal size
         _check(exe, program, {"x": rand(n, 24)})
     assert (exe.built_on_demand, exe.served_symbolic) == (0, 6)
-    one, many = (exe.executable(program.binding({"batch": n})) for n in (1, 100))
-    assert one.kernel_sources() == many.kernel_sources()  # the same kernels, other buffers
-    assert "batch: T.int32" in one.kernel_sources()[0]
+    one, eight, many = (exe.executable(program.binding({"batch": n})) for n in (1, 8, 100))
+    assert eight.kernel_sources() == many.kernel_sources()  # the same kernels, other buffers
+    assert all("batch: T.int32" in s for s in one.kernel_sources())
+    # rows in whole tiles of 8 (the last one padded) from 8 rows on; fewer take the matmuls' unpadded variants
+    assert all("// 8 * 8" in s for s in many.kernel_sources())
+    assert not any("// 8 * 8" in s for s in one.kernel_sources())
     assert {id(t) for t in one._constants.values()} == {id(t) for t in many._constants.values()}
 
 

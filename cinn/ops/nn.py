@@ -190,19 +190,17 @@ def _operand_index(shape: tuple[int, ...], batch_idx: Sequence, row, col, trans:
     return [0 if d == 1 else i for d, i in zip(own, lead, strict=False)] + ([col, row] if trans else [row, col])
 
 
-ROW_PAD = 8  # rows of a symbolic matmul's tiles: its schedule's row tile divides it (rows are 1, 2, 4 or 8)
-
-
 def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
     x, y = tensors
     xs, ys = dims(x), dims(y)
     s = _matmul_shape(xs, ys, a)
     dtype = out_types[0].dtype
     k = te.reduce_axis((0, s.k), name="k")
-    # a symbolic kernel's rows are computed in whole tiles of ROW_PAD, the last tile reading the last row again
-    # (then dropped): a guarded tail tile would make TVM size its accumulator wrongly (a negative allocation)
-    padded = not isinstance(s.m, int) and not s.x_vec and not a.x_panel
-    rows = (s.m + ROW_PAD - 1) // ROW_PAD * ROW_PAD if padded else s.m
+    # a symbolic kernel's rows are computed in whole tiles (SymbolicType.tile_rows), the last tile reading the last
+    # row again (then dropped): a guarded tail tile would make TVM size its accumulator wrongly (a negative allocation)
+    pad = getattr(out_types[0], "tile_rows", 1)
+    padded = not isinstance(s.m, int) and not s.x_vec and not a.x_panel and pad > 1
+    rows = (s.m + pad - 1) // pad * pad if padded else s.m
 
     def body(*idx):
         b, rest = idx[: len(s.batch)], list(idx[len(s.batch) :])
