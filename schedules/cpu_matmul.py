@@ -552,8 +552,8 @@ def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target)
 
 def _static_parallel(sch: Schedule, outer: list, serial: list) -> tuple[list, list]:
     """A symbolic kernel's parallel loop fuses its loops of static extent only (the first symbolic one where there
-    are none), its other symbolic loops running inside: TVM sizes a tile's buffers wrongly under a fused loop of
-    symbolic extent (a negative allocation), and the tiles of a static parallel loop balance at every size."""
+    are none), its other symbolic loops running inside: it then has as many tasks at every size (a batch of 1 still
+    splits over the column tiles), where the nominal sizes chose the parallel loop for a size it may not have."""
     symbolic = [lp for lp in outer if not is_static(sch, [lp])]
     if not symbolic:
         return outer, serial
