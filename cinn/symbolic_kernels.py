@@ -19,6 +19,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import tvm
 from tvm import sym, tirx
+from tvm.tirx.analysis import undefined_vars
 
 from cinn.ir import Program, TensorType, Value
 from cinn.lower import LoweredGroup, lower_group, lower_program
@@ -106,31 +107,50 @@ def plan(program: SymbolicProgram, target: Target, fuse: bool = True, passes: bo
     """The symbolic kernels of a program (CPU targets); raises NotSymbolic naming what stops them."""
     if target.is_cuda:
         raise NotSymbolic("symbolic kernels are built for CPU targets")
+    probes = _probes(program)
+    optimized = [_optimized(program.specialize(p), target, fuse, passes) for p in probes]
+    first, groups = optimized[0]
+    for other, other_groups in optimized[1:]:
+        _check_same(first, groups, other, other_groups)
+    symbols, dims = _fitted([p for p, _ in optimized], program.symbols, probes)
+    sizes = {n: int(nominal.get(n, NOMINAL_SIZE)) for n in program.symbols}
+    lowered = tuple(_lowered(lg.group, first, dims, symbols, sizes, TILE_ROWS) for lg in groups)
+    rows = tuple(_matmul_rows(lg.group, dims) for lg in groups)
+    unpadded = tuple(None if r is None else _lowered(lg.group, first, dims, symbols, sizes, 1)
+                     for lg, r in zip(groups, rows, strict=True))
+    return SymbolicPlan(first, symbols, MappingProxyType(dims), lowered, rows, unpadded)
+
+
+def symbolic_shapes(program: SymbolicProgram) -> dict[str, tuple[Dim, ...]]:
+    """Every value's dims as written (before the passes), as expressions of the program's symbols (tirx.Vars named
+    after them); raises NotSymbolic where a dim is no product of symbols (a ceil-mode pool of a symbolic height)."""
+    probes = _probes(program)
+    return _fitted([program.specialize(p) for p in probes], program.symbols, probes)[1]
+
+
+def _probes(program: SymbolicProgram) -> list[Binding]:
+    """Two odd bindings of the symbols and an even one (twice the first)."""
     by_value = [i.name for i in program.inputs if i.by_value]
     if by_value:
         raise NotSymbolic(f"inputs {by_value} are read by value")
     names = program.symbols
     if len(names) * PROBE_COUNT > len(PROBES):
         raise NotSymbolic(f"{len(names)} symbols: at most {len(PROBES) // PROBE_COUNT}")
-    probes = [tuple(PROBES[k * len(names) + i] for i in range(len(names))) for k in range(PROBE_COUNT)]
-    probes.append(tuple(2 * p for p in probes[0]))
-    optimized = [_optimized(program.specialize(Binding(tuple(zip(names, p, strict=True)))), target, fuse, passes)
-                 for p in probes]
-    first, groups = optimized[0]
-    for other, other_groups in optimized[1:]:
-        _check_same(first, groups, other, other_groups)
+    sizes = [tuple(PROBES[k * len(names) + i] for i in range(len(names))) for k in range(PROBE_COUNT)]
+    sizes.append(tuple(2 * p for p in sizes[0]))
+    return [Binding(tuple(zip(names, s, strict=True))) for s in sizes]
+
+
+def _fitted(programs: Sequence[Program], names: Sequence[str], probes: Sequence[Binding]
+            ) -> tuple[tuple[tirx.Var, ...], dict[str, tuple[Dim, ...]]]:
+    """The symbols and every value's dims, fitted over the same program at each probe."""
     symbols = tuple(tirx.Var(n, "int32") for n in names)
-    fit = _Fitter(symbols, probes)
+    fit = _Fitter(symbols, [tuple(p[n] for n in names) for p in probes])
     dims: dict[str, tuple[Dim, ...]] = {}
-    for values in zip(*(_values(p) for p, _ in optimized), strict=True):
+    for values in zip(*map(_values, programs), strict=True):
         dims[values[0].name] = tuple(fit(values[0].name, [v.shape[d] for v in values])
                                      for d in range(len(values[0].shape)))
-    sizes = {n: int(nominal.get(n, NOMINAL_SIZE)) for n in names}
-    lowered = tuple(_lowered(lg.group, first, dims, symbols, sizes, TILE_ROWS) for lg in groups)
-    rows = tuple(_matmul_rows(lg.group, dims) for lg in groups)
-    unpadded = tuple(None if r is None else _lowered(lg.group, first, dims, symbols, sizes, 1)
-                     for lg, r in zip(groups, rows, strict=True))
-    return SymbolicPlan(first, symbols, MappingProxyType(dims), lowered, rows, unpadded)
+    return symbols, dims
 
 
 def _optimized(static: Program, target: Target, fuse: bool, passes: bool) -> tuple[Program, list[LoweredGroup]]:
@@ -214,6 +234,11 @@ class _Fitter:
                 expr = expr * s
             self.cache[key] = expr + a if a else expr
         return self.cache[key]
+
+
+def dim_at(dim: Dim, sizes: Mapping[str, int]) -> int:
+    """A dim at sizes of the symbols, by name."""
+    return dim if isinstance(dim, int) else _evaluate(dim, {v: sizes[v.name] for v in undefined_vars(dim)})
 
 
 def _evaluate(expr: tvm.ir.expr.Expr, at: Mapping[tirx.Var, int]) -> int:
