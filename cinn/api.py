@@ -15,7 +15,7 @@ from tvm.s_tir import Schedule, Trace
 from cinn import symbolic_kernels
 from cinn.autotune.algorithms import winograd_choices
 from cinn.autotune.database import Record, fastest_traces, read_records
-from cinn.build import KernelSpec, build_all, default_cache_dir, workload_key
+from cinn.build import BuiltKernel, KernelSpec, build_all, default_cache_dir, workload_key
 from cinn.dynamic import DynamicExecutable
 from cinn.ir import Program
 from cinn.lower import LoweredGroup, lower_program
@@ -109,8 +109,7 @@ def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> E
     for lg in lowered:
         key = workload_key(lg.func)
         specs.append(KernelSpec(key, lg.func, lg.group.kind, _applicable(traces.get(key), lg)))
-    cache = pathlib.Path(o.cache_dir) if o.cache_dir is not None else default_cache_dir()
-    modules = build_all(specs, tgt, cache, o.workers if o.workers is not None else (os.cpu_count() or 1), o.progress)
+    modules = _build(specs, tgt, o)
     kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source, lg.group.flops, s.workload)
                for lg, b, s in zip(lowered, modules, specs, strict=True)]
     device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
@@ -130,23 +129,29 @@ def _symbolic_kernels(program: SymbolicProgram, o: _Options, pool: ConstantPool,
         raise NotSymbolic(str(e)) from None
     variants = [*plan.lowered, *(lg for lg in plan.unpadded if lg is not None)]
     specs = [KernelSpec(workload_key(lg.func), lg.func, lg.group.kind) for lg in variants]
-    cache = pathlib.Path(o.cache_dir) if o.cache_dir is not None else default_cache_dir()
-    built = build_all(specs, tgt, cache, o.workers if o.workers is not None else (os.cpu_count() or 1), o.progress)
-    plain = [lg.group.name for lg, b in zip(variants, built, strict=True) if PLAIN_SCHEDULE in b.source]
+    built = list(zip(_build(specs, tgt, o), specs, strict=True))
+    plain = [lg.group.name for lg, (b, _) in zip(variants, built, strict=True) if PLAIN_SCHEDULE in b.source]
     if plain:  # many times slower than its default schedule (a conv: 30x): sizes are better built on demand
         raise NotSymbolic(f"kernels {sorted(set(plain))} have no fast schedule at symbolic sizes")
-    kernel = dict(zip((id(lg) for lg in variants), zip(built, specs, strict=True), strict=True))
+    padded, rest = built[: len(plan.lowered)], iter(built[len(plan.lowered) :])
+    unpadded = [None if lg is None else next(rest) for lg in plan.unpadded]
 
     def executable(binding: Binding) -> Executable:
         static = plan.program_at(binding)
         sizes = plan.sizes(binding)
-        chosen = [kernel[id(small if use_small and small is not None else lg)] for lg, small, use_small
-                  in zip(plan.lowered, plan.unpadded, plan.unpadded_at(binding), strict=True)]
+        chosen = [u if use and u is not None else p
+                  for p, u, use in zip(padded, unpadded, plan.unpadded_at(binding), strict=True)]
         kernels = [Kernel(g.name, _entry(b.module), b.module, params, b.source, g.flops, s.workload, sizes)
                    for (g, params), (b, s) in zip(plan.kernels_at(static), chosen, strict=True)]
         return Executable(static, kernels, tvm.cpu(0), threads=tgt.num_cores, constants=pool)
 
     return executable
+
+
+def _build(specs: Sequence[KernelSpec], tgt: Target, o: _Options) -> list[BuiltKernel]:
+    """Build (or load from the cache) the kernels of specs, as compile's options say."""
+    cache = pathlib.Path(o.cache_dir) if o.cache_dir is not None else default_cache_dir()
+    return build_all(specs, tgt, cache, o.workers if o.workers is not None else (os.cpu_count() or 1), o.progress)
 
 
 def _entry(module):

@@ -18,12 +18,12 @@ from typing import Any, TypeAlias
 
 import numpy as np
 import tvm
-from tvm import sym, tirx
-from tvm.tirx.analysis import undefined_vars
+from tvm import tirx
 
 from cinn.ir import Program, TensorType, Value
 from cinn.lower import LoweredGroup, lower_group, lower_program
 from cinn.ops import get_op
+from cinn.ops.te_util import dim_at
 from cinn.passes.fusion import Group
 from cinn.passes.pipeline import winograd_shapes
 from cinn.schedules.analysis import NOMINAL_SIZES
@@ -57,7 +57,9 @@ class SymbolicPlan:
 
     def program_at(self, binding: Binding) -> Program:
         """The optimized program with every value typed at a binding of the symbols."""
-        types = {name: TensorType(self._shape_at(name, binding), self._dtype[name]) for name in self.dims}
+        sizes = dict(binding.sizes)
+        types = {v.name: TensorType(tuple(dim_at(d, sizes) for d in self.dims[v.name]), v.dtype)
+                 for v in _values(self.program)}
 
         def typed(v: Value) -> Value:
             return Value(v.name, types[v.name]) if v.name in types else v
@@ -85,21 +87,11 @@ class SymbolicPlan:
         most half a tile of rows, a padded tile would compute 2 to 8 times the rows there are (BERT-base at batch 1,
         seq 1: 1.05x a static compile unpadded; at batch 8, seq 5 the unpadded one took 2.1x, the padded one 1.6x
         the rows)."""
-        at = {s: binding[s.name] for s in self.symbols}
-        return [r is not None and 2 * _evaluate(r, at) <= TILE_ROWS for r in self.rows]
+        return [r is not None and 2 * dim_at(r, dict(binding.sizes)) <= TILE_ROWS for r in self.rows]
 
     def sizes(self, binding: Binding) -> tuple[int, ...]:
         """The kernels' trailing int arguments: the symbols' sizes."""
         return tuple(binding[s.name] for s in self.symbols)
-
-    @property
-    def _dtype(self) -> Mapping[str, str]:
-        values = [*self.program.inputs, *(v for n in self.program.nodes for v in n.outputs)]
-        return {v.name: v.dtype for v in values}
-
-    def _shape_at(self, name: str, binding: Binding) -> tuple[int, ...]:
-        at = {s: binding[s.name] for s in self.symbols}
-        return tuple(d if isinstance(d, int) else _evaluate(d, at) for d in self.dims[name])
 
 
 def plan(program: SymbolicProgram, target: Target, fuse: bool = True, passes: bool = True,
@@ -234,16 +226,3 @@ class _Fitter:
                 expr = expr * s
             self.cache[key] = expr + a if a else expr
         return self.cache[key]
-
-
-def dim_at(dim: Dim, sizes: Mapping[str, int]) -> int:
-    """A dim at sizes of the symbols, by name."""
-    return dim if isinstance(dim, int) else _evaluate(dim, {v: sizes[v.name] for v in undefined_vars(dim)})
-
-
-def _evaluate(expr: tvm.ir.expr.Expr, at: Mapping[tirx.Var, int]) -> int:
-    """A dim expression at sizes of its symbols."""
-    analyzer = sym.Analyzer()
-    for var, n in at.items():
-        analyzer.bind(var, tirx.const(n, "int32"))
-    return int(analyzer.simplify(expr))

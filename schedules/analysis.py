@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import tvm
-import tvm_ffi
 from tvm import tirx
 from tvm.s_tir import Schedule, ScheduleError
 from tvm.s_tir.schedule.analysis import is_output_block
 from tvm.tirx.analysis import undefined_vars
+
+from cinn.ops.common import same_dims
+from cinn.ops.te_util import dim_at
 
 REDUCE_ITER = 2  # tvm IterVar.CommReduce
 # a symbolic kernel's PrimFunc attribute: the sizes of its symbols its schedule is chosen for (its loops and tiles
@@ -41,13 +42,7 @@ def is_output(sch: Schedule, block) -> bool:
 
 def size(sch: Schedule, expr) -> int:
     """A loop extent or buffer dim as an int: a symbolic kernel's at its nominal sizes (see NOMINAL_SIZES)."""
-    if isinstance(expr, int | tirx.IntImm):
-        return int(expr)
-    sizes = sch.mod["main"].attrs[NOMINAL_SIZES]
-    analyzer = tvm.sym.Analyzer()
-    for v in vars_in(expr):
-        analyzer.bind(v, tirx.const(int(sizes[v.name]), str(v.ty)))
-    return int(analyzer.simplify(expr))
+    return dim_at(expr, {} if isinstance(expr, int | tirx.IntImm) else sch.mod["main"].attrs[NOMINAL_SIZES])
 
 
 def is_static(sch: Schedule, loops) -> bool:
@@ -138,8 +133,8 @@ def _same_symbolic_domain(sch: Schedule, producer, consumer) -> bool:
     ours, theirs = (tuple(iv.dom.extent for iv in sch.get(b).iter_vars) for b in (producer, consumer))
     if all(isinstance(e, tirx.IntImm) for e in (*ours, *theirs)):
         return True
-    spatial = tuple(e for e, iv in zip(ours, sch.get(producer).iter_vars, strict=True) if iv.iter_type != REDUCE_ITER)
-    return len(spatial) == len(theirs) and all(tvm_ffi.structural_equal(a, b) for a, b in zip(spatial, theirs, strict=True))
+    spatial = [e for e, iv in zip(ours, sch.get(producer).iter_vars, strict=True) if iv.iter_type != REDUCE_ITER]
+    return same_dims(spatial, theirs)
 
 
 def write_dtype(sch: Schedule, block) -> str:

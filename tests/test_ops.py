@@ -33,18 +33,24 @@ def test_every_op_has_cases():
     assert sorted(set(OPS) - covered) == []
 
 
-def _build(case: Case, arrays: list[np.ndarray]):
+def emit(case: Case, arrays: list[np.ndarray], dims=lambda a: a.shape):
+    """A builder holding the case's op over its arrays (inputs of `dims(array)`, or constants), its outputs and
+    feeds."""
     b = cinn.NetBuilder(case.op)
     values, feeds = [], {}
     for i, a in enumerate(arrays):
         if i in case.constant_inputs:
             values.append(b.create_constant(a, f"c{i}"))
         else:
-            values.append(b.create_input(str(a.dtype), a.shape, f"in{i}"))
+            values.append(b.create_input(str(a.dtype), dims(a), f"in{i}"))
             feeds[f"in{i}"] = a
     args = [values] if OPS[case.op].num_inputs is None else values
     outs = getattr(b, case.op)(*args, **case.attrs)
-    outs = list(outs) if isinstance(outs, tuple) else [outs]
+    return b, list(outs) if isinstance(outs, tuple) else [outs], feeds
+
+
+def _build(case: Case, arrays: list[np.ndarray]):
+    b, outs, feeds = emit(case, arrays)
     return b.build(outs), feeds
 
 

@@ -13,11 +13,12 @@ from cinn import build as build_module
 from cinn import dynamic, symbolic_kernels
 from cinn.frontend.zoo import bert_feeds, symbolic_bert_base, symbolic_encoder
 from cinn.ops import OPS
+from cinn.ops.te_util import dim_at
 from cinn.symbolic import SymbolicProgram
 from cinn.target import parse_target
 from tests.test_dynamic import _mlp, _reference, _reshape_by_shape_model, rand
 from tests.test_onnx_import import make_model, ort_run
-from tests.test_ops import CASES
+from tests.test_ops import CASES, emit
 
 
 def _cnn() -> SymbolicProgram:
@@ -203,17 +204,8 @@ def _symbolic_case(case):
     if not fed or fed[0].shape[0] < 2:
         return None
     size = fed[0].shape[0]
-    b = cinn.NetBuilder(case.op)
-    values = []
-    for i, a in enumerate(arrays):
-        if i in case.constant_inputs:
-            values.append(b.create_constant(a, f"c{i}"))
-        else:
-            dims = ("n", *a.shape[1:]) if a.ndim and a.shape[0] == size else a.shape
-            values.append(b.create_input(str(a.dtype), dims, f"in{i}"))
     try:
-        outs = getattr(b, case.op)(*([values] if OPS[case.op].num_inputs is None else values), **case.attrs)
-        outs = list(outs) if isinstance(outs, tuple) else [outs]
+        b, outs, _ = emit(case, arrays, lambda a: ("n", *a.shape[1:]) if a.ndim and a.shape[0] == size else a.shape)
         return b.build_symbolic(outs), size
     except (ValueError, TypeError):  # e.g. a reshape to a fixed shape, a slice of the leading dim
         return None
@@ -241,7 +233,7 @@ def test_every_op_infers_shapes_with_a_symbolic_dim():
             except ValueError:  # the op refuses this size (a window larger than the input)
                 continue
             for v in static.outputs:
-                got = tuple(symbolic_kernels.dim_at(d, {"n": k}) for d in dims[v.name])
+                got = tuple(dim_at(d, {"n": k}) for d in dims[v.name])
                 assert got == v.shape, f"{op} at n={k}: fitted {dims[v.name]} -> {got}, inferred {v.shape}"
         checked.append(op)
     # 104 of 109 today; the others: arange (no input), broadcast_to and winograd_output (attrs fix the shape), ceil

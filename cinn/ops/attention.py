@@ -23,7 +23,7 @@ from tvm import te, tirx, topi
 from cinn.ir import Attrs, SymbolicType, TensorType
 from cinn.ops.common import broadcast_shapes, keep_nan, same_dims, same_dtype
 from cinn.ops.registry import DtypeClass, OpDef, PatternKind, register
-from cinn.ops.te_util import broadcast_index, const, dims
+from cinn.ops.te_util import broadcast_index, const, dims, leading_rows, whole_tiles
 
 
 @dataclass(frozen=True)
@@ -91,16 +91,12 @@ def _compute(tensors, a: AttentionAttrs, out_types: Sequence[TensorType]):
     s = attention_shape([SymbolicType(dims(t), str(t.dtype)) for t in tensors], a)
     n, dtype, d, dv = len(s.batch), q.dtype, s.dim, s.value_dim
     rd, rt = te.reduce_axis((0, d), name="d"), te.reduce_axis((0, s.keys), name="t")
-    # a symbolic kernel's query rows are computed in whole blocks of QUERY_PAD, the last reading the last row again
-    # (then dropped): a guarded last block would make TVM size its buffers wrongly (a negative allocation)
+    # a symbolic kernel's query rows in whole blocks of QUERY_PAD (see whole_tiles)
     padded = not isinstance(s.queries, int)
-    queries = (s.queries + QUERY_PAD - 1) // QUERY_PAD * QUERY_PAD if padded else s.queries
-
-    def row(i):
-        return tirx.min(i, s.queries - 1) if padded else i
+    queries, query = whole_tiles(s.queries, QUERY_PAD) if padded else (s.queries, lambda i: i)
 
     # per head: q^T [d, queries]; scores, logits and exponentials [keys, queries]; max, sum [queries]
-    qt = te.compute((*s.batch, s.heads, d, queries), lambda *i: q(*i[:n], row(i[n + 2]), i[n] * d + i[n + 1]),
+    qt = te.compute((*s.batch, s.heads, d, queries), lambda *i: q(*i[:n], query(i[n + 2]), i[n] * d + i[n + 1]),
                     name="attention_qt")
     scores = te.compute(
         (*s.batch, s.heads, s.keys, queries),
@@ -110,7 +106,7 @@ def _compute(tensors, a: AttentionAttrs, out_types: Sequence[TensorType]):
 
     def logit(*i):  # i: [..., heads, keys, queries]; the bias is indexed as [..., heads, queries, keys]
         value = scores(*i) if a.scale == 1.0 else scores(*i) * const(a.scale, dtype)
-        return value + bias(*broadcast_index(bias, [*i[:-2], row(i[-1]), i[-2]]))
+        return value + bias(*broadcast_index(bias, [*i[:-2], query(i[-1]), i[-2]]))
 
     logits = te.compute(scores.shape, logit, name="attention_logits")
     top = te.compute((*s.batch, s.heads, queries), lambda *i: te.max(logits(*i[:-1], rt, i[-1]), axis=rt),
@@ -138,7 +134,7 @@ def _compute(tensors, a: AttentionAttrs, out_types: Sequence[TensorType]):
     if not padded:
         return [te.compute(out_types[0].shape, merge, name="attention")]
     merged = te.compute((*s.batch, queries, s.heads * dv), merge, name="attention")
-    return [te.compute(out_types[0].shape, lambda *i: merged(*i), name="attention_rows")]  # noqa: PLW0108
+    return [leading_rows(merged, out_types[0].shape, "attention_rows")]
 
 
 def _reference(arrays: Sequence[np.ndarray], a: AttentionAttrs) -> list[np.ndarray]:

@@ -21,7 +21,7 @@ from cinn.ops.common import broadcast_shapes, coerce_enum, normalize_axes, norma
 from cinn.ops.registry import DtypeClass as D
 from cinn.ops.registry import OpDef, register
 from cinn.ops.registry import PatternKind as K
-from cinn.ops.te_util import cast, const, dims, dtype_of, lowest
+from cinn.ops.te_util import cast, const, dims, dtype_of, leading_rows, lowest, whole_tiles
 
 
 class PoolType(enum.StrEnum):
@@ -196,16 +196,14 @@ def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
     s = _matmul_shape(xs, ys, a)
     dtype = out_types[0].dtype
     k = te.reduce_axis((0, s.k), name="k")
-    # a symbolic kernel's rows are computed in whole tiles (SymbolicType.tile_rows), the last tile reading the last
-    # row again (then dropped): a guarded tail tile would make TVM size its accumulator wrongly (a negative allocation)
-    pad = getattr(out_types[0], "tile_rows", 1)
-    padded = not isinstance(s.m, int) and not s.x_vec and not a.x_panel and pad > 1
-    rows = (s.m + pad - 1) // pad * pad if padded else s.m
+    # a symbolic kernel's rows in whole tiles of SymbolicType.tile_rows (see whole_tiles)
+    tile = getattr(out_types[0], "tile_rows", 1)
+    padded = not isinstance(s.m, int) and not s.x_vec and not a.x_panel and tile > 1
+    rows, row = whole_tiles(s.m, tile) if padded else (s.m, lambda i: i)
 
     def body(*idx):
         b, rest = idx[: len(s.batch)], list(idx[len(s.batch) :])
-        m = None if s.x_vec else rest.pop(0)
-        m = tirx.min(m, s.m - 1) if padded else m
+        m = None if s.x_vec else row(rest.pop(0))
         n = None if s.y_vec else rest.pop(0)
         # x is [.., m, k], y is [.., k, n]; the transposed operand is indexed directly (no transpose stage)
         yi = [n // a.y_panel, k, n % a.y_panel] if a.y_panel else _operand_index(ys, b, k, n, a.trans_y)
@@ -217,7 +215,7 @@ def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
     if not padded:
         return [te.compute(s.out, body, name="matmul")]
     tiles = te.compute((*s.batch, rows, *s.out[len(s.batch) + 1 :]), body, name="matmul")
-    return [te.compute(s.out, lambda *i: tiles(*i), name="matmul_rows")]  # noqa: PLW0108 (te reads the arity)
+    return [leading_rows(tiles, s.out, "matmul_rows")]
 
 
 def panel(y: np.ndarray, width: int) -> np.ndarray:

@@ -1,10 +1,11 @@
 """TE helpers shared by op computes."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import tvm
 from tvm import te
+from tvm.tirx.analysis import undefined_vars
 
 from cinn.ir import TensorType
 
@@ -12,6 +13,28 @@ from cinn.ir import TensorType
 def dims(t: te.Tensor) -> tuple:
     """A tensor's shape: Python ints for static dims, TIR expressions for symbolic ones (a symbolic kernel's)."""
     return tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in t.shape)
+
+
+def dim_at(dim, sizes: Mapping[str, int]) -> int:
+    """A dim (an int, or a TIR expression of symbols) at sizes of the symbols, by name."""
+    if isinstance(dim, int | tvm.tirx.IntImm):
+        return int(dim)
+    analyzer = tvm.sym.Analyzer()
+    for var in undefined_vars(dim):
+        analyzer.bind(var, tvm.tirx.const(int(sizes[var.name]), str(var.ty)))
+    return int(analyzer.simplify(dim))
+
+
+def whole_tiles(extent, tile: int) -> tuple:
+    """A symbolic kernel's rows computed in whole tiles: the extent rounded up to them, and the row index read at
+    each (the last row again past the extent, then dropped by leading_rows). A guarded last tile would make TVM 0.27
+    size the tile's buffers wrongly (a negative allocation)."""
+    return (extent + tile - 1) // tile * tile, lambda i: tvm.tirx.min(i, extent - 1)
+
+
+def leading_rows(padded: te.Tensor, shape: Sequence, name: str) -> te.Tensor:
+    """The rows there are of a tensor computed in whole tiles (see whole_tiles)."""
+    return te.compute(shape, lambda *i: padded(*i), name=name)  # noqa: PLW0108 (te reads the lambda's arity)
 
 
 def broadcast_index(t: te.Tensor, out_idx: Sequence) -> list:
