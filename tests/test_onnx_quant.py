@@ -1,4 +1,9 @@
-"""Quantized ONNX models (onnxruntime's quantization tools on random calibration data) against onnxruntime."""
+"""Quantized ONNX models (onnxruntime's quantization tools on random calibration data) against ONNX's reference
+evaluator (exact integer arithmetic) where it runs the model, else against onnxruntime.
+
+onnxruntime is no exact oracle everywhere: without VNNI (AVX2, AVX-512 without it) its u8 x s8 kernels add pairs of
+products in saturating int16 (vpmaddubsw), so its outputs drift from the exact ones (on a znver3 host, 0.16-0.42 off
+the reference on the encoder MLP, where cinn's were 0 to 2.4e-7 off)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,12 +12,17 @@ import pytest
 onnx = pytest.importorskip("onnx")
 quantization = pytest.importorskip("onnxruntime.quantization")
 from onnx import TensorProto, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import cinn  # noqa: E402
+from cinn.target import parse_target  # noqa: E402
 from tests.test_onnx_import import make_model, ort_run  # noqa: E402
 
 RNG = np.random.default_rng(11)
 F32 = TensorProto.FLOAT
+# where onnxruntime's u8 x s8 products are exact (see the module's docstring)
+EXACT_ORT = pytest.mark.xfail(not parse_target("llvm").has_vnni, strict=False,
+                              reason="onnxruntime's u8 x s8 kernels saturate int16 pair sums without VNNI")
 
 
 def _w(*shape, scale=0.3):
@@ -59,10 +69,18 @@ def _quantized(model: onnx.ModelProto, fmt, tmp_path, dynamic: bool = False) -> 
     return onnx.load(dst)
 
 
+def _expected(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
+    """The model's output from ONNX's reference evaluator (its quantize ops at opset 21, the versions it has), else,
+    for onnxruntime's com.microsoft ops (QOperator), from onnxruntime."""
+    if all(n.domain in ("", "ai.onnx") for n in model.graph.node):
+        return ReferenceEvaluator(onnx.version_converter.convert_version(model, 21)).run(None, feeds)[0]
+    return ort_run(model, feeds)[0]
+
+
 def _assert_close_to_ort(model: onnx.ModelProto, x: np.ndarray, cache, target: str = "llvm") -> None:
-    """Within one quantization step of onnxruntime (the largest output step of the model's quantize nodes)."""
+    """Within one quantization step of the expected output (the largest output step of the model's quantize nodes)."""
     (got,) = cinn.compile(cinn.load_onnx(model), target=target, cache_dir=cache).run({"x": x})
-    (want,) = ort_run(model, {"x": x})
+    want = _expected(model, {"x": x})
     step = max((float(onnx.numpy_helper.to_array(t).max()) for t in model.graph.initializer
                 if t.name.endswith("_scale")), default=1e-3)
     assert got.shape == want.shape and got.dtype == want.dtype
@@ -78,7 +96,7 @@ def test_quantized_cnn_matches_onnxruntime(fmt, tmp_path, tmp_cache):
     _assert_close_to_ort(model, RNG.standard_normal((1, 3, 16, 16)).astype(np.float32), tmp_cache)
 
 
-@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+@pytest.mark.parametrize("fmt", ["QDQ", pytest.param("QOperator", marks=EXACT_ORT)])
 def test_quantized_encoder_mlp_matches_onnxruntime(fmt, tmp_path, tmp_cache):
     model = _quantized(_encoder_mlp(), getattr(quantization.QuantFormat, fmt), tmp_path)
     _assert_close_to_ort(model, RNG.standard_normal((1, 8, 32)).astype(np.float32), tmp_cache)
@@ -89,8 +107,7 @@ def test_dynamically_quantized_mlp_matches_onnxruntime(tmp_path, tmp_cache):
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= {n.op_type for n in model.graph.node}
     x = RNG.standard_normal((1, 8, 32)).astype(np.float32)
     (got,) = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache).run({"x": x})
-    (want,) = ort_run(model, {"x": x})
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, _expected(model, {"x": x}), rtol=1e-4, atol=1e-4)
 
 
 def test_block_quantization_and_its_errors(tmp_cache):

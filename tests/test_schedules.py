@@ -18,6 +18,7 @@ from cinn.schedules.analysis import extents, single_reduction  # noqa: E402
 from cinn.target import parse_target  # noqa: E402
 
 TARGET = parse_target("llvm")
+LANES = TARGET.vector_bits // 32  # float32 lanes of the host's vectors: AVX-512 16, AVX2 8
 RNG = np.random.default_rng(0)
 
 
@@ -116,21 +117,25 @@ def test_conv_epilogue(c, o, hw, stride, groups, channels_vectorized):
     assert cpu_matmul.applicable(schedule_of([x, w, scale, shift, z]))
     sch = check([x, w, scale, shift], [z], K.OUT_FUSIBLE, ref)
     # output rows that are not a whole number of vectors: vectorized over output channels, accumulated channels-last
+    # (a depthwise conv's rows of 10 too where its 8 channels are whole vectors: AVX2's 8 lanes, not AVX-512's 16)
     ow = (hw + 2 - 3) // stride + 1
+    channels_vectorized = channels_vectorized or (groups == c and c % LANES == 0)
     assert (f"T.sblock_alloc_buffer((1, {ow}, {ow}, {o}))" in sch.mod.script()) == channels_vectorized
-    # the padding is computed per parallel tile, into a buffer of the tile's input alone
-    assert sch.get(sch.get_loops(sch.get_sblock("pad_temp"))[0]).kind == tvm.tirx.ForKind.PARALLEL
+    # the padding is computed per parallel tile, into a buffer of the tile's input alone (a depthwise conv over
+    # channels pads within its per-tile copy of the input)
+    if not (groups > 1 and channels_vectorized):
+        assert sch.get(sch.get_loops(sch.get_sblock("pad_temp"))[0]).kind == tvm.tirx.ForKind.PARALLEL
 
 
 def test_conv_with_parallel_row_tiles_packs_its_weights_once():
-    # 16 output channels are one channel tile (AVX2 or AVX-512), so the row tiles run in parallel and there is no
-    # serial loop to pack a weight panel at: the weights are transposed once, before the parallel loop, and the
-    # inner loop reads contiguous weight vectors instead of gathering them with a stride of c*kh*kw
+    # one vector of output channels is one channel tile, so the row tiles run in parallel and there is no serial
+    # loop to pack a weight panel at: the weights are transposed once, before the parallel loop, and the inner loop
+    # reads contiguous weight vectors instead of gathering them with a stride of c*kh*kw
     x = te.placeholder((1, 8, 14, 14), name="x")
-    w = te.placeholder((16, 8, 3, 3), name="w")
+    w = te.placeholder((LANES, 8, 3, 3), name="w")
     sch = check([x, w], [topi.nn.conv2d_nchw(x, w, 1, 1, 1)], K.OUT_FUSIBLE, lambda xa, wa: [conv_ref(xa, wa, 1, 1, 1)])
     (panel,) = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if sch.get(b).name_hint == "w_global"]
-    assert [tuple(int(d) for d in r.source.shape) for r in sch.get(panel).writes] == [(8, 3, 3, 16)]
+    assert [tuple(int(d) for d in r.source.shape) for r in sch.get(panel).writes] == [(8, 3, 3, LANES)]
     update = sch.get_sblock("conv2d_nchw_update")
     assert not sch.get(sch.get_loops(panel)[0]).same_as(sch.get(sch.get_loops(update)[0]))  # before the tile loop
     assert "w" not in [r.source.name for r in sch.get(update).reads]
@@ -319,9 +324,12 @@ def test_transposing_copies_run_in_tiles(dtype):
     assert loops[0].kind == tvm.tirx.ForKind.PARALLEL and int(loops[0].extent) == 10 * 3 * (32 // lanes)
 
 
-@pytest.mark.parametrize(("width", "lanes"), [(37, 37), (111, 37), (13, 13), (67, 16)])
+@pytest.mark.parametrize(("width", "lanes"), [(37, {16: 37, 8: 8}), (111, {16: 37, 8: 8}), (13, {16: 13, 8: 13}),
+                                              (67, {16: 16, 8: 8})])
 def test_transposes_of_odd_widths_take_a_divisor_or_a_partial_tile(width, lanes):
-    """111 columns: tiles of 37 (a 64x111x111 copy 0.24 -> 0.08 ms); 67 (prime): tiles of 16, the last partial."""
+    """111 columns: tiles of 37 (a 64x111x111 copy 0.24 -> 0.08 ms) where that is at most 4 vectors (AVX-512);
+    67 (prime): tiles of one vector, the last partial."""
+    lanes = lanes[LANES]
     x = te.placeholder((1, 3, width, 24), name="x")
     y = topi.transpose(x, [0, 3, 1, 2])
     sch = check([x], [y], K.INJECTIVE, lambda xa: [xa.transpose(0, 3, 1, 2)])
@@ -422,14 +430,15 @@ def test_strided_depthwise_input_is_deinterleaved(hw, pad):
     # a 3x3/2 depthwise conv vectorized over output columns reads its padded input phase by phase ([..., w % 2,
     # w // 2]): contiguous vector loads; the copy's columns between the padded ones are a loop of their own, where
     # the lowering drops the bounds test
-    x = te.placeholder((1, 8, hw, hw), name="x")
-    w = te.placeholder((8, 1, 3, 3), name="w")
-    y = topi.nn.group_conv2d_nchw(x, w, 2, pad, 1, 8)
-    sch = check([x, w], [y], K.OUT_FUSIBLE, lambda xa, wa: [conv_ref(xa, wa, 2, pad, 8)])
+    # (4 channels, whole vectors on no host: 8 would be AVX2's, whose narrow rows then vectorize over channels)
+    x = te.placeholder((1, 4, hw, hw), name="x")
+    w = te.placeholder((4, 1, 3, 3), name="w")
+    y = topi.nn.group_conv2d_nchw(x, w, 2, pad, 1, 4)
+    sch = check([x, w], [y], K.OUT_FUSIBLE, lambda xa, wa: [conv_ref(xa, wa, 2, pad, 4)])
     script = sch.mod.script()
     padded = hw + 2 * pad
     phased = padded % 2 == 0  # an odd padded width (topi's pad here) is not split in phases
-    assert (f"T.sblock_alloc_buffer((1, 8, {padded}, 2, {padded // 2}))" in script) == phased
+    assert (f"T.sblock_alloc_buffer((1, 4, {padded}, 2, {padded // 2}))" in script) == phased
     assert ('_ax21_partition")' in script) == phased  # first, middle and last columns
 
 
