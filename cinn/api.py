@@ -12,10 +12,10 @@ from typing import overload
 import tvm
 from tvm.s_tir import Schedule, Trace
 
-from cinn import symbolic_kernels
+from cinn import compiled_cache, symbolic_kernels
 from cinn.autotune.algorithms import winograd_choices
 from cinn.autotune.database import Record, fastest_traces, read_records
-from cinn.build import BuiltKernel, KernelSpec, build_all, default_cache_dir, workload_key
+from cinn.build import BuiltKernel, KernelSpec, build_all, default_cache_dir, load_cached, workload_key
 from cinn.dynamic import DynamicExecutable
 from cinn.ir import Program
 from cinn.lower import LoweredGroup, lower_program
@@ -98,11 +98,44 @@ class _Options:
 
 
 def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> Executable:
-    """Compile a static program; its constants go to the pool when one is given."""
+    """Compile a static program (or take it from the compile cache); its constants go to the pool when one is
+    given."""
     tgt = parse_target(o.target)
     # CUDA kernels may load vectors that an offset into another value's buffer would misalign: their concats copy
     in_place = o.fuse and not tgt.is_cuda
     records = _tuning_records(o.tuning_log)  # read once: its conv algorithms and its kernels' schedules
+    entry = compiled_cache.entry_path(_cache_dir(o), program, (repr(tgt), o.fuse, o.passes, records))
+    hit = _from_cache(compiled_cache.load(entry), tgt)
+    if hit is not None:
+        program, kernels = hit
+    else:
+        program, kernels, libraries = _compile_kernels(program, o, tgt, in_place, records)
+        compiled_cache.store(entry, compiled_cache.CachedCompile(program, tuple(
+            compiled_cache.CachedKernel(k.name, lib, k.params, k.flops, k.workload)
+            for k, lib in zip(kernels, libraries, strict=True))))
+    device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
+    views = find_views(program) if in_place else {}
+    return Executable(program, kernels, device, threads=None if tgt.is_cuda else tgt.num_cores, views=views,
+                      constants=constants)
+
+
+def _from_cache(cached: compiled_cache.CachedCompile | None, tgt: Target) -> tuple[Program, list[Kernel]] | None:
+    """A cached compile's program and kernels; None without one, or when a kernel library cannot be loaded."""
+    if cached is None:
+        return None
+    kernels = []
+    for k in cached.kernels:
+        built = load_cached(k.library, tgt)
+        if built is None:
+            return None
+        kernels.append(Kernel(k.name, _entry(built.module), built.module, k.params, built.source, k.flops, k.workload))
+    return cached.program, kernels
+
+
+def _compile_kernels(program: Program, o: _Options, tgt: Target, in_place: bool, records: Sequence[Record]
+                     ) -> tuple[Program, list[Kernel], list[str]]:
+    """Optimize, fuse, lower and build a static program: the optimized program, its kernels and their libraries'
+    paths."""
     program, lowered = lower_program(program, o.fuse, o.passes, in_place, tgt, winograd_choices(records, tgt))
     traces = fastest_traces(records, tgt)
     specs = []
@@ -112,10 +145,7 @@ def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> E
     modules = _build(specs, tgt, o)
     kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source, lg.group.flops, s.workload)
                for lg, b, s in zip(lowered, modules, specs, strict=True)]
-    device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
-    views = find_views(program) if in_place else {}
-    return Executable(program, kernels, device, threads=None if tgt.is_cuda else tgt.num_cores, views=views,
-                      constants=constants)
+    return program, kernels, [b.path for b in modules]
 
 
 def _symbolic_kernels(program: SymbolicProgram, o: _Options, pool: ConstantPool,
@@ -148,10 +178,14 @@ def _symbolic_kernels(program: SymbolicProgram, o: _Options, pool: ConstantPool,
     return executable
 
 
+def _cache_dir(o: _Options) -> pathlib.Path:
+    return pathlib.Path(o.cache_dir) if o.cache_dir is not None else default_cache_dir()
+
+
 def _build(specs: Sequence[KernelSpec], tgt: Target, o: _Options) -> list[BuiltKernel]:
     """Build (or load from the cache) the kernels of specs, as compile's options say."""
-    cache = pathlib.Path(o.cache_dir) if o.cache_dir is not None else default_cache_dir()
-    return build_all(specs, tgt, cache, o.workers if o.workers is not None else (os.cpu_count() or 1), o.progress)
+    return build_all(specs, tgt, _cache_dir(o), o.workers if o.workers is not None else (os.cpu_count() or 1),
+                     o.progress)
 
 
 def _entry(module):

@@ -43,10 +43,11 @@ class KernelSpec:
 
 @dataclass(frozen=True)
 class BuiltKernel:
-    """A loaded kernel library and its source text."""
+    """A loaded kernel library, its source text and its path in the cache."""
 
     module: object  # tvm.runtime.Module; None for CUDA kernels where no GPU can load them
     source: str
+    path: str
 
 
 def workload_key(func) -> str:
@@ -224,7 +225,7 @@ def _build_all(specs: Sequence[KernelSpec], target: Target, cache_dir: pathlib.P
     modules: dict[KernelSpec, BuiltKernel] = {}
     missing = []
     for spec, path in paths.items():
-        mod = _load_cached(path, target)
+        mod = load_cached(path, target)
         if mod is None:
             missing.append(spec)
         else:
@@ -241,7 +242,8 @@ def _build_all(specs: Sequence[KernelSpec], target: Target, cache_dir: pathlib.P
 def _read(path: str, target: Target) -> BuiltKernel:
     """Load a kernel library and its source from the cache (CUDA libraries only where a GPU can run them)."""
     loadable = not target.is_cuda or cuda_module.device_present()
-    return BuiltKernel(load_library(path, target) if loadable else None, pathlib.Path(source_path(path)).read_text())
+    return BuiltKernel(load_library(path, target) if loadable else None, pathlib.Path(source_path(path)).read_text(),
+                       path)
 
 
 def load_library(path: str, target: Target) -> tvm.runtime.Module:
@@ -252,7 +254,7 @@ def load_library(path: str, target: Target) -> tvm.runtime.Module:
     return module
 
 
-def _load_cached(path: str, target: Target) -> BuiltKernel | None:
+def load_cached(path: str, target: Target) -> BuiltKernel | None:
     """A cached kernel, or None when absent; a corrupt entry is deleted (and rebuilt by the caller)."""
     files = (path, source_path(path), digest_path(path))
     with _cache_lock(path, exclusive=False):

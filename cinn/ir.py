@@ -175,6 +175,10 @@ class Program:
     def __post_init__(self):
         object.__setattr__(self, "constants", MappingProxyType(dict(self.constants)))
 
+    def __reduce__(self):
+        # pickle cannot take the read-only mapping proxy: the constants travel as a plain dict
+        return Program, (self.name, self.inputs, self.nodes, self.outputs, dict(self.constants))
+
     def replace(self, **changes) -> Program:
         """Return a copy with some fields changed."""
         return dataclasses.replace(self, **changes)

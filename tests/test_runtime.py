@@ -152,7 +152,7 @@ def test_an_entry_rewritten_while_it_is_read_is_never_seen_half_replaced(tmp_pat
         warnings.simplefilter("always")
         writer.start()
         while not stop.is_set():
-            build._load_cached(path, target)
+            build.load_cached(path, target)
         writer.join()
     assert not [w for w in caught if "corrupt cache entry" in str(w.message)]
 
