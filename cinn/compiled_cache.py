@@ -9,6 +9,7 @@ An entry whose libraries have left the kernel cache, or that cannot be read, is 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pathlib
@@ -62,7 +63,7 @@ def load(path: pathlib.Path) -> CachedCompile | None:
     try:
         with open(path, "rb") as f:
             entry = pickle.load(f)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (a cache_dir that is a file: the kernel cache refuses it)
         return None
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError) as err:
         warnings.warn(f"cinn: unreadable compile cache entry {path} ({type(err).__name__}); compiling again",
@@ -74,12 +75,14 @@ def load(path: pathlib.Path) -> CachedCompile | None:
 
 
 def store(path: pathlib.Path, entry: CachedCompile) -> None:
-    """Write an entry atomically (a reader sees the whole file or none); an unwritable cache is passed by."""
-    try:
+    """Write an entry atomically (a reader sees the whole file or none); an unwritable cache is passed by quietly
+    (the kernel cache has warned of it)."""
+    with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(entry, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except OSError as err:
-        warnings.warn(f"cinn: cannot write the compile cache entry {path} ({err})", stacklevel=3)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(entry, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        finally:
+            pathlib.Path(tmp).unlink(missing_ok=True)
