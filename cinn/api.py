@@ -104,15 +104,18 @@ def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> E
     # CUDA kernels may load vectors that an offset into another value's buffer would misalign: their concats copy
     in_place = o.fuse and not tgt.is_cuda
     records = _tuning_records(o.tuning_log)  # read once: its conv algorithms and its kernels' schedules
-    entry = compiled_cache.entry_path(_cache_dir(o), program, (repr(tgt), o.fuse, o.passes, records))
-    hit = _from_cache(compiled_cache.load(entry), tgt)
+    # a per-binding compile (with a pool) is not cached whole: see cinn.compiled_cache
+    entry = compiled_cache.entry_path(_cache_dir(o), program, (repr(tgt), o.fuse, o.passes, records)) \
+        if constants is None else None
+    hit = _from_cache(compiled_cache.load(entry), tgt) if entry is not None else None
     if hit is not None:
         program, kernels = hit
     else:
         program, kernels, libraries = _compile_kernels(program, o, tgt, in_place, records)
-        compiled_cache.store(entry, compiled_cache.CachedCompile(program, tuple(
-            compiled_cache.CachedKernel(k.name, lib, k.params, k.flops, k.workload)
-            for k, lib in zip(kernels, libraries, strict=True))))
+        if entry is not None:
+            compiled_cache.store(entry, compiled_cache.CachedCompile(program, tuple(
+                compiled_cache.CachedKernel(k.name, lib, k.params, k.flops, k.workload)
+                for k, lib in zip(kernels, libraries, strict=True))))
     device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
     views = find_views(program) if in_place else {}
     return Executable(program, kernels, device, threads=None if tgt.is_cuda else tgt.num_cores, views=views,
@@ -179,6 +182,7 @@ def _symbolic_kernels(program: SymbolicProgram, o: _Options, pool: ConstantPool,
 
 
 def _cache_dir(o: _Options) -> pathlib.Path:
+    """The cache directory compile's options name, else the default one."""
     return pathlib.Path(o.cache_dir) if o.cache_dir is not None else default_cache_dir()
 
 

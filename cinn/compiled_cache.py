@@ -5,7 +5,9 @@ optimized the program and lowered every group to find their keys (resnet50: 1.8 
 2-core znver3). This cache keys the whole compile by the input program (its nodes and the bytes of its constants),
 the target, compile's options, the schedule log's records and the compiler's code, and keeps the optimized program
 (its constants in the layouts the kernels read: about the model's size per entry) with its kernels' library paths.
-An entry whose libraries have left the kernel cache, or that cannot be read, is compiled again.
+An entry whose libraries have left the kernel cache, or that cannot be read, is compiled again. Only a compile of
+its own is cached: the per-binding compiles of a symbolic program share one constant pool, and an entry per binding
+would hash and store every weight again.
 """
 from __future__ import annotations
 
@@ -69,9 +71,7 @@ def load(path: pathlib.Path) -> CachedCompile | None:
         warnings.warn(f"cinn: unreadable compile cache entry {path} ({type(err).__name__}); compiling again",
                       stacklevel=3)
         return None
-    if not isinstance(entry, CachedCompile) or not all(os.path.exists(k.library) for k in entry.kernels):
-        return None
-    return entry
+    return entry if isinstance(entry, CachedCompile) else None
 
 
 def store(path: pathlib.Path, entry: CachedCompile) -> None:

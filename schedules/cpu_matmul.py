@@ -619,7 +619,7 @@ def _panel_blocking(sch: Schedule, main, t: Tiling, target: Target) -> tuple[int
     narrower than its weight panel (AVX2's 8-lane tiles over IHWO32 panels): the tiles of one panel run inside each
     chunk of the reduction, so each weight line fetched serves them all while the chunk's panel (3/4 of L1) stays
     hot; (1, 0) where there is no such panel. Each tile had streamed its own quarter of every line from L2 (znver3,
-    one core: 1024->256 1x1 on 14x14 2.6-3.1 -> 1.7-2.3 ms; 256->256 3x3/2 to 14x14 5.7-6.6 -> 4.1-5.0 ms)."""
+    one core: 1024->256 1x1 on 14x14 2.4-3.1 -> 1.8 ms; 256->256 3x3/2 to 14x14 5.7-6.6 -> 4.1-5.0 ms)."""
     block = sch.get(main)
     n = spatial_count(sch, main)
     panel = _panel_width(block, t.col, _reads_using(block, t.col))

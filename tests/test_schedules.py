@@ -15,10 +15,11 @@ from cinn.ops import PatternKind as K  # noqa: E402
 from cinn.ops import get_op, infer  # noqa: E402
 from cinn.schedules import apply_default, cpu_matmul, cpu_reduction  # noqa: E402
 from cinn.schedules.analysis import extents, single_reduction  # noqa: E402
+from cinn.schedules.cpu_common import lanes  # noqa: E402
 from cinn.target import parse_target  # noqa: E402
 
 TARGET = parse_target("llvm")
-LANES = TARGET.vector_bits // 32  # float32 lanes of the host's vectors: AVX-512 16, AVX2 8
+LANES = lanes("float32", TARGET)  # float32 lanes of the host's vectors: AVX-512 16, AVX2 8
 RNG = np.random.default_rng(0)
 
 
