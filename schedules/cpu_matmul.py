@@ -55,6 +55,7 @@ PANEL_CAP = 1024 * 1024
 IMBALANCE = 1.1  # work of the busiest core over the average above which row tiles run in parallel too
 ROW_BLOCK_L2 = 0.25  # the share of L2 a block of parallel row tiles' row operand takes (the panels need the rest)
 TRANSPOSED_SHARE = 0.25  # a channel-vectorized 1x1 conv's output per tile, of L2, beyond which rows run in parallel
+MIN_CHUNK = 256  # reduction steps per chunk run outside the tiles: shorter ones spend more on the accumulators' trips
 CHANNEL_VECTORS = 2  # weight vectors of a conv tile over output channels (4 x 3 or 4 x 6: 1.2-2x slower than 2 x 7)
 
 
@@ -433,7 +434,8 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     _vector_axis_last(sch, main, tiling)
     reverse_inline_all(sch, write_back)
     others = {b.name_hint for b in map(sch.get, blocks(sch))} - {sch.get(write_back).name_hint}
-    par, row_outer, loops = _tile(sch, main, tiling, target, knobs)
+    outside = _reduce_outside(sch, knobs, main, tiling, target)
+    par, row_outer, loops = _tile(sch, main, tiling, target, knobs, outside)
     pack_outer = tiling.pack is not None and (row_outer is not None or tiling.per_tile)
     if pack_outer:
         _pack(sch, main, tiling, par)
@@ -443,19 +445,26 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     stages = [b for b in blocks(sch) if sch.get(b).name_hint in others and not is_reduction(sch, b)]
     # a symbolic kernel's row tiles may run inside its parallel loop (see _static_parallel): the write-back goes there
     inside = pack_outer or NOMINAL_SIZES in sch.mod["main"].attrs
-    sch.reverse_compute_at(write_back, row_outer if inside and row_outer is not None else par)
+    if not outside:  # else the write-back follows the last chunk, a pass of its own
+        sch.reverse_compute_at(write_back, row_outer if inside and row_outer is not None else par)
     stages = _producer_at_tile(sch, knobs, main if tiling.col == spatial_count(sch, main) - 1 else None, par, stages,
                                producers)
     sch.parallel(par)
     unroll(sch, knobs, par, TILED_UNROLL_STEPS)
-    _vectorize_write_back(sch, write_back, tiling)
+    if outside:
+        injective(sch, write_back, target)
+    else:
+        _vectorize_write_back(sch, write_back, tiling)
     *reduce_loops, inner_row2, inner_row, inner_col = loops
     for inner in (inner_row2, inner_row):
         if inner is not None:
             sch.unroll(inner)
     vectorize_registers(sch, inner_col, tiling.cols, lanes(write_dtype(sch, main), target))
     init = sch.decompose_reduction(main, reduce_loops[0])
-    vectorize_innermost(sch, init)
+    if outside:
+        injective(sch, init, target)
+    else:
+        vectorize_innermost(sch, init)
     for stage in stages:  # producers (padding) and epilogues TVM would not inline
         injective(sch, stage, target)
 
@@ -489,10 +498,11 @@ def _producer_at_tile(sch: Schedule, knobs: Knobs, columns, par, stages: list, p
     return [b for b in stages if b not in mine]
 
 
-def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):
+def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs, outside: int):
     """Split the axes SSRSRS-style and order the loops: parallel (other spatial, vector tiles), row tiles, outer
     reduce, middle row and vector tiles, inner reduce, second-row, row and vector tiles. Row tiles join the parallel
-    loop when there are too few vector tiles. The defaults leave the middle tiles and the outer reduce at extent 1."""
+    loop when there are too few vector tiles. The defaults leave the middle tiles and the outer reduce at extent 1,
+    but for a reduction chunked `outside` (its chunk, else 0): the outer reduce then runs around all the tiles."""
     loops = sch.get_loops(main)
     n = spatial_count(sch, main)
     col_outer, col_inner = sch.split(loops[t.col], [None, t.cols])
@@ -507,14 +517,14 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):
         row2_outer, row2_inner = sch.split(loops[t.row2], [None, t.rows2])
     # the reduction stays whole inside unless chunked
     reduce_outer, reduce_inner = _split2(sch, knobs, Knob.REDUCE_SPLIT, loops[n],
-                                         chunk or size(sch, sch.get(loops[n]).extent))
+                                         chunk or outside or size(sch, sch.get(loops[n]).extent))
     outer = [{t.col: col_outer, t.row2: row2_outer}.get(i, loops[i]) for i in range(n) if i != t.row]
     # vectorized over channels, the spatial axes after them stay serial, so a channel tile's panel is packed once
     cut = outer.index(col_outer) + 1 if t.col != n - 1 else len(outer)
     outer, serial = outer[:cut], outer[cut:] + ([row_outer] if row_outer is not None else [])
     if t.col != n - 1 and row2_outer is not None and _tile_output_spills(sch, main, prod(extents(sch, outer)), target):
         outer, serial = [*outer[:-1], row2_outer], [col_outer, *(lp for lp in serial if lp != row2_outer)]
-    rows_parallel = _rows_in_parallel(sch, main, t.col, prod(extents(sch, outer)), target)
+    rows_parallel = _rows_in_parallel(sch, main, t.col, prod(extents(sch, outer)), target, chunked=bool(outside))
     if serial and knobs.choose(sch, Knob.PARALLEL_ROWS, [0, 1], int(rows_parallel)):
         block = _row_block(sch, knobs, main, t, row_outer, target) if serial == [row_outer] else 0
         if block:
@@ -525,7 +535,9 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs):
     outer, serial = _static_parallel(sch, outer, serial)
     middle = [lp for lp in (row_mid, col_mid) if lp is not None]
     inner = [lp for lp in (row2_inner, row_inner, col_inner) if lp is not None]
-    sch.reorder(*outer, *serial, reduce_outer, *middle, reduce_inner, *loops[n + 1 :], *inner)
+    tiles = [*outer, *serial]
+    sch.reorder(*([reduce_outer, *tiles] if outside else [*tiles, reduce_outer]), *middle, reduce_inner,
+                *loops[n + 1 :], *inner)
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     tiled = [reduce_outer, reduce_inner, *loops[n + 1 :], row2_inner, row_inner, col_inner]
     return par, (serial[-1] if serial else None), tiled
@@ -543,7 +555,7 @@ def _output_share(sch: Schedule, main, tiles: int) -> int:
     return _bytes(sch, sch.get(main).writes[0].source) // max(1, tiles)
 
 
-def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target) -> bool:
+def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target, chunked: bool) -> bool:
     """Whether row tiles should join the parallel loop rather than run serially inside each vector tile: when the
     vector tiles leave the cores unbalanced beyond IMBALANCE (3 channel tiles on 2 cores: 16->96 1x1 on 112x112 0.33
     -> 0.20 ms; 125 tiles of 512->1000 1x1 on 13x13 stay serial, 1.01 against 1.83 ms), or when a reduction without
@@ -555,6 +567,8 @@ def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target)
     ms)."""
     if -(-tiles // target.num_cores) * target.num_cores > IMBALANCE * tiles:
         return True
+    if chunked:  # the reduction runs in chunks outside the tiles (_reduce_outside): a chunk of the rows fits L2
+        return False
     block = sch.get(main)
     n = spatial_count(sch, main)
     if any(size(sch, iv.dom.extent) > 1 for iv in block.iter_vars[n + 1 :]):
@@ -573,6 +587,26 @@ def _static_parallel(sch: Schedule, outer: list, serial: list) -> tuple[list, li
         return outer, serial
     static = [lp for lp in outer if lp not in symbolic]
     return (static, symbolic + serial) if static else (symbolic[:1], symbolic[1:] + serial)
+
+
+def _reduce_outside(sch: Schedule, knobs: Knobs, main, t: Tiling, target: Target) -> int:
+    """The reduction chunk of a matmul whose row operand outgrows L2, run outside the parallel tiles, 0 for none:
+    each chunk is then a matmul whose rows stay in L2 while every core sweeps its columns, the accumulators kept in the
+    output between chunks. BERT-base's FFN-down ([128, 3072] x [3072, 768], a 1.5 MB row operand) had each vector
+    tile stream the rows from L3, or each block of row tiles every panel."""
+    block = sch.get(main)
+    n = spatial_count(sch, main)
+    rows = _row_operands(block, t.col)
+    if (t.col != n - 1 or t.pack is not None or len(rows) != 1 or sch.get_producers(main)
+            or any(size(sch, iv.dom.extent) > 1 for iv in block.iter_vars[n + 1 :])
+            or not is_static(sch, sch.get_loops(main))):
+        return 0
+    reduced = size(sch, block.iter_vars[n].dom.extent)
+    per_step = _bytes(sch, rows[0]) // reduced
+    fits = [d for d in divisors(reduced) if MIN_CHUNK <= d < reduced and d * per_step <= target.l2_bytes * 3 // 4]
+    if _bytes(sch, rows[0]) <= target.l2_bytes or not fits:
+        return 0
+    return max(fits) if knobs.choose(sch, Knob.REDUCE_OUTSIDE, [0, 1], 1) else 0
 
 
 def _row_block(sch: Schedule, knobs: Knobs, main, t: Tiling, row_outer, target: Target) -> int:
