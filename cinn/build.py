@@ -22,10 +22,10 @@ from tvm.support.popen_pool import PopenPoolExecutor
 from cinn import cuda_module, schedules, thread_pool
 from cinn.ops import PatternKind
 from cinn.schedules import apply_default
-from cinn.schedules.analysis import NOMINAL_SIZES, PLAIN_SCHEDULE
+from cinn.schedules.analysis import NOMINAL_SIZES, PLAIN_SCHEDULE, blocks
 from cinn.schedules.cpu_common import parallel_outer
 from cinn.schedules.cuda_common import unbound_blocks
-from cinn.target import Target
+from cinn.target import NO_PARTIAL_UNROLL, Target
 from cinn.utils import digest_path, file_digest
 
 
@@ -108,9 +108,14 @@ def _scheduled(mod: tvm.IRModule, spec: KernelSpec, target: Target) -> tuple[Sch
 
 
 def _compiled(sch: Schedule, target: Target):
-    tvm_target = target.tvm()
+    tvm_target = target.tvm(partial_unroll=not _annotated(sch, NO_PARTIAL_UNROLL))
     with tvm_target:  # CUDA compilation reads the architecture from the current target
         return tvm.compile(sch.mod, target=tvm_target)
+
+
+def _annotated(sch: Schedule, key: str) -> bool:
+    """Whether a block of the schedule carries the annotation `key`."""
+    return any(key in sch.get(b).annotations for b in blocks(sch))
 
 
 def _store(path: str, source: str, export: Callable[[str], object]) -> None:

@@ -37,6 +37,12 @@ KNOWN_CACHES: dict[str, CacheSizes] = {
 }
 
 
+# a reduction block annotated so is compiled without LLVM's partial unrolling of its loops: on AMD's Zen models it
+# unrolls a register tile's reduction step twice, and the broadcasts of both steps, hoisted together, spill the
+# accumulators of a tile of one vector by 9 or more rows (AVX2 znver3: squeezenet's 512->1000 1x1 on 13x13, 8 x 13,
+# 5.6 -> 2.8-3.8 ms on one core; tiles of 7 rows ran 15-25% faster unrolled)
+NO_PARTIAL_UNROLL = "cinn_no_partial_unroll"
+
 # CPUs (LLVM's names) whose cores complete two full 512-bit FMAs per cycle; other AVX-512 cores split them into 256-bit
 # halves (znver4) or have one 512-bit FMA port (client cores), the FMA throughput of two 256-bit units
 FULL_WIDTH_AVX512 = frozenset({"znver5", "skylake-avx512", "cascadelake", "cooperlake", "icelake-server",
@@ -87,11 +93,14 @@ class Target:
     def l2_bytes(self) -> int:
         return self.caches.l2
 
-    def tvm(self):
-        """The tvm.target.Target for this target."""
+    def tvm(self, partial_unroll: bool = True):
+        """The tvm.target.Target for this target; without `partial_unroll`, LLVM schedules with a model that does not
+        unroll small loops (see NO_PARTIAL_UNROLL)."""
         if self.is_cuda:
             return tvm.target.Target({"kind": "cuda", "arch": self.arch}, host=_llvm_dict(host_cpu(), os.cpu_count() or 1))
-        return tvm.target.Target(_llvm_dict(self.mcpu, self.num_cores))
+        if partial_unroll:
+            return tvm.target.Target(_llvm_dict(self.mcpu, self.num_cores))
+        return tvm.target.Target(_unrolling_off(self.mcpu, self.num_cores))
 
     def __str__(self) -> str:
         return f"cuda -arch={self.arch}" if self.is_cuda else f"llvm -mcpu={self.mcpu} -num-cores={self.num_cores}"
@@ -99,6 +108,14 @@ class Target:
 
 def _llvm_dict(mcpu: str, cores: int) -> dict:
     return {"kind": "llvm", "mcpu": mcpu, "num-cores": cores}
+
+
+def _unrolling_off(mcpu: str, cores: int) -> dict:
+    """The CPU's features under an Intel core's scheduling model: LLVM partially unrolls small loops up to a CPU's
+    loop buffer, 512 micro-ops on AMD's Zen models and 50 on Intel's, which leaves register-tiled loops alone."""
+    features = sorted(codegen.llvm_get_cpu_features(tvm.target.Target(_llvm_dict(mcpu, 1))))
+    model = "skylake-avx512" if "avx512f" in features else "haswell"
+    return {**_llvm_dict(model, cores), "mattr": [f"+{f}" for f in features]}
 
 
 @functools.cache

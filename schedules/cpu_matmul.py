@@ -45,7 +45,7 @@ from cinn.schedules.cpu_common import (
     register_lanes,
 )
 from cinn.schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knob, Knobs, divisors, unroll
-from cinn.target import Target
+from cinn.target import NO_PARTIAL_UNROLL, Target
 
 MAX_COLS = 32
 MAX_ROWS = 16  # register-tile rows the tuner may try
@@ -459,7 +459,10 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     for inner in (inner_row2, inner_row):
         if inner is not None:
             sch.unroll(inner)
-    vectorize_registers(sch, inner_col, tiling.cols, lanes(write_dtype(sch, main), target))
+    width = lanes(write_dtype(sch, main), target)
+    vectorize_registers(sch, inner_col, tiling.cols, width)
+    if tiling.cols <= register_lanes(tiling.cols, width) and tiling.rows * tiling.rows2 > target.vector_registers // 2:
+        sch.annotate(main, NO_PARTIAL_UNROLL, 1)  # one vector and many broadcasts a step: unrolled, they spill
     init = sch.decompose_reduction(main, reduce_loops[0])
     if outside:
         injective(sch, init, target)

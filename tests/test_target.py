@@ -65,3 +65,12 @@ def test_targets_that_schedule_differently_do_not_share_cache_entries():
     spec = KernelSpec("w", None, PatternKind.OUT_FUSIBLE, None)
     assert cache_key(spec, t) != cache_key(spec, dataclasses.replace(t, caches=CacheSizes(32 * KIB, 128 * KIB)))
     assert str(t) == "llvm -mcpu=znver3 -num-cores=" + str(t.num_cores)  # the log's target string is unchanged
+
+
+@pytest.mark.parametrize("mcpu, model, feature", [("znver3", "haswell", "+avx2"), ("znver4", "skylake-avx512", "+avx512vnni")])
+def test_kernels_without_partial_unrolling_keep_the_cpus_features_under_an_intel_model(mcpu, model, feature):
+    target = parse_target(f"llvm -mcpu={mcpu} -num-cores=2")
+    assert str(target.tvm().attrs["mcpu"]) == mcpu
+    plain = target.tvm(partial_unroll=False)
+    assert str(plain.attrs["mcpu"]) == model and feature in [str(f) for f in plain.attrs["mattr"]]
+    assert int(plain.attrs["num-cores"]) == 2
