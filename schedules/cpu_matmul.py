@@ -84,6 +84,18 @@ class Tiling:
         return self.pack_perm != tuple(range(len(self.pack_perm)))
 
 
+@dataclass(frozen=True)
+class Outside:
+    """What of a matmul whose rows outgrow L2 runs serially outside its parallel tiles (see _outside): its batches,
+    one batch's rows at a time, and chunks of its reduction (`chunk` steps each, 0 for none)."""
+
+    batches: tuple[int, ...] = ()
+    chunk: int = 0
+
+
+INSIDE = Outside()
+
+
 def applicable(sch: Schedule) -> bool:
     """One fresh reduction block with spatial and reduce iterators whose last spatial iterator indexes the output's
     last dimension."""
@@ -434,7 +446,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     _vector_axis_last(sch, main, tiling)
     reverse_inline_all(sch, write_back)
     others = {b.name_hint for b in map(sch.get, blocks(sch))} - {sch.get(write_back).name_hint}
-    outside = _reduce_outside(sch, knobs, main, tiling, target)
+    outside = _outside(sch, knobs, main, tiling, target)
     par, row_outer, loops = _tile(sch, main, tiling, target, knobs, outside)
     pack_outer = tiling.pack is not None and (row_outer is not None or tiling.per_tile)
     if pack_outer:
@@ -445,13 +457,13 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     stages = [b for b in blocks(sch) if sch.get(b).name_hint in others and not is_reduction(sch, b)]
     # a symbolic kernel's row tiles may run inside its parallel loop (see _static_parallel): the write-back goes there
     inside = pack_outer or NOMINAL_SIZES in sch.mod["main"].attrs
-    if not outside:  # else the write-back follows the last chunk, a pass of its own
+    if not outside.chunk:  # else the write-back follows the last chunk, a pass of its own
         sch.reverse_compute_at(write_back, row_outer if inside and row_outer is not None else par)
     stages = _producer_at_tile(sch, knobs, main if tiling.col == spatial_count(sch, main) - 1 else None, par, stages,
                                producers)
     sch.parallel(par)
     unroll(sch, knobs, par, TILED_UNROLL_STEPS)
-    if outside:
+    if outside.chunk:
         injective(sch, write_back, target)
     else:
         _vectorize_write_back(sch, write_back, tiling)
@@ -464,10 +476,9 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     if tiling.cols <= register_lanes(tiling.cols, width) and tiling.rows * tiling.rows2 > target.vector_registers // 2:
         sch.annotate(main, NO_PARTIAL_UNROLL, 1)  # one vector and many broadcasts a step: unrolled, they spill
     init = sch.decompose_reduction(main, reduce_loops[0])
-    if outside:
-        injective(sch, init, target)
-    else:
-        vectorize_innermost(sch, init)
+    if outside.chunk:  # the init runs before the first chunk, over the tiles: in parallel, inside the batch loops
+        sch.parallel(sch.get_loops(init)[len(outside.batches)])
+    vectorize_innermost(sch, init)
     for stage in stages:  # producers (padding) and epilogues TVM would not inline
         injective(sch, stage, target)
 
@@ -501,11 +512,12 @@ def _producer_at_tile(sch: Schedule, knobs: Knobs, columns, par, stages: list, p
     return [b for b in stages if b not in mine]
 
 
-def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs, outside: int):
+def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs, outside: Outside):
     """Split the axes SSRSRS-style and order the loops: parallel (other spatial, vector tiles), row tiles, outer
     reduce, middle row and vector tiles, inner reduce, second-row, row and vector tiles. Row tiles join the parallel
     loop when there are too few vector tiles. The defaults leave the middle tiles and the outer reduce at extent 1,
-    but for a reduction chunked `outside` (its chunk, else 0): the outer reduce then runs around all the tiles."""
+    but for a reduction chunked `outside`, whose outer reduce runs around all the tiles, inside the batch loops
+    that run `outside` too."""
     loops = sch.get_loops(main)
     n = spatial_count(sch, main)
     col_outer, col_inner = sch.split(loops[t.col], [None, t.cols])
@@ -520,14 +532,17 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs, outside:
         row2_outer, row2_inner = sch.split(loops[t.row2], [None, t.rows2])
     # the reduction stays whole inside unless chunked
     reduce_outer, reduce_inner = _split2(sch, knobs, Knob.REDUCE_SPLIT, loops[n],
-                                         chunk or outside or size(sch, sch.get(loops[n]).extent))
-    outer = [{t.col: col_outer, t.row2: row2_outer}.get(i, loops[i]) for i in range(n) if i != t.row]
+                                         chunk or outside.chunk or size(sch, sch.get(loops[n]).extent))
+    spatial = {i: {t.col: col_outer, t.row2: row2_outer}.get(i, loops[i]) for i in range(n) if i != t.row}
+    batches = [spatial[i] for i in outside.batches]
+    outer = [lp for i, lp in spatial.items() if i not in outside.batches]
     # vectorized over channels, the spatial axes after them stay serial, so a channel tile's panel is packed once
     cut = outer.index(col_outer) + 1 if t.col != n - 1 else len(outer)
     outer, serial = outer[:cut], outer[cut:] + ([row_outer] if row_outer is not None else [])
     if t.col != n - 1 and row2_outer is not None and _tile_output_spills(sch, main, prod(extents(sch, outer)), target):
         outer, serial = [*outer[:-1], row2_outer], [col_outer, *(lp for lp in serial if lp != row2_outer)]
-    rows_parallel = _rows_in_parallel(sch, main, t.col, prod(extents(sch, outer)), target, chunked=bool(outside))
+    rows_parallel = _rows_in_parallel(sch, main, t.col, prod(extents(sch, outer)), target,
+                                      chunked=outside != INSIDE)
     if serial and knobs.choose(sch, Knob.PARALLEL_ROWS, [0, 1], int(rows_parallel)):
         block = _row_block(sch, knobs, main, t, row_outer, target) if serial == [row_outer] else 0
         if block:
@@ -539,8 +554,8 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs, outside:
     middle = [lp for lp in (row_mid, col_mid) if lp is not None]
     inner = [lp for lp in (row2_inner, row_inner, col_inner) if lp is not None]
     tiles = [*outer, *serial]
-    sch.reorder(*([reduce_outer, *tiles] if outside else [*tiles, reduce_outer]), *middle, reduce_inner,
-                *loops[n + 1 :], *inner)
+    sch.reorder(*batches, *([reduce_outer, *tiles] if outside.chunk else [*tiles, reduce_outer]), *middle,
+                reduce_inner, *loops[n + 1 :], *inner)
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     tiled = [reduce_outer, reduce_inner, *loops[n + 1 :], row2_inner, row_inner, col_inner]
     return par, (serial[-1] if serial else None), tiled
@@ -570,7 +585,7 @@ def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target,
     ms)."""
     if -(-tiles // target.num_cores) * target.num_cores > IMBALANCE * tiles:
         return True
-    if chunked:  # the reduction runs in chunks outside the tiles (_reduce_outside): a chunk of the rows fits L2
+    if chunked:  # batches or reduction chunks run outside the tiles (_outside): the rows inside fit L2
         return False
     block = sch.get(main)
     n = spatial_count(sch, main)
@@ -592,24 +607,28 @@ def _static_parallel(sch: Schedule, outer: list, serial: list) -> tuple[list, li
     return (static, symbolic + serial) if static else (symbolic[:1], symbolic[1:] + serial)
 
 
-def _reduce_outside(sch: Schedule, knobs: Knobs, main, t: Tiling, target: Target) -> int:
-    """The reduction chunk of a matmul whose row operand outgrows L2, run outside the parallel tiles, 0 for none:
-    each chunk is then a matmul whose rows stay in L2 while every core sweeps its columns, the accumulators kept in the
-    output between chunks. BERT-base's FFN-down ([128, 3072] x [3072, 768], a 1.5 MB row operand) had each vector
-    tile stream the rows from L3, or each block of row tiles every panel."""
+def _outside(sch: Schedule, knobs: Knobs, main, t: Tiling, target: Target) -> Outside:
+    """The batches and reduction chunks of a matmul whose row operand outgrows L2 that run outside its parallel
+    tiles, so that the rows inside (one batch's, a chunk of the reduction: at most 3/4 of L2) stay hot while every
+    core sweeps its columns; the accumulators stay in the output between chunks. BERT-base's FFN-down ([128, 3072] x
+    [3072, 768], 1.5 MB of rows) had each vector tile stream the rows from L3, or each block of row tiles every
+    panel; batch 8's [8, 128, 768] x [768, 768] streamed the panels per block of 32 rows."""
     block = sch.get(main)
     n = spatial_count(sch, main)
     rows = _row_operands(block, t.col)
     if (t.col != n - 1 or t.pack is not None or len(rows) != 1 or sch.get_producers(main)
             or any(size(sch, iv.dom.extent) > 1 for iv in block.iter_vars[n + 1 :])
-            or not is_static(sch, sch.get_loops(main))):
-        return 0
-    reduced = size(sch, block.iter_vars[n].dom.extent)
-    per_step = _bytes(sch, rows[0]) // reduced
-    fits = [d for d in divisors(reduced) if MIN_CHUNK <= d < reduced and d * per_step <= target.l2_bytes * 3 // 4]
-    if _bytes(sch, rows[0]) <= target.l2_bytes or not fits:
-        return 0
-    return max(fits) if knobs.choose(sch, Knob.REDUCE_OUTSIDE, [0, 1], 1) else 0
+            or not is_static(sch, sch.get_loops(main)) or _bytes(sch, rows[0]) <= target.l2_bytes):
+        return INSIDE
+    used = set().union(*(vars_in(rg.min) for r in block.reads if r.source.same_as(rows[0]) for rg in r.region))
+    batches = tuple(i for i in range(n) if i not in (t.col, t.row) and block.iter_vars[i].var in used
+                    and size(sch, block.iter_vars[i].dom.extent) > 1)
+    per_batch = _bytes(sch, rows[0]) // prod(size(sch, block.iter_vars[i].dom.extent) for i in batches)
+    reduced, budget = size(sch, block.iter_vars[n].dom.extent), target.l2_bytes * 3 // 4
+    fits = [d for d in divisors(reduced) if (MIN_CHUNK <= d or d == reduced) and d * (per_batch // reduced) <= budget]
+    if not fits or not knobs.choose(sch, Knob.OUTSIDE_TILES, [0, 1], 1):
+        return INSIDE
+    return Outside(batches, 0 if max(fits) == reduced else max(fits))
 
 
 def _row_block(sch: Schedule, knobs: Knobs, main, t: Tiling, row_outer, target: Target) -> int:

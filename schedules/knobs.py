@@ -36,7 +36,7 @@ class Knob(enum.StrEnum):
     COL_SPLIT = "col_split"  # outer/middle split of the column tiles
     ROW_SPLIT = "row_split"  # outer/middle split of the row tiles
     REDUCE_SPLIT = "reduce_split"  # outer/inner split of the reduction
-    REDUCE_OUTSIDE = "reduce_outside"  # run a matmul's reduction chunks outside its parallel tiles
+    OUTSIDE_TILES = "outside_tiles"  # run a matmul's batches and reduction chunks serially outside its parallel tiles
     SPATIAL_TILE = "spatial_tile"  # SSRSRS: the four levels of a spatial loop (one per loop, in order)
     REDUCE_TILE = "reduce_tile"  # SSRSRS: the two levels of a reduction loop (one per loop, in order)
     WRITE_BACK_AT = "write_back_at"  # SSRSRS: where the write-back block goes

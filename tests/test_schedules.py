@@ -492,40 +492,49 @@ def test_a_tile_that_would_leave_a_core_idle_is_split_and_not_packed():
     check([a, b], [c], K.OUT_FUSIBLE, lambda x, y: [x @ y], rtol=1e-4, atol=1e-3)
 
 
-def _panel_matmul(rows: int, k: int, n: int, panel: int):
-    """[rows, k] x weights packed in [n / panel, k, panel] panels (as pack_weights stores a constant matmul's), + bias
-    + residual: BERT's FFN-down."""
-    a = te.placeholder((rows, k), name="A")
+def _panel_matmul(rows: int, k: int, n: int, panel: int, batch: int = 0):
+    """[batch,] rows x k times weights packed in [n / panel, k, panel] panels (as pack_weights stores a constant
+    matmul's), + bias + residual: BERT's FFN-down."""
+    lead = (batch,) if batch else ()
+    a = te.placeholder((*lead, rows, k), name="A")
     b = te.placeholder((n // panel, k, panel), name="B")
-    bias, res = te.placeholder((n,), name="bias"), te.placeholder((rows, n), name="res")
+    bias, res = te.placeholder((n,), name="bias"), te.placeholder((*lead, rows, n), name="res")
     r = te.reduce_axis((0, k), name="k")
-    c = te.compute((rows, n), lambda i, j: te.sum(a[i, r] * b[j // panel, r, j % panel], axis=r), name="C")
-    out = te.compute((rows, n), lambda i, j: c[i, j] + bias[j] + res[i, j], name="D")
+    c = te.compute((*lead, rows, n), lambda *ij: te.sum(a[(*ij[:-1], r)] * b[ij[-1] // panel, r, ij[-1] % panel], axis=r),
+                   name="C")
+    out = te.compute(c.shape, lambda *ij: c[ij] + bias[ij[-1]] + res[ij], name="D")
 
     def ref(x, y, z, w):
         return [x @ y.transpose(1, 0, 2).reshape(k, n) + z + w]
     return [a, b, bias, res], out, ref
 
 
-@pytest.mark.parametrize("mcpu, rows, chunk", [("znver3", 128, 768), ("znver4", 128, 1536), ("znver3", 32, 0)])
-def test_matmul_whose_rows_outgrow_l2_runs_its_reduction_chunks_outside_the_tiles(mcpu, rows, chunk):
+S, P = tvm.tirx.ForKind.SERIAL, tvm.tirx.ForKind.PARALLEL
+
+
+@pytest.mark.parametrize("mcpu, batch, rows, k, want", [
+    ("znver3", 0, 128, 3072, [(S, 4), (P, None)]),  # 4 chunks of 768 steps (393 KB of rows) outside
+    ("znver4", 0, 128, 3072, [(S, 2), (P, None)]),  # 1 MiB of L2: 2 chunks of 1536
+    ("znver3", 0, 32, 3072, [(P, None)]),  # 393 KB of rows fit: the reduction stays inside the tiles
+    ("znver3", 8, 128, 768, [(S, 8), (P, None)]),  # batch 8: one batch's rows at a time
+    ("znver3", 8, 128, 3072, [(S, 8), (S, 4), (P, None)]),  # and chunks of each
+])
+def test_matmul_whose_rows_outgrow_l2_runs_batches_and_reduction_chunks_outside_the_tiles(mcpu, batch, rows, k, want):
     """BERT-base's FFN-down, [128, 3072] x [3072, 768]: its 1.5 MB of rows outgrow a 512 KiB L2 (znver3), so the
-    reduction runs in chunks of 768 (393 KB of rows) outside the parallel column tiles, each chunk a matmul whose
-    rows stay in L2 (znver3: 5.6-6.1 -> 5.0-5.5 ms); 32 rows (393 KB) keep the reduction inside the tiles."""
-    inputs, out, _ = _panel_matmul(rows, 3072, 768, 48)
+    reduction runs in chunks of 768 outside the parallel column tiles, each chunk a matmul whose rows stay in L2
+    (znver3: 5.6-6.1 -> 5.0-5.5 ms); batch 8 runs one batch's rows at a time."""
+    inputs, out, _ = _panel_matmul(rows, k, 768, 48, batch)
     sch = schedule_of([*inputs, out])
     apply_default(sch, K.OUT_FUSIBLE, parse_target(f"llvm -mcpu={mcpu} -num-cores=2"))
     loops = [sch.get(lp) for lp in sch.get_loops(sch.get_sblock("C_update"))]
-    kinds = [lp.kind for lp in loops[:2]]
-    if chunk:
-        assert int(loops[0].extent) == 3072 // chunk and kinds == [tvm.tirx.ForKind.SERIAL, tvm.tirx.ForKind.PARALLEL]
-    else:
-        assert kinds[0] == tvm.tirx.ForKind.PARALLEL
+    got = [(lp.kind, int(lp.extent) if kind is S else None) for lp, (kind, _) in zip(loops[: len(want)], want, strict=True)]
+    assert got == want
 
 
-def test_matmul_in_reduction_chunks_matches_numpy():
+@pytest.mark.parametrize("batch", [0, 3])
+def test_matmul_in_reduction_chunks_matches_numpy(batch):
     # 256 rows x 1536 (1.5 MB): chunked on hosts with up to 1 MiB of L2; the epilogue follows the last chunk
-    inputs, out, ref = _panel_matmul(256, 1536, 96, 48)
+    inputs, out, ref = _panel_matmul(256, 1536, 96, 48, batch)
     check(inputs, [out], K.OUT_FUSIBLE, ref, rtol=1e-4, atol=1e-3)
 
 
