@@ -119,7 +119,7 @@ def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> E
     device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
     views = find_views(program) if in_place else {}
     return Executable(program, kernels, device, threads=None if tgt.is_cuda else tgt.num_cores, views=views,
-                      constants=constants, own_constants=hit is not None)
+                      constants=constants)
 
 
 def _from_cache(cached: compiled_cache.CachedCompile | None, tgt: Target) -> tuple[Program, list[Kernel]] | None:

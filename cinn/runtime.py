@@ -233,8 +233,7 @@ class Executable:
     """A compiled program: call run(feeds) to execute its kernels in order, from any number of threads at once."""
 
     def __init__(self, program: Program, kernels: Sequence[Kernel], device, threads: int | None = None,
-                 views: Mapping[str, View] = MappingProxyType({}), constants: ConstantPool | None = None,
-                 own_constants: bool = False):
+                 views: Mapping[str, View] = MappingProxyType({}), constants: ConstantPool | None = None):
         self.program = program
         self._kernels = list(kernels)
         self._funcs = [k.func for k in kernels]
@@ -268,14 +267,8 @@ class Executable:
         self._constants = {}
         for v in program.const_values:
             i, array = self._slot_of[v.name], np.asarray(program.constants[v.name], order="C")
-            if own_constants and self._host and _in_place(array) and array.nbytes == self._slot_bytes[i]:
-                # arrays no one else holds (unpickled from the compile cache) are read in place: copying BERT-base's
-                # 440 MB into fresh buffers took 0.6-2.7 s of page faults
-                self._constants[i] = _tensor(array.reshape(-1).view(np.uint8))
-            elif constants is not None:
-                self._constants[i] = constants.upload(array, self._slot_bytes[i], device)
-            else:
-                self._constants[i] = _uploaded(array, self._slot_bytes[i], device)
+            self._constants[i] = (constants.upload(array, self._slot_bytes[i], device) if constants is not None
+                                  else _uploaded(array, self._slot_bytes[i], device))
         # the buffers hold the constants now: the host arrays go (BERT-base: 415 MB), but for outputs that are constants
         kept = {o.constant for o in self._outputs if o.kind is OutputKind.CONSTANT}
         self.program = program.replace(constants={k: a for k, a in program.constants.items() if k in kept})
