@@ -113,9 +113,14 @@ def _llvm_dict(mcpu: str, cores: int) -> dict:
 def _unrolling_off(mcpu: str, cores: int) -> dict:
     """The CPU's features under an Intel core's scheduling model: LLVM partially unrolls small loops up to a CPU's
     loop buffer, 512 micro-ops on AMD's Zen models and 50 on Intel's, which leaves register-tiled loops alone."""
-    features = sorted(codegen.llvm_get_cpu_features(tvm.target.Target(_llvm_dict(mcpu, 1))))
+    features = _cpu_features(mcpu)
     model = "skylake-avx512" if "avx512f" in features else "haswell"
     return {**_llvm_dict(model, cores), "mattr": [f"+{f}" for f in features]}
+
+
+@functools.cache
+def _cpu_features(mcpu: str) -> tuple[str, ...]:
+    return tuple(sorted(codegen.llvm_get_cpu_features(tvm.target.Target(_llvm_dict(mcpu, 1)))))
 
 
 @functools.cache

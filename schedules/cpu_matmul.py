@@ -542,7 +542,7 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs, outside:
     if t.col != n - 1 and row2_outer is not None and _tile_output_spills(sch, main, prod(extents(sch, outer)), target):
         outer, serial = [*outer[:-1], row2_outer], [col_outer, *(lp for lp in serial if lp != row2_outer)]
     rows_parallel = _rows_in_parallel(sch, main, t.col, prod(extents(sch, outer)), target,
-                                      chunked=outside != INSIDE)
+                                      rows_in_l2=outside != INSIDE)
     if serial and knobs.choose(sch, Knob.PARALLEL_ROWS, [0, 1], int(rows_parallel)):
         block = _row_block(sch, knobs, main, t, row_outer, target) if serial == [row_outer] else 0
         if block:
@@ -573,7 +573,7 @@ def _output_share(sch: Schedule, main, tiles: int) -> int:
     return _bytes(sch, sch.get(main).writes[0].source) // max(1, tiles)
 
 
-def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target, chunked: bool) -> bool:
+def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target, rows_in_l2: bool) -> bool:
     """Whether row tiles should join the parallel loop rather than run serially inside each vector tile: when the
     vector tiles leave the cores unbalanced beyond IMBALANCE (3 channel tiles on 2 cores: 16->96 1x1 on 112x112 0.33
     -> 0.20 ms; 125 tiles of 512->1000 1x1 on 13x13 stay serial, 1.01 against 1.83 ms), or when a reduction without
@@ -585,7 +585,7 @@ def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target,
     ms)."""
     if -(-tiles // target.num_cores) * target.num_cores > IMBALANCE * tiles:
         return True
-    if chunked:  # batches or reduction chunks run outside the tiles (_outside): the rows inside fit L2
+    if rows_in_l2:  # batches or reduction chunks run outside the tiles (_outside): the rows inside fit L2
         return False
     block = sch.get(main)
     n = spatial_count(sch, main)
@@ -620,11 +620,11 @@ def _outside(sch: Schedule, knobs: Knobs, main, t: Tiling, target: Target) -> Ou
             or any(size(sch, iv.dom.extent) > 1 for iv in block.iter_vars[n + 1 :])
             or not is_static(sch, sch.get_loops(main)) or _bytes(sch, rows[0]) <= target.l2_bytes):
         return INSIDE
-    used = set().union(*(vars_in(rg.min) for r in block.reads if r.source.same_as(rows[0]) for rg in r.region))
-    batches = tuple(i for i in range(n) if i not in (t.col, t.row) and block.iter_vars[i].var in used
-                    and size(sch, block.iter_vars[i].dom.extent) > 1)
-    per_batch = _bytes(sch, rows[0]) // prod(size(sch, block.iter_vars[i].dom.extent) for i in batches)
-    reduced, budget = size(sch, block.iter_vars[n].dom.extent), target.l2_bytes * 3 // 4
+    ext = [size(sch, iv.dom.extent) for iv in block.iter_vars]
+    batches = tuple(i for i in range(n) if i not in (t.col, t.row) and ext[i] > 1
+                    and any(r.source.same_as(rows[0]) for r in _reads_using(block, i)))
+    per_batch = _bytes(sch, rows[0]) // prod(ext[i] for i in batches)
+    reduced, budget = ext[n], target.l2_bytes * 3 // 4
     fits = [d for d in divisors(reduced) if (MIN_CHUNK <= d or d == reduced) and d * (per_batch // reduced) <= budget]
     if not fits or not knobs.choose(sch, Knob.OUTSIDE_TILES, [0, 1], 1):
         return INSIDE
