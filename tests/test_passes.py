@@ -446,20 +446,21 @@ def test_rewriter_keeps_a_scalar_constant_scalar():
     assert rw.constants["x"].shape == ()
 
 
+def _conv(b: cinn.NetBuilder, v, o: int, c: int, k: int, **attrs):
+    """conv2d of `v` with o x c x k x k random weights, plus a random bias."""
+    rng = np.random.default_rng(o * 1000 + c)
+    w = b.create_constant((rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32))
+    bias = b.create_constant(rng.standard_normal((o, 1, 1)).astype(np.float32))
+    return b.add(b.conv2d(v, w, **attrs), bias)
+
+
 def _inverted_residual(hw: int, stride: int) -> Program:
     """A MobileNetV2 block: 1x1 expand + relu6, 3x3 depthwise + relu6, 1x1 project (+ the input where stride 1)."""
-    rng = np.random.default_rng(0)
     b = cinn.NetBuilder("block")
     x = b.create_input("float32", (1, 8, hw, hw), "x")
-
-    def conv(v, o, c, k, **attrs):
-        w = b.create_constant((rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32))
-        bias = b.create_constant(rng.standard_normal((o, 1, 1)).astype(np.float32))
-        return b.add(b.conv2d(v, w, **attrs), bias)
-
-    e = b.clip(conv(x, 48, 8, 1), 0.0, 6.0)
-    d = b.clip(conv(e, 48, 1, 3, strides=(stride, stride), paddings=(1, 1), groups=48), 0.0, 6.0)
-    y = conv(d, 8, 48, 1)
+    e = b.clip(_conv(b, x, 48, 8, 1), 0.0, 6.0)
+    d = b.clip(_conv(b, e, 48, 1, 3, strides=(stride, stride), paddings=(1, 1), groups=48), 0.0, 6.0)
+    y = _conv(b, d, 8, 48, 1)
     return b.build([b.add(y, x) if stride == 1 else y])
 
 
@@ -476,6 +477,57 @@ def test_channels_last_carries_from_conv_to_conv(hw, stride, tmp_cache):
     (got,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": x})
     (want,) = cinn.compile(program, cache_dir=tmp_cache, passes=False).run({"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _bottlenecks(hw: int, channels: int, inner: int) -> Program:
+    """Two resnet bottlenecks: 1x1 reduce + relu, 3x3 + relu, 1x1 expand + the shortcut, relu; the first block's
+    shortcut a 1x1 projection, as at the start of a resnet stage."""
+    b = cinn.NetBuilder("bottlenecks")
+    x = b.create_input("float32", (1, channels, hw, hw), "x")
+    v = x
+    for block in range(2):
+        r = b.relu(_conv(b, v, inner, channels, 1))
+        r = b.relu(_conv(b, r, inner, inner, 3, paddings=(1, 1)))
+        shortcut = _conv(b, v, channels, channels, 1) if block == 0 else v
+        v = b.relu(b.add(_conv(b, r, channels, inner, 1), shortcut))
+    return b.build([v])
+
+
+@pytest.mark.parametrize("hw", [14, 7])
+def test_pointwise_convs_over_ragged_pixels_go_channels_last_together(hw, tmp_cache):
+    """resnet's 1x1 convs on 14x14 and 7x7 compute NHWC, the residual chain between them too: transposes remain
+    around each 3x3 conv and at the ends only; the result equals the one compiled without the passes."""
+    program = _bottlenecks(hw, 512, 128)
+    optimized = optimize(program, target=parse_target("llvm -mcpu=znver3"))
+    formats = {(n.attrs.weight_layout.oihw(n.inputs[1].shape)[2:], n.attrs.data_format)
+               for n in optimized.nodes if n.op == "conv2d"}
+    assert {f for k, f in formats if k == (1, 1)} == {"NHWC"} and {f for k, f in formats if k != (1, 1)} <= {"NCHW"}
+    # the input's (shared by the first reduce and projection convs), the output's, a pair around each 3x3 (a
+    # Winograd conv at 14x14, a direct one at 7x7)
+    assert Counter(n.op for n in optimized.nodes)["transpose"] == 2 + 2 * 2
+    x = np.random.default_rng(1).standard_normal((1, 512, hw, hw)).astype(np.float32)
+    (got,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": x})
+    (want,) = cinn.compile(program, cache_dir=tmp_cache, passes=False).run({"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("hw", "channels", "inner"), [(13, 512, 128), (14, 64, 16), (28, 512, 128)])
+def test_pointwise_convs_stay_nchw_without_gain(hw, channels, inner):
+    """13 rows have no register tile; 64->16 gains less than its transposes cost; 28x28's pixels are whole vectors:
+    every conv stays NCHW."""
+    optimized = optimize(_bottlenecks(hw, channels, inner), target=parse_target("llvm -mcpu=znver3"))
+    assert {n.attrs.data_format for n in optimized.nodes if n.op == "conv2d"} == {"NCHW"}
+    assert "transpose" not in {n.op for n in optimized.nodes}
+
+
+def test_pointwise_convs_share_their_input_transpose():
+    """Three 1x1 convs reading one tensor channels last read one transpose of it."""
+    b = cinn.NetBuilder("branches")
+    x = b.create_input("float32", (1, 512, 14, 14), "x")
+    program = b.build([b.relu(_conv(b, x, o, 512, 1)) for o in (256, 320, 384)])
+    optimized = optimize(program, target=parse_target("llvm -mcpu=znver3"))
+    transposes = [n for n in optimized.nodes if n.op == "transpose"]
+    assert sum(t.inputs[0].name == "x" for t in transposes) == 1 and len(transposes) == 4
 
 
 def test_channels_last_keeps_rows_of_whole_vectors_nchw():

@@ -13,27 +13,44 @@ Measured (2 cores, AVX-512, each kernel alone, ms, NCHW -> NHWC): mobilenet_v2's
 whole model 5.21 -> 4.69 ms (interleaved runs, on a VM at half the FMA peak of the one measured elsewhere).
 Dense kxk convs stay NCHW: channels last, their reduction over channels reads the input at a stride of a whole
 pixel (256->256 3x3 on 14x14: 0.57 -> 1.31 ms).
+
+Dense 1x1 convs over pixels that are no whole vectors (14x14, 7x7) vectorize over 8 output channels in NCHW with 7
+output columns a tile: 7 accumulators, no more than half the FMA peak. Channels last they are matmuls over rows of
+pixels (1024->256 on 14x14, 2 cores, AVX2: 1.05-1.14 -> 0.77-0.88 ms; 832->256 on 7x7 0.26 -> 0.21), where the
+rows have a register tile (13 or 27 rows have none: 480->192 on 13x13 0.31 -> 0.43 ms). Such convs joined through
+elementwise ops (resnet50's bottlenecks and residual adds) go channels last together where the time they gain
+exceeds the transposes left at the ends (resnet50 69 -> 61 ms, densenet121 44 -> 41 ms; inception_v1, all of whose
+1x1 convs sit between concats and kxk convs, 24 -> 31 ms had they been taken).
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import cast
 
-from cinn.ir import Node, Program
+from cinn.ir import Node, Program, Value
 from cinn.ops import PatternKind, get_op
-from cinn.ops.nn import TO_NCHW, TO_NHWC, Conv2dAttrs, DataFormat
+from cinn.ops.nn import FLAT_LANES, TO_NCHW, TO_NHWC, Conv2dAttrs, DataFormat
 from cinn.ops.shape import TransposeAttrs
 from cinn.passes.rewrite import Rewriter, rewrite
 from cinn.passes.sink_transposes import sink_transposes
+
+# output rows that make a register tile of rows for a channels-last 1x1 conv (a divisor of the row in this range)
+ROW_TILES = range(4, 9)
+# seconds a 1x1 conv gains per FLOP channels last (~90 -> ~125 GFLOP/s on 2 AVX2 cores) and a transpose costs per
+# element (0.42-0.49 ns measured over resnet50's and densenet121's)
+GAIN_PER_FLOP = 3e-12
+TRANSPOSE_PER_ELEMENT = 0.45e-9
 
 
 def channels_last(program: Program, lanes: int) -> Program:
     """Compute the depthwise convs whose output rows are not whole half-vectors of `lanes` floats (the CPU's vector
     width) and that have 1x1 convs on both sides, through elementwise ops, channels last with those 1x1 convs."""
-    chosen = _chosen(program, lanes)
+    chosen = _chosen(program, lanes) | _pointwise_chosen(program)
     if not chosen:
         return program
-    return sink_transposes(rewrite(program, lambda rw, node: node.outputs[0].name in chosen and _to_nhwc(rw, node)))
+    transposed: dict[str, Value] = {}  # convs reading one tensor share its transpose
+    return sink_transposes(rewrite(program, lambda rw, node: node.outputs[0].name in chosen
+                                   and _to_nhwc(rw, node, transposed)))
 
 
 def _chosen(program: Program, lanes: int) -> set[str]:
@@ -45,29 +62,104 @@ def _chosen(program: Program, lanes: int) -> set[str]:
     for conv in program.nodes:
         if not (_is_depthwise(conv) and conv.outputs[0].shape[3] % (lanes // 2)):
             continue
-        before = [n for n in _joined(conv, producers, consumers, True) if _is_pointwise(n)]
-        after = [n for n in _joined(conv, producers, consumers, False) if _is_pointwise(n)]
+        before = [n for n in _joined(conv, producers, consumers, True)[0] if _is_pointwise(n)]
+        after = [n for n in _joined(conv, producers, consumers, False)[0] if _is_pointwise(n)]
         if before and after:
             chosen |= {n.outputs[0].name for n in (conv, *before, *after)}
     return chosen
 
 
-def _joined(conv: Node, producers: dict[str, Node], consumers: dict[str, list[Node]], upstream: bool) -> list[Node]:
-    """The convs reached from a conv's input upstream, or from its output downstream, through elementwise ops."""
-    found, seen = [], set()
-    stack = [p for v in conv.inputs[:1] if (p := producers.get(v.name))] if upstream else \
-        list(consumers.get(conv.outputs[0].name, []))
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
+def _pointwise_chosen(program: Program) -> set[str]:
+    """The output names of the dense 1x1 convs over ragged pixels to compute channels last: each set of them joined
+    through elementwise ops whose estimated gain exceeds the transposes left where the set meets other ops."""
+    producers, consumers = program.producers(), program.consumers()
+    outputs = {v.name for v in program.outputs}
+    candidates = {n.outputs[0].name: n for n in program.nodes if _is_ragged_pointwise(n)}
+    chosen: set[str] = set()
+    for component in _components(candidates, producers, consumers, outputs):
+        gain = sum(_flops(n) for n in component) * GAIN_PER_FLOP
+        if gain > _boundary_elements(component, producers, consumers, outputs) * TRANSPOSE_PER_ELEMENT:
+            chosen |= {n.outputs[0].name for n in component}
+    return chosen
+
+
+def _components(candidates: dict[str, Node], producers: dict[str, Node], consumers: dict[str, list[Node]],
+                outputs: set[str]) -> list[list[Node]]:
+    """The candidate convs grouped by the elementwise paths that join them."""
+    groups: list[list[Node]] = []
+    placed: set[str] = set()
+    for name, first in candidates.items():
+        if name in placed:
             continue
-        seen.add(id(node))
-        if node.op == "conv2d":
-            found.append(node)
-        elif get_op(node.op).kind is PatternKind.ELEMENTWISE and len(node.outputs) == 1:
-            stack += [producers[v.name] for v in node.inputs if v.name in producers] if upstream else \
-                consumers.get(node.outputs[0].name, [])
-    return found
+        group, stack = [], [first]
+        placed.add(name)
+        while stack:
+            conv = stack.pop()
+            group.append(conv)
+            for upstream in (True, False):
+                for n in _joined(conv, producers, consumers, upstream, outputs)[0]:
+                    if (o := n.outputs[0].name) in candidates and o not in placed:
+                        placed.add(o)
+                        stack.append(n)
+        groups.append(group)
+    return groups
+
+
+def _boundary_elements(component: list[Node], producers: dict[str, Node], consumers: dict[str, list[Node]],
+                       outputs: set[str]) -> int:
+    """The elements of the transposes left around a set of convs computed channels last: an input none of them
+    produces, an output that also reaches another op (a kxk conv, a pool, a concat, the graph's output)."""
+    members = {id(n) for n in component}
+    inputs: dict[str, int] = {}
+    elements = 0
+    for conv in component:
+        found, ends = _joined(conv, producers, consumers, True, outputs)
+        if ends or not any(id(n) in members for n in found):
+            inputs[conv.inputs[0].name] = conv.inputs[0].type.size
+        found, ends = _joined(conv, producers, consumers, False, outputs)
+        if ends or any(id(n) not in members for n in found):
+            elements += conv.outputs[0].type.size
+    return elements + sum(inputs.values())
+
+
+def _joined(conv: Node, producers: dict[str, Node], consumers: dict[str, list[Node]], upstream: bool,
+            outputs: frozenset[str] | set[str] = frozenset()) -> tuple[list[Node], bool]:
+    """The convs reached from a conv's input upstream, or from its output downstream, through elementwise ops; and
+    whether the walk also ends elsewhere (another op, a graph input, or one of `outputs`)."""
+    found, seen, ends = [], set(), False
+    start = conv.inputs[:1] if upstream else conv.outputs
+    stack: list[Value] = list(start)
+    while stack:
+        value = stack.pop()
+        nodes = [p] if upstream and (p := producers.get(value.name)) else \
+            [] if upstream else consumers.get(value.name, [])
+        ends |= not nodes or (not upstream and value.name in outputs)
+        for node in nodes:
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op == "conv2d":
+                found.append(node)
+            elif get_op(node.op).kind is PatternKind.ELEMENTWISE and len(node.outputs) == 1:
+                stack += list(node.inputs) if upstream else list(node.outputs)
+            else:
+                ends = True
+    return found, ends
+
+
+def _is_ragged_pointwise(node: Node) -> bool:
+    """A dense 1x1 conv at stride 1 without padding over pixels that are no whole vectors, with rows that make a
+    register tile."""
+    a = cast(Conv2dAttrs, node.attrs) if node.op == "conv2d" else None
+    if a is None or not _is_pointwise(node) or a.groups != 1 or any(a.paddings) or tuple(a.strides) != (1, 1):
+        return False
+    h, w = node.outputs[0].shape[2:]
+    return h * w % FLAT_LANES != 0 and any(w % rows == 0 for rows in ROW_TILES)
+
+
+def _flops(node: Node) -> int:
+    """A dense 1x1 conv's multiply-adds, twice."""
+    return 2 * node.outputs[0].type.size * node.inputs[0].shape[1]
 
 
 def _is_depthwise(node: Node) -> bool:
@@ -87,10 +179,12 @@ def _is_nchw_float_conv(node: Node) -> bool:
             and cast(Conv2dAttrs, node.attrs).data_format is DataFormat.NCHW)
 
 
-def _to_nhwc(rw: Rewriter, node: Node) -> bool:
-    """conv(x) -> transpose(conv_nhwc(transpose(x, to NHWC)), to NCHW)."""
+def _to_nhwc(rw: Rewriter, node: Node, transposed: dict[str, Value]) -> bool:
+    """conv(x) -> transpose(conv_nhwc(transpose(x, to NHWC)), to NCHW), x's transpose shared by convs reading x."""
     x, w = rw.inputs(node)
-    (xt,) = rw.emit("transpose", [x], TransposeAttrs(TO_NHWC))
+    if x.name not in transposed:
+        (transposed[x.name],) = rw.emit("transpose", [x], TransposeAttrs(TO_NHWC))
+    xt = transposed[x.name]
     (y,) = rw.emit("conv2d", [xt, w], dataclasses.replace(cast(Conv2dAttrs, node.attrs), data_format=DataFormat.NHWC))
     (yt,) = rw.emit("transpose", [y], TransposeAttrs(TO_NCHW))
     rw.substitute(node.outputs[0], yt)
