@@ -515,7 +515,15 @@ def test_pointwise_convs_over_ragged_pixels_go_channels_last_together(hw, tmp_ca
 def test_pointwise_convs_stay_nchw_without_gain(hw, channels, inner):
     """13 rows have no register tile; 64->16 gains less than its transposes cost; 28x28's pixels are whole vectors:
     every conv stays NCHW."""
-    optimized = optimize(_bottlenecks(hw, channels, inner), target=parse_target("llvm -mcpu=znver3"))
+    _assert_nchw(optimize(_bottlenecks(hw, channels, inner), target=parse_target("llvm -mcpu=znver3")))
+
+
+def test_pointwise_convs_stay_nchw_with_avx512():
+    """With AVX-512 the NCHW tile of a 1x1 conv on 14x14 has 28 accumulators: the convs stay NCHW."""
+    _assert_nchw(optimize(_bottlenecks(14, 512, 128), target=parse_target("llvm -mcpu=znver4")))
+
+
+def _assert_nchw(optimized: Program) -> None:
     assert {n.attrs.data_format for n in optimized.nodes if n.op == "conv2d"} == {"NCHW"}
     assert "transpose" not in {n.op for n in optimized.nodes}
 

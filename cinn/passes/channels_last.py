@@ -20,7 +20,9 @@ pixels (1024->256 on 14x14, 2 cores, AVX2: 1.05-1.14 -> 0.77-0.88 ms; 832->256 o
 rows have a register tile (13 or 27 rows have none: 480->192 on 13x13 0.31 -> 0.43 ms). Such convs joined through
 elementwise ops (resnet50's bottlenecks and residual adds) go channels last together where the time they gain
 exceeds the transposes left at the ends (resnet50 69 -> 61 ms, densenet121 44 -> 41 ms; inception_v1, all of whose
-1x1 convs sit between concats and kxk convs, 24 -> 31 ms had they been taken).
+1x1 convs sit between concats and kxk convs, 24 -> 31 ms had they been taken). With 32 vector registers (AVX-512)
+the NCHW tile is 2 vectors x 14 columns, 28 accumulators, near the FMA peak already (1024->256 on 14x14: 0.27 ms,
+~380 GFLOP/s): those convs stay NCHW there.
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ from cinn.ops.shape import TransposeAttrs
 from cinn.passes.rewrite import Rewriter, rewrite
 from cinn.passes.sink_transposes import sink_transposes
 
+# vector registers under which an NCHW 1x1 conv over ragged pixels has too few accumulators (AVX2's 16: 7 of them)
+FEW_REGISTERS = 32
 # output rows that make a register tile of rows for a channels-last 1x1 conv (a divisor of the row in this range)
 ROW_TILES = range(4, 9)
 # seconds a 1x1 conv gains per FLOP channels last (~90 -> ~125 GFLOP/s on 2 AVX2 cores) and a transpose costs per
@@ -42,10 +46,10 @@ GAIN_PER_FLOP = 3e-12
 TRANSPOSE_PER_ELEMENT = 0.45e-9
 
 
-def channels_last(program: Program, lanes: int) -> Program:
+def channels_last(program: Program, lanes: int, registers: int) -> Program:
     """Compute the depthwise convs whose output rows are not whole half-vectors of `lanes` floats (the CPU's vector
     width) and that have 1x1 convs on both sides, through elementwise ops, channels last with those 1x1 convs."""
-    chosen = _chosen(program, lanes) | _pointwise_chosen(program)
+    chosen = _chosen(program, lanes) | (_pointwise_chosen(program) if registers < FEW_REGISTERS else set())
     if not chosen:
         return program
     transposed: dict[str, Value] = {}  # convs reading one tensor share its transpose
