@@ -566,3 +566,24 @@ def test_kernel_compiled_without_partial_unrolling_matches_numpy(tmp_path):
     (got,) = cinn.compile(prog, cache_dir=tmp_path).run({"x": feed})
     want = np.maximum(np.einsum("chw,oc->ohw", feed[0], np.asarray(prog.constants["w"])[:, :, 0, 0]), 0)[None]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+
+def test_attention_exponentials_are_vectors_along_the_query_rows():
+    """A task's exponentials [keys, rows] are vectors along its query rows where those are whole vectors: vectors of
+    the fused axes index the rows by // and %, which TVM scalarized (a branch per element for the NaN test, half of
+    BERT's attention time). Checked against numpy."""
+    op = get_op("attention")
+    a = op.attrs(heads=2, scale=0.125)
+    shapes = [(1, 128, 128), (1, 128, 128), (1, 128, 128), (1, 1, 1, 128)]
+    tensors = [te.placeholder(s, "float32", name=n) for n, s in zip("qkvm", shapes, strict=True)]
+    (out,) = op.compute(tensors, a, infer(op, [TensorType(s, "float32") for s in shapes], a))
+    sch = check(tensors, [out], K.NON_FUSIBLE, lambda *arrays: op.reference(list(arrays), a))
+    exp = sch.get_sblock("attention_exp")
+    inner = sch.get(sch.get_loops(exp)[-1])
+    assert inner.kind == tvm.tirx.ForKind.VECTORIZED and int(inner.extent) == LANES
+    script = sch.mod["main"].script()
+    bindings = script[script.index('T.sblock("attention_exp")'):script.index("T.reads", script.index(
+        'T.sblock("attention_exp")'))]
+    lane = inner.loop_var.name
+    assert lane in bindings and f"{lane}) //" not in bindings and f"{lane}) %" not in bindings
