@@ -73,56 +73,65 @@ def _chosen(program: Program, lanes: int) -> set[str]:
     return chosen
 
 
+@dataclasses.dataclass(frozen=True)
+class _Walks:
+    """A candidate conv and what `_joined` finds from it: the convs upstream and downstream, and whether each walk
+    also ends elsewhere."""
+
+    conv: Node
+    up: list[Node]
+    up_ends: bool
+    down: list[Node]
+    down_ends: bool
+
+
 def _pointwise_chosen(program: Program) -> set[str]:
     """The output names of the dense 1x1 convs over ragged pixels to compute channels last: each set of them joined
     through elementwise ops whose estimated gain exceeds the transposes left where the set meets other ops."""
     producers, consumers = program.producers(), program.consumers()
     outputs = {v.name for v in program.outputs}
-    candidates = {n.outputs[0].name: n for n in program.nodes if _is_ragged_pointwise(n)}
+    walks = {n.outputs[0].name: _Walks(n, *_joined(n, producers, consumers, True, outputs),
+                                       *_joined(n, producers, consumers, False, outputs))
+             for n in program.nodes if _is_ragged_pointwise(n)}
     chosen: set[str] = set()
-    for component in _components(candidates, producers, consumers, outputs):
-        gain = sum(_flops(n) for n in component) * GAIN_PER_FLOP
-        if gain > _boundary_elements(component, producers, consumers, outputs) * TRANSPOSE_PER_ELEMENT:
-            chosen |= {n.outputs[0].name for n in component}
+    for component in _components(walks):
+        gain = sum(_flops(w.conv) for w in component) * GAIN_PER_FLOP
+        if gain > _boundary_elements(component) * TRANSPOSE_PER_ELEMENT:
+            chosen |= {w.conv.outputs[0].name for w in component}
     return chosen
 
 
-def _components(candidates: dict[str, Node], producers: dict[str, Node], consumers: dict[str, list[Node]],
-                outputs: set[str]) -> list[list[Node]]:
+def _components(walks: dict[str, _Walks]) -> list[list[_Walks]]:
     """The candidate convs grouped by the elementwise paths that join them."""
-    groups: list[list[Node]] = []
+    groups: list[list[_Walks]] = []
     placed: set[str] = set()
-    for name, first in candidates.items():
+    for name in walks:
         if name in placed:
             continue
-        group, stack = [], [first]
+        group, stack = [], [name]
         placed.add(name)
         while stack:
-            conv = stack.pop()
-            group.append(conv)
-            for upstream in (True, False):
-                for n in _joined(conv, producers, consumers, upstream, outputs)[0]:
-                    if (o := n.outputs[0].name) in candidates and o not in placed:
-                        placed.add(o)
-                        stack.append(n)
+            walk = walks[stack.pop()]
+            group.append(walk)
+            for n in (*walk.up, *walk.down):
+                if (o := n.outputs[0].name) in walks and o not in placed:
+                    placed.add(o)
+                    stack.append(o)
         groups.append(group)
     return groups
 
 
-def _boundary_elements(component: list[Node], producers: dict[str, Node], consumers: dict[str, list[Node]],
-                       outputs: set[str]) -> int:
+def _boundary_elements(component: list[_Walks]) -> int:
     """The elements of the transposes left around a set of convs computed channels last: an input none of them
     produces, an output that also reaches another op (a kxk conv, a pool, a concat, the graph's output)."""
-    members = {id(n) for n in component}
+    members = {id(w.conv) for w in component}
     inputs: dict[str, int] = {}
     elements = 0
-    for conv in component:
-        found, ends = _joined(conv, producers, consumers, True, outputs)
-        if ends or not any(id(n) in members for n in found):
-            inputs[conv.inputs[0].name] = conv.inputs[0].type.size
-        found, ends = _joined(conv, producers, consumers, False, outputs)
-        if ends or any(id(n) not in members for n in found):
-            elements += conv.outputs[0].type.size
+    for w in component:
+        if w.up_ends or not any(id(n) in members for n in w.up):
+            inputs[w.conv.inputs[0].name] = w.conv.inputs[0].type.size
+        if w.down_ends or any(id(n) not in members for n in w.down):
+            elements += w.conv.outputs[0].type.size
     return elements + sum(inputs.values())
 
 
@@ -135,8 +144,10 @@ def _joined(conv: Node, producers: dict[str, Node], consumers: dict[str, list[No
     stack: list[Value] = list(start)
     while stack:
         value = stack.pop()
-        nodes = [p] if upstream and (p := producers.get(value.name)) else \
-            [] if upstream else consumers.get(value.name, [])
+        if upstream:
+            nodes = [p] if (p := producers.get(value.name)) else []
+        else:
+            nodes = consumers.get(value.name, [])
         ends |= not nodes or (not upstream and value.name in outputs)
         for node in nodes:
             if id(node) in seen:
@@ -154,8 +165,10 @@ def _joined(conv: Node, producers: dict[str, Node], consumers: dict[str, list[No
 def _is_ragged_pointwise(node: Node) -> bool:
     """A dense 1x1 conv at stride 1 without padding over pixels that are no whole vectors, with rows that make a
     register tile."""
-    a = cast(Conv2dAttrs, node.attrs) if node.op == "conv2d" else None
-    if a is None or not _is_pointwise(node) or a.groups != 1 or any(a.paddings) or tuple(a.strides) != (1, 1):
+    if not _is_pointwise(node):  # dense: _is_pointwise takes one group only
+        return False
+    a = cast(Conv2dAttrs, node.attrs)
+    if any(a.paddings) or tuple(a.strides) != (1, 1):
         return False
     h, w = node.outputs[0].shape[2:]
     return h * w % FLAT_LANES != 0 and any(w % rows == 0 for rows in ROW_TILES)
