@@ -25,6 +25,7 @@ from cinn.schedules.analysis import (
     extents,
     inline_all,
     is_fresh,
+    is_output,
     is_reduction,
     is_static,
     reverse_inline_all,
@@ -153,12 +154,14 @@ def _register_tile(vectors: list[int], rows: list[int], rows2: list[int], budget
     second row axis (a conv's input over output rows), and broadcasts rows (times rows2 otherwise) values of the row
     operand; ties go to wider vectors, then to fewer second rows."""
 
-    def fmas_per_load(t: tuple[int, int, int]) -> float:
-        v, r, r2 = t
-        return v * r * r2 / (v * r2 + r if row2_in_vector else v + r * r2)
-
     tiles = [(v, r, r2) for v in vectors for r in rows for r2 in rows2 if v * r * r2 <= budget]
-    return max(tiles, key=lambda t: (fmas_per_load(t), t[0], -t[2]), default=(1, 1, 1))
+    return max(tiles, key=lambda t: (_fmas_per_load(t, row2_in_vector), t[0], -t[2]), default=(1, 1, 1))
+
+
+def _fmas_per_load(tile: tuple[int, int, int], row2_in_vector: bool) -> float:
+    """FMAs per load of a (vectors, rows, rows2) register tile (see _register_tile)."""
+    v, r, r2 = tile
+    return v * r * r2 / (v * r2 + r if row2_in_vector else v + r * r2)
 
 
 def _channel_vectors(channels: int, reduce_elems: int, width: int, budget: int, dtype: str, target: Target) -> list[int]:
@@ -292,7 +295,11 @@ def _panel_tile(panel: int, rows: int, width: int, target: Target) -> tuple[int,
     panel row and a broadcast (3 x 8 on AVX-512, 3 x 4 on AVX2: no per-tile copy competes for them)."""
     vectors = [v for v in range(1, panel // width + 1) if panel % (v * width) == 0]
     budget = target.vector_registers - 4
-    v, r, _ = _register_tile(vectors, divisors(rows, budget), [1], budget, False)
+    # the accumulators, a panel row and a broadcast fit the registers: AVX2's 4 x 3 tile over a 32-channel panel
+    # spilled every step (a 1024->256 1x1 conv over 14x14 pixels: 1.65 ms against 0.73 with 2 x 5)
+    tiles = [_register_tile([v], divisors(rows, budget), [1], min(budget, target.vector_registers - v - 1), False)
+             for v in vectors]
+    v, r, _ = max(tiles, key=lambda t: (_fmas_per_load(t, False), t[0]))
     return v * width, r
 
 
@@ -442,9 +449,12 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     # the reduction's producers (e.g. padding) stay stages: inlined, they would put a branch in the inner loop
     inline_all(sch, keep=lambda b: sch.get(b).name_hint in producers)
     tiling = plan(sch, main, target, knobs)
-    write_back = sch.cache_write(main, 0, "global")
+    view = _padded_view(sch, main)
+    write_back = view or sch.cache_write(main, 0, "global")
     _vector_axis_last(sch, main, tiling)
     reverse_inline_all(sch, write_back)
+    if view is not None:
+        _flat_rows(sch, write_back)
     others = {b.name_hint for b in map(sch.get, blocks(sch))} - {sch.get(write_back).name_hint}
     outside = _outside(sch, knobs, main, tiling, target)
     par, row_outer, loops = _tile(sch, main, tiling, target, knobs, outside)
@@ -481,6 +491,30 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     vectorize_innermost(sch, init)
     for stage in stages:  # producers (padding) and epilogues TVM would not inline
         injective(sch, stage, target)
+
+
+def _padded_view(sch: Schedule, main):
+    """The sole consumer of an intermediate the reduction computes in whole tiles past the rows it reads (a
+    channels-last 1x1 conv's pixels, see PIXEL_TILE), which then writes the accumulators back: inlined into a
+    cache_write's write-back, it would write those rows past its own buffer's end. None where there is no such one."""
+    consumers = sch.get_consumers(main)
+    if is_output(sch, main) or len(consumers) != 1:
+        return None
+    ours = sch.get(main).iter_vars[: spatial_count(sch, main)]
+    theirs = sch.get(consumers[0]).iter_vars
+    if not all(isinstance(iv.dom.extent, tirx.IntImm) for iv in (*ours, *theirs)):
+        return None
+    return consumers[0] if prod(int(iv.dom.extent) for iv in theirs) < prod(int(iv.dom.extent) for iv in ours) else None
+
+
+def _flat_rows(sch: Schedule, view) -> None:
+    """Iterate a padded view over the flat rows it reads ([n, i, j, o] as [n, i * W + j, o]): attached to the tiles,
+    its rows are then inferred from theirs, where TVM cannot invert i * W + j."""
+    _, *rows, _ = (int(iv.dom.extent) for iv in sch.get(view).iter_vars)
+    strides = [prod(rows[d + 1 :]) for d in range(len(rows))]
+    flat = tirx.IndexMap.from_func(lambda n, *ix: (n, sum(i * s for i, s in zip(ix[:-1], strides, strict=True)), ix[-1]),
+                                   ndim=len(rows) + 2)
+    sch.transform_block_layout(view, flat)
 
 
 def vectorize_registers(sch: Schedule, loop, cols: int, width: int) -> None:

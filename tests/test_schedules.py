@@ -455,6 +455,28 @@ def test_cinn_conv_pads_rows_to_whole_strides_so_they_deinterleave():
     assert "T.sblock_alloc_buffer((1, 8, 33, 2, 17))" in sch.mod.script()
 
 
+def test_channels_last_pointwise_conv_takes_whole_tiles_past_its_pixels():
+    # a 7x7 map's 49 pixels as 50 rows (PIXEL_TILE): AVX2 tiles of 2 vectors x 5 rows, where rows of 7 took 1 x 7;
+    # the view back to NHWC, with the epilogue, writes the accumulators back (49 rows), and the output is numpy's
+    op = get_op("conv2d")
+    a = op.attrs(data_format="NHWC", weight_layout="IHWO32")
+    x, w = te.placeholder((1, 7, 7, 64), name="x"), te.placeholder((2, 64, 1, 1, 32), name="w")
+    (out_type,) = infer(op, [TensorType((1, 7, 7, 64), "float32"), TensorType((2, 64, 1, 1, 32), "float32")], a)
+    y = op.compute([x, w], a, [out_type])[0]
+    z = te.compute(y.shape, lambda *i: te.max(y(*i), 0.0), name="z")
+    sch = schedule_of([x, w, z])
+    t = cpu_matmul.plan(sch, single_reduction(sch), parse_target("llvm -mcpu=znver3 -num-cores=2"))
+    assert (t.cols, t.rows) == (16, 5)
+
+    def ref(xa, wa):
+        weights = wa[:, :, 0, 0, :].transpose(1, 0, 2).reshape(64, 64)  # [I, O]
+        return [np.maximum(xa.reshape(49, 64) @ weights, 0).reshape(1, 7, 7, 64)]
+
+    sch = check([x, w], [z], K.OUT_FUSIBLE, ref)
+    script = sch.mod.script()
+    assert "T.sblock_alloc_buffer((1, 50, 64))" in script and "conv2d_global" not in script
+
+
 def test_grouped_pointwise_conv_is_not_taken_for_depthwise():
     # shufflenet's 112 -> 112 1x1 in 4 groups reads every operand per output channel too, but reduces 28 channels
     x = te.placeholder((1, 112, 28, 28), name="x")

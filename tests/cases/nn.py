@@ -51,6 +51,9 @@ CASES = [
     _conv((2, 6, 7, 3), (4, 3, 3, 3), "conv2d-nhwc", strides=[2, 1], paddings=[1, 0, 2, 1], data_format="NHWC"),
     _conv((1, 7, 7, 5), (5, 1, 3, 3), "conv2d-nhwc-depthwise", paddings=[1, 1], groups=5, data_format="NHWC"),
     _conv((1, 4, 5, 3), (3, 1, 1, 8), "conv2d-nhwc-1x1-ihwo", weight_layout="IHWO", data_format="NHWC"),
+    # pixels (49, 9) that are no whole number of PIXEL_TILE: computed in whole tiles past the last pixel
+    _conv((2, 7, 7, 6), (5, 6, 1, 1), "conv2d-nhwc-1x1-padded-pixels", data_format="NHWC"),
+    _conv((1, 3, 3, 8), (2, 8, 1, 1, 32), "conv2d-nhwc-1x1-ihwo32", weight_layout="IHWO32", data_format="NHWC"),
     _pool((1, 2, 6, 6), "max", [2, 2], "pool2d-max", strides=[2, 2]),
     _pool((1, 2, 5, 5), "max", [3, 3], "pool2d-max-pad", strides=[2, 2], paddings=[1, 1]),
     _pool((1, 2, 6, 6), "avg", [3, 3], "pool2d-avg-exclusive", strides=[2, 2], paddings=[1, 1]),
