@@ -15,12 +15,12 @@ Dense kxk convs stay NCHW: channels last, their reduction over channels reads th
 pixel (256->256 3x3 on 14x14: 0.57 -> 1.31 ms).
 
 Dense 1x1 convs over pixels that are no whole vectors (14x14, 7x7) vectorize over 8 output channels in NCHW with 7
-output columns a tile: 7 accumulators, no more than half the FMA peak. Channels last they are matmuls over rows of
-pixels (1024->256 on 14x14, 2 cores, AVX2: 1.05-1.14 -> 0.77-0.88 ms; 832->256 on 7x7 0.26 -> 0.21), where the
-rows have a register tile (13 or 27 rows have none: 480->192 on 13x13 0.31 -> 0.43 ms). Such convs joined through
-elementwise ops (resnet50's bottlenecks and residual adds) go channels last together where the time they gain
-exceeds the transposes left at the ends (resnet50 69 -> 61 ms, densenet121 44 -> 41 ms; inception_v1, all of whose
-1x1 convs sit between concats and kxk convs, 24 -> 31 ms had they been taken). With 32 vector registers (AVX-512)
+output columns a tile: 7 accumulators, no more than half the FMA peak. Channels last they are matmuls over flat
+pixels in whole register tiles (conv2d's PIXEL_TILE; 1024->256 on 14x14, 2 cores, AVX2: 1.05-1.14 -> 0.74 ms;
+512->2048 on 7x7 1.06 -> 0.74). Such convs joined through elementwise ops (resnet50's bottlenecks and residual adds)
+go channels last together where the time they gain exceeds the transposes left at the ends (resnet50 69 -> 61 ms
+with rows of pixels, 0.87x again with flat ones; densenet121 44 -> 41 ms; inception_v1, all of whose 1x1 convs sit
+between concats and kxk convs, 24 -> 31 ms had they all been taken). With 32 vector registers (AVX-512)
 the NCHW tile is 2 vectors x 14 columns, 28 accumulators, near the FMA peak already (1024->256 on 14x14: 0.27 ms,
 ~380 GFLOP/s): those convs stay NCHW there.
 """
@@ -38,8 +38,6 @@ from cinn.passes.sink_transposes import sink_transposes
 
 # vector registers under which an NCHW 1x1 conv over ragged pixels has too few accumulators (AVX2's 16: 7 of them)
 FEW_REGISTERS = 32
-# output rows that make a register tile of rows for a channels-last 1x1 conv (a divisor of the row in this range)
-ROW_TILES = range(4, 9)
 # seconds a 1x1 conv gains per FLOP channels last (~90 -> ~125 GFLOP/s on 2 AVX2 cores) and a transpose costs per
 # element (0.42-0.49 ns measured over resnet50's and densenet121's)
 GAIN_PER_FLOP = 3e-12
@@ -163,15 +161,12 @@ def _joined(conv: Node, producers: dict[str, Node], consumers: dict[str, list[No
 
 
 def _is_ragged_pointwise(node: Node) -> bool:
-    """A dense 1x1 conv at stride 1 without padding over pixels that are no whole vectors, with rows that make a
-    register tile."""
+    """A dense 1x1 conv at stride 1 without padding over pixels that are no whole vectors."""
     if not _is_pointwise(node):  # dense: _is_pointwise takes one group only
         return False
     a = cast(Conv2dAttrs, node.attrs)
-    if any(a.paddings) or tuple(a.strides) != (1, 1):
-        return False
     h, w = node.outputs[0].shape[2:]
-    return h * w % FLAT_LANES != 0 and any(w % rows == 0 for rows in ROW_TILES)
+    return not any(a.paddings) and tuple(a.strides) == (1, 1) and h * w % FLAT_LANES != 0
 
 
 def _flops(node: Node) -> int:
