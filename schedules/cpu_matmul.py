@@ -535,7 +535,9 @@ def _producer_at_tile(sch: Schedule, knobs: Knobs, columns, par, stages: list, p
     choose the full copy. `columns` is the reduction block when it is vectorized over output columns (the stage may
     then be deinterleaved), else None. Returns the stages still to schedule on their own."""
     mine = [b for b in stages if sch.get(b).name_hint in producers]
-    if len(mine) != 1 or not knobs.choose(sch, Knob.PRODUCER_AT_TILE, [0, 1], 1):
+    # the row operand of a tile over output columns is read whole by every column tile: computed once, up front
+    default = int(columns is None or not _is_row_operand(sch, columns, mine[0])) if len(mine) == 1 else 1
+    if len(mine) != 1 or not knobs.choose(sch, Knob.PRODUCER_AT_TILE, [0, 1], default):
         return stages
     phased = columns is not None and deinterleave(sch, columns, mine[0])
     sch.compute_at(mine[0], par)
@@ -544,6 +546,20 @@ def _producer_at_tile(sch: Schedule, knobs: Knobs, columns, par, stages: list, p
     else:
         vectorize_innermost(sch, mine[0])
     return [b for b in stages if b not in mine]
+
+
+def _is_row_operand(sch: Schedule, main, stage) -> bool:
+    """Whether a stage's output is the reduction's row operand (read without its vector axis, the last one)."""
+    block = sch.get(main)
+    return any(b.same_as(sch.get(stage).writes[0].source) for b in _row_operands(block, spatial_count(sch, main) - 1))
+
+
+def _is_windowed(block, n: int, buffer) -> bool:
+    """Whether the block reads `buffer` through a window: an index that adds a reduction iterator to a spatial one
+    (a conv over flat pixels reads its input at pixel * stride + offset)."""
+    spatial, reduced = ({iv.var for iv in block.iter_vars[:n]}, {iv.var for iv in block.iter_vars[n:]})
+    return any(r.source.same_as(buffer) and any(vars_in(rg.min) & spatial and vars_in(rg.min) & reduced
+                                                for rg in r.region) for r in block.reads)
 
 
 def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs, outside: Outside):
@@ -623,6 +639,8 @@ def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target,
         return False
     block = sch.get(main)
     n = spatial_count(sch, main)
+    if col == n - 1 and any(_is_windowed(block, n, b) for b in _row_operands(block, col)):
+        return True
     if any(size(sch, iv.dom.extent) > 1 for iv in block.iter_vars[n + 1 :]):
         return False
     if col != n - 1 and _output_share(sch, main, tiles) > TRANSPOSED_SHARE * target.l2_bytes:

@@ -511,6 +511,26 @@ def test_pointwise_convs_over_ragged_pixels_go_channels_last_together(hw, tmp_ca
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_strided_convs_go_channels_last_with_the_pointwise_ones(tmp_cache):
+    """A resnet stage's first bottleneck after a stem: its 3x3/2 conv computes NHWC with the 1x1 convs around it, over
+    flat pixels; the 3-channel 7x7/2 stem stays NCHW, and so does the small shortcut (a 1x1 over a slice, whose
+    transposes would cost more than it gains). The result equals the one compiled without the passes."""
+    b = cinn.NetBuilder("stage")
+    x = b.create_input("float32", (1, 3, 28, 28), "x")
+    stem = b.relu(_conv(b, x, 64, 3, 7, strides=(2, 2), paddings=(3, 3)))
+    r = b.relu(_conv(b, stem, 128, 64, 1))
+    r = b.relu(_conv(b, r, 128, 128, 3, strides=(2, 2), paddings=(1, 1)))
+    program = b.build([b.relu(b.add(_conv(b, r, 256, 128, 1), _conv(b, stem, 256, 64, 1, strides=(2, 2))))])
+    optimized = optimize(program, target=parse_target("llvm -mcpu=znver3"))
+    formats = [(n.inputs[0].shape[-1 if n.attrs.data_format == "NHWC" else 1], n.attrs.data_format)
+               for n in optimized.nodes if n.op == "conv2d"]
+    assert sorted(formats) == [(3, "NCHW"), (64, "NCHW"), (64, "NHWC"), (128, "NHWC"), (128, "NHWC")]
+    x = np.random.default_rng(1).standard_normal((1, 3, 28, 28)).astype(np.float32)
+    (got,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": x})
+    (want,) = cinn.compile(program, cache_dir=tmp_cache, passes=False).run({"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(("hw", "channels", "inner"), [(14, 64, 16), (28, 512, 128)])
 def test_pointwise_convs_stay_nchw_without_gain(hw, channels, inner):
     """64->16 gains less than its transposes cost; 28x28's pixels are whole vectors: every conv stays NCHW."""

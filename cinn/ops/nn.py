@@ -486,8 +486,8 @@ def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
     last = a.data_format is DataFormat.NHWC
     if not last and _is_flat_pointwise(ws, (h, wd), a):
         return [_pointwise_compute(x, weight, out_types[0])]
-    if last and a.groups == 1 and _is_flat((h, wd), ws[2:], lanes=1):
-        return [_pointwise_nhwc_compute(x, weight, out_types[0])]
+    if last and a.groups == 1:
+        return [_flat_nhwc_compute(x, weight, ws, (h, wd), out_types[0])]
     if a.weight_layout is WeightLayout.GIHWO and not last:
         return [_grouped_compute(x, w, (h, wd), out_types[0])]
     xp = _zero_pad(x, (h, wd), const(0, out_types[0].dtype), channels_last=last)
@@ -540,10 +540,10 @@ def _is_flat_pointwise(ws: tuple[int, ...], hw: tuple[_Window, _Window], a: Conv
     return a.groups == 1 and _is_flat(hw, ws[2:])
 
 
-def _is_flat(hw: tuple[_Window, _Window], kernel: tuple[int, ...], lanes: int = FLAT_LANES) -> bool:
-    """A 1x1 window at stride 1 without padding over pixels that are a whole number of `lanes`."""
+def _is_flat(hw: tuple[_Window, _Window], kernel: tuple[int, ...]) -> bool:
+    """A 1x1 window at stride 1 without padding over pixels that are whole vectors."""
     return (tuple(kernel) == (1, 1) and all(w.stride == 1 and w.pad_begin == w.pad_end == 0 for w in hw)
-            and hw[0].out * hw[1].out % lanes == 0)
+            and hw[0].out * hw[1].out % FLAT_LANES == 0)
 
 
 def _pointwise_compute(x, weight, out: TensorType):
@@ -556,26 +556,32 @@ def _pointwise_compute(x, weight, out: TensorType):
     return te.compute(out.shape, lambda n, o, i, j: y[n, o, i * width + j], name="conv2d_nchw")
 
 
-# a channels-last 1x1 conv's pixels are computed in whole register tiles of this many rows (znver3, AVX2, 2 vectors x 5
-# rows: 512->2048 on 7x7 1.06 -> 0.74 ms against rows of 7 x 1 vector; 3 or 6 rows took 4 x 3 or 4 x 6 tiles that
-# spilled, 4 rows 0.86)
+# a dense channels-last conv's output pixels are computed in whole register tiles of this many rows (znver3, AVX2, 2
+# vectors x 5 rows: 512->2048 1x1 on 7x7 1.06 -> 0.74 ms against rows of 7 x 1 vector; 3 or 6 rows took 4 x 3 or 4 x 6
+# tiles that spilled, 4 rows 0.86)
 PIXEL_TILE = 5
 
 
-def _pointwise_nhwc_compute(x, weight, out: TensorType):
-    """out[n, p, o] = sum_c x[n, p, c] * weight[o, c] over flat pixels p, in whole tiles of PIXEL_TILE rows (the last
-    pixel again past the end), viewed back as NHWC: a matmul whose register tile need not divide the pixels (7x7: 49
-    pixels as 50 rows in 5 x 2-vector tiles, where the rows of 7 took 7 x 1-vector tiles)."""
-    n_, height, width, c_ = dims(x)
-    rc = te.reduce_axis((0, c_), name="rc")
-    rows, pixel = whole_tiles(height * width, PIXEL_TILE) if height * width % PIXEL_TILE else (height * width, None)
+def _flat_nhwc_compute(x, weight, ws: tuple[int, ...], hw: tuple[_Window, _Window], out: TensorType):
+    """A dense channels-last conv as a matmul over flat output pixels: out[n, p, o] = sum over the window and the
+    channels of x[n, row(p) + ky, col(p) + kx, c] * weight[o, c, ky, kx], the channels innermost, in whole tiles of
+    PIXEL_TILE pixels (the last pixel again past the end), viewed back as NHWC. Its register tile need not divide the
+    output rows (7x7: 49 pixels as 50 rows in 5 x 2-vector tiles, where rows of 7 took 7 x 1-vector ones), and a
+    strided conv's input is read at each pixel's offset, no gather (256->256 3x3/2 on 28x28: 2.40 -> 1.61 ms against
+    the NCHW conv vectorized over output channels)."""
+    h, wd = hw
+    xp = _zero_pad(x, hw, const(0, out.dtype), channels_last=True)
+    pixels = h.out * wd.out
+    rows, pixel = whole_tiles(pixels, PIXEL_TILE) if pixels % PIXEL_TILE else (pixels, lambda p: p)
+    rc, ry, rx = (te.reduce_axis((0, e), name=nm) for e, nm in zip(ws[1:], ("rc", "ry", "rx"), strict=True))
 
     def body(n, p, o):
-        q = p if pixel is None else pixel(p)
-        return te.sum(x[n, q // width, q % width, rc] * weight(o, rc, 0, 0), axis=rc)
+        q = pixel(p)
+        i, j = q // wd.out * h.stride + ry * h.dilation, q % wd.out * wd.stride + rx * wd.dilation
+        return te.sum(xp[n, i, j, rc] * weight(o, rc, ry, rx), axis=[ry, rx, rc])
 
-    y = te.compute((n_, rows, out.shape[3]), body, name="conv2d")
-    return te.compute(out.shape, lambda n, i, j, o: y[n, i * width + j, o], name="conv2d_nhwc")
+    y = te.compute((out.shape[0], rows, out.shape[3]), body, name="conv2d")
+    return te.compute(out.shape, lambda n, i, j, o: y[n, i * wd.out + j, o], name="conv2d_nhwc")
 
 
 def _flatten(x):

@@ -11,16 +11,18 @@ Measured (2 cores, AVX-512, each kernel alone, ms, NCHW -> NHWC): mobilenet_v2's
 0.034-0.048 -> 0.028, its 960-channel 3x3 on 7x7 0.025-0.043 -> 0.019-0.024, the 192-channel one on 28x28
 0.059-0.078 -> 0.062, the 144-channel 3x3/2 on 56x56 0.066-0.082 -> 0.065; the 1x1 convs as fast as before; the
 whole model 5.21 -> 4.69 ms (interleaved runs, on a VM at half the FMA peak of the one measured elsewhere).
-Dense kxk convs stay NCHW: channels last, their reduction over channels reads the input at a stride of a whole
-pixel (256->256 3x3 on 14x14: 0.57 -> 1.31 ms).
-
 Dense 1x1 convs over pixels that are no whole vectors (14x14, 7x7) vectorize over 8 output channels in NCHW with 7
 output columns a tile: 7 accumulators, no more than half the FMA peak. Channels last they are matmuls over flat
 pixels in whole register tiles (conv2d's PIXEL_TILE; 1024->256 on 14x14, 2 cores, AVX2: 1.05-1.14 -> 0.74 ms;
 512->2048 on 7x7 1.06 -> 0.74). Such convs joined through elementwise ops (resnet50's bottlenecks and residual adds)
 go channels last together where the time they gain exceeds the transposes left at the ends (resnet50 69 -> 61 ms
 with rows of pixels, 0.87x again with flat ones; densenet121 44 -> 41 ms; inception_v1, all of whose 1x1 convs sit
-between concats and kxk convs, 24 -> 31 ms had they all been taken). With 32 vector registers (AVX-512)
+between concats and kxk convs, 24 -> 31 ms had they all been taken). Strided dense convs over 32 or more input
+channels join them: NCHW they vectorize over output channels and broadcast input values gathered at the stride,
+7-8 accumulators; channels last they read each output pixel's window in place, the channels innermost (resnet50's
+3x3/2 convs, 2 cores, AVX2: 512->512 to 7x7 2.59 -> 2.24 ms, 256->256 to 14x14 2.40 -> 1.61, 128->128 to 28x28 2.04
+-> 1.68). Stride-1 kxk convs gain nothing (96->208 3x3 on 14x14, 64->192 on 56x56, 16->48 5x5 within 3%) and a
+3-channel stem loses (3->64 7x7/2: 1.75 -> 2.45 ms): they stay NCHW. With 32 vector registers (AVX-512)
 the NCHW tile is 2 vectors x 14 columns, 28 accumulators, near the FMA peak already (1024->256 on 14x14: 0.27 ms,
 ~380 GFLOP/s): those convs stay NCHW there.
 """
@@ -30,7 +32,7 @@ import dataclasses
 from typing import cast
 
 from cinn.ir import Node, Program, Value
-from cinn.ops import PatternKind, get_op
+from cinn.ops import PatternKind, get_op, op_flops
 from cinn.ops.nn import FLAT_LANES, TO_NCHW, TO_NHWC, Conv2dAttrs, DataFormat
 from cinn.ops.shape import TransposeAttrs
 from cinn.passes.rewrite import Rewriter, rewrite
@@ -38,7 +40,10 @@ from cinn.passes.sink_transposes import sink_transposes
 
 # vector registers under which an NCHW 1x1 conv over ragged pixels has too few accumulators (AVX2's 16: 7 of them)
 FEW_REGISTERS = 32
-# seconds a 1x1 conv gains per FLOP channels last (~90 -> ~125 GFLOP/s on 2 AVX2 cores) and a transpose costs per
+# input channels from which a strided dense conv gains channels last (its inner loop runs over them; a 3-channel stem
+# took 1.75 -> 2.45 ms)
+STRIDED_CHANNELS = 32
+# seconds a conv gains per FLOP channels last (~90 -> ~125 GFLOP/s on 2 AVX2 cores) and a transpose costs per
 # element (0.42-0.49 ns measured over resnet50's and densenet121's)
 GAIN_PER_FLOP = 3e-12
 TRANSPOSE_PER_ELEMENT = 0.45e-9
@@ -47,7 +52,7 @@ TRANSPOSE_PER_ELEMENT = 0.45e-9
 def channels_last(program: Program, lanes: int, registers: int) -> Program:
     """Compute the depthwise convs whose output rows are not whole half-vectors of `lanes` floats (the CPU's vector
     width) and that have 1x1 convs on both sides, through elementwise ops, channels last with those 1x1 convs."""
-    chosen = _chosen(program, lanes) | (_pointwise_chosen(program) if registers < FEW_REGISTERS else set())
+    chosen = _chosen(program, lanes) | (_flat_chosen(program) if registers < FEW_REGISTERS else set())
     if not chosen:
         return program
     transposed: dict[str, Value] = {}  # convs reading one tensor share its transpose
@@ -83,14 +88,15 @@ class _Walks:
     down_ends: bool
 
 
-def _pointwise_chosen(program: Program) -> set[str]:
-    """The output names of the dense 1x1 convs over ragged pixels to compute channels last: each set of them joined
-    through elementwise ops whose estimated gain exceeds the transposes left where the set meets other ops."""
+def _flat_chosen(program: Program) -> set[str]:
+    """The output names of the dense convs to compute channels last over flat pixels (_is_flat_candidate): each set of
+    them joined through elementwise ops whose estimated gain exceeds the transposes left where the set meets other
+    ops."""
     producers, consumers = program.producers(), program.consumers()
     outputs = {v.name for v in program.outputs}
     walks = {n.outputs[0].name: _Walks(n, *_joined(n, producers, consumers, True, outputs),
                                        *_joined(n, producers, consumers, False, outputs))
-             for n in program.nodes if _is_ragged_pointwise(n)}
+             for n in program.nodes if _is_flat_candidate(n)}
     chosen: set[str] = set()
     for component in _components(walks):
         gain = sum(_flops(w.conv) for w in component) * GAIN_PER_FLOP
@@ -160,18 +166,21 @@ def _joined(conv: Node, producers: dict[str, Node], consumers: dict[str, list[No
     return found, ends
 
 
-def _is_ragged_pointwise(node: Node) -> bool:
-    """A dense 1x1 conv at stride 1 without padding over pixels that are no whole vectors."""
-    if not _is_pointwise(node):  # dense: _is_pointwise takes one group only
-        return False
+def _is_flat_candidate(node: Node) -> bool:
+    """A dense conv that NCHW has few accumulators or gathers its input and channels last computes over flat pixels
+    (conv2d's PIXEL_TILE): a 1x1 at stride 1 without padding over pixels that are no whole vectors, or a strided one
+    over at least STRIDED_CHANNELS input channels."""
     a = cast(Conv2dAttrs, node.attrs)
+    if not (_is_nchw_float_conv(node) and a.groups == 1):
+        return False
+    if max(a.strides) > 1:
+        return node.inputs[0].shape[1] >= STRIDED_CHANNELS
     h, w = node.outputs[0].shape[2:]
-    return not any(a.paddings) and tuple(a.strides) == (1, 1) and h * w % FLAT_LANES != 0
+    return _is_pointwise(node) and not any(a.paddings) and h * w % FLAT_LANES != 0
 
 
 def _flops(node: Node) -> int:
-    """A dense 1x1 conv's multiply-adds, twice."""
-    return 2 * node.outputs[0].type.size * node.inputs[0].shape[1]
+    return op_flops(get_op(node.op), [v.type for v in node.inputs], node.attrs, [v.type for v in node.outputs])
 
 
 def _is_depthwise(node: Node) -> bool:
