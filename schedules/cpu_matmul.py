@@ -454,7 +454,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     _vector_axis_last(sch, main, tiling)
     reverse_inline_all(sch, write_back)
     if view is not None:
-        _flat_rows(sch, write_back)
+        _flat_rows(sch, main, write_back)
     others = {b.name_hint for b in map(sch.get, blocks(sch))} - {sch.get(write_back).name_hint}
     outside = _outside(sch, knobs, main, tiling, target)
     par, row_outer, loops = _tile(sch, main, tiling, target, knobs, outside)
@@ -507,14 +507,13 @@ def _padded_view(sch: Schedule, main):
     return consumers[0] if prod(int(iv.dom.extent) for iv in theirs) < prod(int(iv.dom.extent) for iv in ours) else None
 
 
-def _flat_rows(sch: Schedule, view) -> None:
-    """Iterate a padded view over the flat rows it reads ([n, i, j, o] as [n, i * W + j, o]): attached to the tiles,
-    its rows are then inferred from theirs, where TVM cannot invert i * W + j."""
-    _, *rows, _ = (int(iv.dom.extent) for iv in sch.get(view).iter_vars)
-    strides = [prod(rows[d + 1 :]) for d in range(len(rows))]
-    flat = tirx.IndexMap.from_func(lambda n, *ix: (n, sum(i * s for i, s in zip(ix[:-1], strides, strict=True)), ix[-1]),
-                                   ndim=len(rows) + 2)
-    sch.transform_block_layout(view, flat)
+def _flat_rows(sch: Schedule, main, view) -> None:
+    """Iterate a padded view over the index it reads the reduction's output at ([n, i, j, o] of NHWC as [n, i * W + j,
+    o]): attached to the tiles, its rows are then inferred from theirs, where TVM cannot invert i * W + j."""
+    block = sch.get(view)
+    read = next(r for r in block.reads if r.source.same_as(sch.get(main).writes[0].source))
+    index = tirx.IndexMap([iv.var for iv in block.iter_vars], [rg.min for rg in read.region], None)
+    sch.transform_block_layout(view, index)
 
 
 def vectorize_registers(sch: Schedule, loop, cols: int, width: int) -> None:
@@ -557,7 +556,8 @@ def _is_row_operand(sch: Schedule, main, stage) -> bool:
 def _is_windowed(block, n: int, buffer) -> bool:
     """Whether the block reads `buffer` through a window: an index that adds a reduction iterator to a spatial one
     (a conv over flat pixels reads its input at pixel * stride + offset)."""
-    spatial, reduced = ({iv.var for iv in block.iter_vars[:n]}, {iv.var for iv in block.iter_vars[n:]})
+    spatial = {iv.var for iv in block.iter_vars[:n]}
+    reduced = {iv.var for iv in block.iter_vars[n:] if not (isinstance(iv.dom.extent, tirx.IntImm) and iv.dom.extent == 1)}
     return any(r.source.same_as(buffer) and any(vars_in(rg.min) & spatial and vars_in(rg.min) & reduced
                                                 for rg in r.region) for r in block.reads)
 

@@ -573,12 +573,15 @@ def _flat_nhwc_compute(x, weight, ws: tuple[int, ...], hw: tuple[_Window, _Windo
     xp = _zero_pad(x, hw, const(0, out.dtype), channels_last=True)
     pixels = h.out * wd.out
     rows, pixel = whole_tiles(pixels, PIXEL_TILE) if pixels % PIXEL_TILE else (pixels, lambda p: p)
-    rc, ry, rx = (te.reduce_axis((0, e), name=nm) for e, nm in zip(ws[1:], ("rc", "ry", "rx"), strict=True))
+    rc = te.reduce_axis((0, ws[1]), name="rc")
+    # a 1x1 window has no window axes: the schedule reads the reduction's first axis as the channels
+    window = [te.reduce_axis((0, e), name=nm) if e > 1 else None for e, nm in zip(ws[2:], ("ry", "rx"), strict=True)]
+    ry, rx = (0 if ax is None else ax for ax in window)
 
     def body(n, p, o):
         q = pixel(p)
         i, j = q // wd.out * h.stride + ry * h.dilation, q % wd.out * wd.stride + rx * wd.dilation
-        return te.sum(xp[n, i, j, rc] * weight(o, rc, ry, rx), axis=[ry, rx, rc])
+        return te.sum(xp[n, i, j, rc] * weight(o, rc, ry, rx), axis=[ax for ax in window if ax is not None] + [rc])
 
     y = te.compute((out.shape[0], rows, out.shape[3]), body, name="conv2d")
     return te.compute(out.shape, lambda n, i, j, o: y[n, i * wd.out + j, o], name="conv2d_nhwc")
