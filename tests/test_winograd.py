@@ -119,6 +119,24 @@ def test_winograd_conv_matches_the_direct_conv(n, c, k, size, pads, tile, tmp_ca
     assert np.abs(got - expected).max() <= TOLERANCE[tile] * np.abs(expected).max()
 
 
+def test_avx2_matmul_reads_row_panels_of_six_output_channels(tmp_cache):
+    """With 16 vector registers, a batched matmul over 16 tiles (two vectors) takes 6 rows of output channels: the
+    transformed weights are row panels of 6, the 64 channels padded to 66 rows of zero weights, which the output
+    transform does not read."""
+    program = _conv_program(1, 64, 64, (14, 14), (1, 1), epilogue=True)
+    avx2 = parse_target("llvm -mcpu=znver3 -num-cores=2")
+    (shape,) = winograd_shapes(program, avx2)
+    optimized, _ = lower_program(program, target=avx2, winograd_choices={shape.key: 4})
+    (matmul,) = [node for node in optimized.nodes if node.op == "matmul"]
+    assert matmul.attrs.x_panel == 6 and matmul.outputs[0].shape == (36, 66, 16)
+    (y,) = [node for node in optimized.nodes if node.op == "winograd_output"]
+    assert y.attrs.channels == 64
+    feeds = {v.name: RNG.standard_normal(v.shape).astype("float32") for v in program.inputs}
+    (expected,) = evaluate(program, feeds)
+    (got,) = cinn.compile(optimized, avx2, cache_dir=tmp_cache, passes=False).run(feeds)
+    assert np.abs(got - expected).max() <= TOLERANCE[4] * np.abs(expected).max()
+
+
 def test_convs_that_do_not_gain_stay_direct():
     for program in (_conv_program(1, 8, 8, (32, 32), (1, 1), False),  # few channels
                     _conv_program(1, 512, 512, (7, 7), (1, 1), False)):  # few tiles

@@ -65,12 +65,14 @@ class WinogradInputAttrs(Attrs):
 
 @dataclass(frozen=True)
 class WinogradOutputAttrs(Attrs):
-    """Output tile size m, the tiles per column and row of one image and the output's rows and columns (up to m
-    times those: the tiles of the last row and column may overhang)."""
+    """Output tile size m, the tiles per column and row of one image, the output's rows and columns (up to m
+    times those: the tiles of the last row and column may overhang) and its channels, the leading ones of M's rows (0:
+    all of them; M's rows may be padded to whole register tiles)."""
 
     tile: int = 4
     tiles: tuple[int, int] = (1, 1)
     size: tuple[int, int] = (4, 4)
+    channels: int = 0
 
 
 def tile_grid(size: Sequence[int], tile: int) -> tuple[int, int]:
@@ -112,7 +114,9 @@ def _output_infer(types: Sequence[TensorType], a: WinogradOutputAttrs) -> list[T
                          f"tiles {a.tiles}")
     if any(not (t - 1) * a.tile < s <= t * a.tile for s, t in zip(a.size, a.tiles, strict=True)):
         raise ValueError(f"winograd_output: size {a.size} is not covered by tiles {a.tiles} of {a.tile}")
-    return [TensorType((mm.shape[2] // per_image, mm.shape[1], *a.size), mm.dtype)]
+    if not 0 <= a.channels <= mm.shape[1]:
+        raise ValueError(f"winograd_output: channels {a.channels} are not among M's {mm.shape[1]} rows")
+    return [TensorType((mm.shape[2] // per_image, a.channels or mm.shape[1], *a.size), mm.dtype)]
 
 
 def _coefficient(column: np.ndarray, index, dtype: str):
@@ -177,7 +181,7 @@ def _output_compute(tensors, a: WinogradOutputAttrs, out_types: Sequence[TensorT
     def position(t, k, p):
         return _transform(at, at, t // m, t % m, lambda e, f: mm[e * alpha + f, k, p], dtype)
 
-    tiles = te.compute((m * m, *mm.shape[1:]), position, name="winograd_tiles")
+    tiles = te.compute((m * m, out_types[0].shape[1], mm.shape[2]), position, name="winograd_tiles")
 
     def value(b, k, h, w):
         return tiles[h % m * m + w % m, k, (b * th + h // m) * tw + w // m]
@@ -204,7 +208,8 @@ def _output_reference(arrays: Sequence[np.ndarray], a: WinogradOutputAttrs) -> l
     th, tw = a.tiles
     tiles = mm.astype(np.float64).reshape(alpha, alpha, mm.shape[1], -1, th, tw)
     y = np.einsum("ae,efknhw,bf->nkhawb", at, tiles, at)
-    return [y.reshape(y.shape[0], mm.shape[1], th * m, tw * m)[:, :, : a.size[0], : a.size[1]].astype(mm.dtype)]
+    y = y.reshape(y.shape[0], mm.shape[1], th * m, tw * m)[:, : a.channels or mm.shape[1], : a.size[0], : a.size[1]]
+    return [y.astype(mm.dtype)]
 
 
 register(

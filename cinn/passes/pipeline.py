@@ -35,8 +35,8 @@ def optimize(program: Program, passes: bool = True, target: Target | None = None
         return decompose(program)
     program = _simplified(program, target)
     if target is not None and not target.is_cuda:
-        program = channels_last(winograd(program, winograd_choices, target.fma_bits), target.vector_bits // 32,
-                                target.vector_registers)
+        program = winograd(program, winograd_choices, target.fma_bits, target.vector_registers)
+        program = channels_last(program, target.vector_bits // 32, target.vector_registers)
     return dce(pack_weights(program))
 
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import cast
 
+import numpy as np
+
 from cinn.ir import Node, Program
 from cinn.ops.nn import Conv2dAttrs, DataFormat, MatmulAttrs, PaddingAlgorithm, WeightLayout, row_panels
 from cinn.ops.winograd import KERNEL, WinogradInputAttrs, WinogradOutputAttrs, tile_grid, weight_transform
@@ -68,6 +70,11 @@ L2_BYTES = 2 << 20
 # whole number of vectors) reads the panels in place instead of a copy transposed per run (paired rounds: inception_v2
 # 0.85x, inception_v1 0.95x, resnet50 0.97x, squeezenet 0.97x, densenet121 0.98x)
 ROW_PANEL = 16
+# with 16 vector registers (AVX2), a matmul over whole vectors of tiles takes 2 vectors x 6 rows (12 accumulators)
+# over row panels of 6, the output channels padded to whole panels with zero weights (their rows never read): over
+# panels of 16 it took 2 x 4 (resnet50's 256->256 on 14x14, 36 x [256 x 256] x 16 tiles, 0.72x; 512->512 on 7x7
+# 0.79x)
+FEW_REGISTERS, FEW_REGISTERS_PANEL = 32, 6
 LANES = 16  # a tile count that is no multiple of this makes the matmul vectorize over output channels
 # transformed weights of output channels that are no whole panels, above this size (bytes), are stored [t, C, K]
 # (read as transposed), so that a matmul vectorized over output channels reads them in place instead of copying them
@@ -78,8 +85,9 @@ SMALL_WEIGHTS = 1 << 20
 ALGORITHM_FAMILY = "winograd/"  # the start of every conv algorithm record's workload in a schedule log
 # the revision of the Winograd kernels an algorithm record was measured with, bumped when their speed changes (2: the
 # transforms over vectors of consecutive tiles, 2-6x faster on 7x7 to 14x14 images; 3: the transformed weights in
-# row panels, read in place), so that a log's measurements of earlier kernels no longer decide
-TRANSFORMS_REVISION = 3
+# row panels, read in place; 4: with 16 vector registers, row panels of 6 output channels), so that a log's
+# measurements of earlier kernels no longer decide
+TRANSFORMS_REVISION = 4
 ALGORITHM_PREFIX = f"{ALGORITHM_FAMILY}r{TRANSFORMS_REVISION}/"  # of a ConvShape's key
 DIRECT = 0  # the tile of a measured choice that keeps the conv direct
 
@@ -107,12 +115,12 @@ class ConvShape:
 
 
 def winograd(program: Program, choices: Mapping[str, int] = MappingProxyType({}),
-             fma_bits: int = CALIBRATION_FMA_BITS) -> Program:
+             fma_bits: int = CALIBRATION_FMA_BITS, registers: int = FEW_REGISTERS) -> Program:
     """Rewrite every conv2d that gains into its Winograd form: by the measured choice in `choices` (ConvShape.key ->
     output tile size, DIRECT for none) where it has one, else by choose_tile's estimate for a CPU whose cores complete
-    `fma_bits` of FMA results per cycle (Target.fma_bits)."""
+    `fma_bits` of FMA results per cycle (Target.fma_bits) and have `registers` vector registers."""
     share = fma_bits / CALIBRATION_FMA_BITS
-    return rewrite(program, lambda rw, node: _rewrite(rw, node, choices, share))
+    return rewrite(program, lambda rw, node: _rewrite(rw, node, choices, share, registers))
 
 
 def conv_shapes(program: Program) -> list[ConvShape]:
@@ -132,7 +140,7 @@ def _shape(node: Node, weights) -> ConvShape | None:
     return ConvShape(x.shape[0], x.shape[1], weights.shape[0], (x.shape[2], x.shape[3]), (top, left, bottom, right))
 
 
-def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int], fma_share: float) -> bool:
+def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int], fma_share: float, registers: int) -> bool:
     if node.op != "conv2d":
         return False
     x, w = rw.inputs(node)
@@ -146,7 +154,11 @@ def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int], fma_share: fl
         return False
     (v,) = rw.emit("winograd_input", [x], WinogradInputAttrs(tile=tile, paddings=shape.paddings))
     transformed = weight_transform(weights, tile)
-    if shape.out_channels % ROW_PANEL == 0:
+    if registers < FEW_REGISTERS and v.shape[2] % LANES == 0:
+        transformed = np.pad(transformed, ((0, 0), (0, -shape.out_channels % FEW_REGISTERS_PANEL), (0, 0)))
+        u = rw.new_constant(row_panels(transformed, FEW_REGISTERS_PANEL), f"{w.name}_winograd{tile}")
+        attrs = MatmulAttrs(x_panel=FEW_REGISTERS_PANEL)
+    elif shape.out_channels % ROW_PANEL == 0:
         u = rw.new_constant(row_panels(transformed, ROW_PANEL), f"{w.name}_winograd{tile}")
         attrs = MatmulAttrs(x_panel=ROW_PANEL)
     else:
@@ -155,7 +167,7 @@ def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int], fma_share: fl
         attrs = MatmulAttrs(trans_x=trans)
     (mm,) = rw.emit("matmul", [u, v], attrs)
     grid = tile_grid((oh, ow), tile)
-    (y,) = rw.emit("winograd_output", [mm], WinogradOutputAttrs(tile=tile, tiles=grid, size=(oh, ow)))
+    (y,) = rw.emit("winograd_output", [mm], WinogradOutputAttrs(tile, grid, (oh, ow), shape.out_channels))
     rw.substitute(node.outputs[0], y)
     return True
 

@@ -143,4 +143,7 @@ CASES += [
          id="winograd_output-f2-batch-overhang"),
     Case("winograd_output", inputs=(((36, 2, 49), "float32"),), attrs={"tile": 4, "tiles": (7, 7), "size": (27, 26)},
          id="winograd_output-f4-overhang"),
+    # M's rows padded to whole register tiles (6 of them for 5 channels): the output reads the leading ones
+    Case("winograd_output", inputs=(((36, 6, 4), "float32"),), attrs={"tile": 4, "tiles": (2, 2), "size": (8, 8),
+                                                                     "channels": 5}, id="winograd_output-f4-channels"),
 ]
