@@ -14,9 +14,12 @@ from cinn.ops.nn import PANEL, Conv2dAttrs, DataFormat, MatmulAttrs, WeightLayou
 from cinn.ops.shape import ReshapeAttrs, SliceAttrs, slice_ranges
 from cinn.passes.rewrite import Rewriter, rewrite
 
-# panel widths by preference: a 48-column panel feeds AVX-512's 3 x 8 register tile (BERT's 768 -> 3072 dense layer
-# 1.73 ms, against 2.08 ms through the per-tile copy of [K, N] weights) and AVX2's 3 x 4; 32 and 16 are the fallbacks
-PANEL_WIDTHS = (48, 32, 64, 16)
+# panel widths by preference after the first, three vectors of the CPU's lanes: one panel row per step of the default
+# register tile (3 vectors x 8 rows with AVX-512, x 4 with AVX2), which then streams its panel contiguously. 48
+# columns: BERT's 768 -> 3072 dense layer 1.73 ms on AVX-512, against 2.08 ms through the per-tile copy of [K, N]
+# weights; with AVX2's 24-column tiles over 48-column panels two tiles shared every panel row's middle cache line,
+# panels of 24 took 0.75-0.78x the time (2 cores, znver3: 768 -> 3072 over 128 rows 5.07 -> 3.84 ms)
+PANEL_WIDTHS = (32, 64, 16)
 # N with no divisor of whole 8-lane registers (GPT-2's 50257-token vocabulary): padded to whole panels and sliced
 # back, since the [K, N] kernel's 29-column tiles ran at 46 GFLOP/s (a 25 MB slice copy costs ~1 ms of its 215 ms)
 PAD_MIN_COLS = 256
@@ -31,17 +34,19 @@ LANE_PAD_MAX = 0.25
 STRIDED_PAD_MAX = 1 / 3
 
 
-def pack_weights(program: Program) -> Program:
+def pack_weights(program: Program, lanes: int = 16) -> Program:
     """conv2d weights go OIHW -> IHWO32 panels for dense convs, IHWO for grouped ones (output channels contiguous: the
     conv kernels' vector axis; many channels padded to whole panels and sliced back); a matmul's constant 2-D y goes
     to column panels [N / p, K, p]
     (MatmulAttrs.y_panel: the tiled kernels' vector axis, contiguous per register tile; zero-padded and sliced back
     where N is wide with no 8-lane divisor), or [K, N] where no panel width divides a small N, or [N, K] for one
-    output row. The elementwise epilogue of a padded kernel then runs before the slice back (sink_slices)."""
-    return rewrite(rewrite(program, _pack), sink_slices)
+    output row. The elementwise epilogue of a padded kernel then runs before the slice back (sink_slices). Matmul
+    panels are 3 x `lanes` wide where that divides N (see PANEL_WIDTHS)."""
+    widths = (3 * lanes, *(w for w in PANEL_WIDTHS if w != 3 * lanes))
+    return rewrite(rewrite(program, lambda rw, node: _pack(rw, node, widths)), sink_slices)
 
 
-def _pack(rw: Rewriter, node: Node) -> bool:
+def _pack(rw: Rewriter, node: Node, widths: tuple[int, ...]) -> bool:
     if node.op not in ("conv2d", "matmul"):
         return False
     x, w = rw.inputs(node)
@@ -55,7 +60,7 @@ def _pack(rw: Rewriter, node: Node) -> bool:
     if node.op != "matmul" or mm.y_panel:
         return False
     columns = data.T if mm.trans_y else data
-    if data.ndim == 2 and not _is_gemv(node) and (width := _panel_width(columns.shape[1])):
+    if data.ndim == 2 and not _is_gemv(node) and (width := _panel_width(columns.shape[1], widths)):
         _panels(rw, node, columns, width)
         return True
     if data.ndim >= 2 and mm.trans_y != _is_gemv(node):
@@ -141,11 +146,11 @@ def _replace(rw: Rewriter, node: Node, inputs: tuple, attrs, axis: int, extents:
     rw.substitute(node.outputs[0], out)
 
 
-def _panel_width(n: int) -> int:
-    """Columns per packed panel: the first of PANEL_WIDTHS that divides N; for a wide N with no divisor of whole
-    8-lane registers, the first one (padded); else 0."""
-    divides = next((p for p in PANEL_WIDTHS if n % p == 0), 0)
-    return divides or (PANEL_WIDTHS[0] if n % 8 and n >= PAD_MIN_COLS else 0)
+def _panel_width(n: int, widths: tuple[int, ...]) -> int:
+    """Columns per packed panel: the first of `widths` that divides N; for a wide N with no divisor of whole 8-lane
+    registers, the first one (padded); else 0."""
+    divides = next((p for p in widths if n % p == 0), 0)
+    return divides or (widths[0] if n % 8 and n >= PAD_MIN_COLS else 0)
 
 
 def _is_gemv(node: Node) -> bool:

@@ -34,10 +34,11 @@ def optimize(program: Program, passes: bool = True, target: Target | None = None
     if not passes:
         return decompose(program)
     program = _simplified(program, target)
-    if target is not None and not target.is_cuda:
-        program = winograd(program, winograd_choices, target.fma_bits, target.vector_registers)
-        program = channels_last(program, target.vector_bits // 32, target.vector_registers)
-    return dce(pack_weights(program))
+    if target is None or target.is_cuda:
+        return dce(pack_weights(program))
+    program = winograd(program, winograd_choices, target.fma_bits, target.vector_registers)
+    program = channels_last(program, target.vector_bits // 32, target.vector_registers)
+    return dce(pack_weights(program, target.vector_bits // 32))
 
 
 def winograd_shapes(program: Program, target: Target) -> list[ConvShape]:
