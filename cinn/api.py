@@ -68,6 +68,9 @@ def compile(
     (their schedules chosen at the largest hinted sizes) that run any other binding; where the program cannot have
     those (see DynamicExecutable.symbolic_reason), another binding is built at its first run when on_demand.
     """
+    if not isinstance(program, (Program, SymbolicProgram)):
+        raise TypeError(f"compile: expected a cinn Program (NetBuilder.build(), cinn.load_onnx, cinn.load_model), "
+                        f"got {type(program).__module__}.{type(program).__name__}")
     options = _Options(target, fuse, tuning_log, cache_dir, workers, progress, passes)
     if isinstance(program, SymbolicProgram):
         pool = ConstantPool()  # the bindings' weights are the same arrays: one device copy each

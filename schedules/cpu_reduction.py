@@ -22,7 +22,7 @@ from cinn.schedules.analysis import (
     spatial_count,
     write_dtype,
 )
-from cinn.schedules.cpu_common import PARALLEL_MIN, lanes, vector_width
+from cinn.schedules.cpu_common import PARALLEL_MIN, column_axis, columns, lanes, vector_width
 from cinn.schedules.knobs import DEFAULT, Knob, Knobs, unroll
 from cinn.target import Target
 
@@ -76,6 +76,8 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     anchor = _anchor(sch)
     # a spatial block read by several consumers is kept (computed once per row) instead of recomputed per use
     inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
+    if _columns(sch, anchor, target):
+        return
     depth = row_depth(sch, anchor)
     # the work of a row: a GEMV's 1000 outputs are one element each but reduce 2048 products
     work = max(prod(extents(sch, sch.get_loops(b))) for b in blocks(sch))
@@ -91,6 +93,21 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     unroll(sch, knobs, row)
     for partial in partials:
         _vectorize_partial(sch, partial)
+
+
+def _columns(sch: Schedule, anchor, target: Target) -> bool:
+    """Schedule a single reduction over outer axes (its rows contiguous in what it reads) with vector lanes over the
+    rows, when its consumers are the group's other blocks; False where the group is left to the row schedule."""
+    reductions = [b for b in blocks(sch) if is_reduction(sch, b)]
+    if len(reductions) != 1:
+        return False
+    (block,) = reductions
+    axis = column_axis(sch, block, target)
+    others = {sch.get(b).name_hint for b in blocks(sch)} - {sch.get(b).name_hint for b in sch.get_consumers(block)}
+    if axis is None or others != {sch.get(block).name_hint} or not is_output(sch, anchor):
+        return False
+    columns(sch, block, target, axis)
+    return True
 
 
 def _vectorize_spatial(sch: Schedule, block, target: Target, knobs: Knobs) -> None:

@@ -270,16 +270,36 @@ def test_pooling_windows_are_vectorized_over_output_columns(strides, paddings, s
     assert "if_then_else" not in window and ("v_rw % 2" in window) == (strides == [2, 2])
 
 
+def _chain(x, *ops):
+    """Apply cinn ops (name, attrs) in turn to a placeholder."""
+    y = x
+    for op, attrs in ops:
+        a = get_op(op).attrs(**attrs)
+        (t,) = infer(get_op(op), [TensorType(tuple(int(d) for d in y.shape), "float32")], a)
+        (y,) = get_op(op).compute([y], a, [t])
+    return y
+
+
+@pytest.mark.parametrize("channels", [1000, 24])
+def test_mean_over_channels_last_pixels_is_vectorized_over_channels(channels):
+    # a global average pool after a channels-last conv reads its channels contiguously: vectors of channels, each
+    # pixel one vector add, instead of one strided element per channel and pixel
+    x = te.placeholder((1, 13, 13, channels), name="x")
+    y = _chain(x, ("transpose", {"axis": (0, 3, 1, 2)}), ("reduce_mean", {"dim": (2, 3), "keep_dim": True}))
+    sch = check([x], [y], K.REDUCTION, lambda xa: [xa.transpose(0, 3, 1, 2).mean(axis=(2, 3), keepdims=True)],
+                rtol=1e-5)
+    loops = sch.get_loops(sch.get_sblock("transpose_red_update"))
+    kinds = [sch.get(lp).kind for lp in loops]
+    assert kinds[0] == tvm.tirx.ForKind.PARALLEL and kinds[-1] == tvm.tirx.ForKind.VECTORIZED
+    assert extents(sch, loops[-3:]) == [13, 13, min(LANES, channels & -channels)]  # the pixels outside the lanes
+
+
 def test_channel_shuffle_lanes_stay_within_one_channel():
     # a channel shuffle computes its input channel from the output's: 4-lane vectors over a channel's 14x14 pixels
     # (196 = 49 x 4) instead of 16 lanes straddling channels, each load a gather
     x = te.placeholder((1, 8, 14, 14), name="x")
-    y = x
-    for op, attrs in (("reshape", {"shape": (1, 2, 4, 14, 14)}), ("transpose", {"axis": (0, 2, 1, 3, 4)}),
-                      ("reshape", {"shape": (1, 8, 14, 14)})):
-        a = get_op(op).attrs(**attrs)
-        (t,) = infer(get_op(op), [TensorType(tuple(int(d) for d in y.shape), "float32")], a)
-        (y,) = get_op(op).compute([y], a, [t])
+    y = _chain(x, ("reshape", {"shape": (1, 2, 4, 14, 14)}), ("transpose", {"axis": (0, 2, 1, 3, 4)}),
+               ("reshape", {"shape": (1, 8, 14, 14)}))
     ref = lambda xa: [xa.reshape(1, 2, 4, 14, 14).transpose(0, 2, 1, 3, 4).reshape(1, 8, 14, 14)]
     sch = check([x], [y], K.INJECTIVE, ref)
     (out,) = sch.get_child_blocks(sch.get_sblock("root"))
