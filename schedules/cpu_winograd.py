@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from cinn.ops.winograd import tile_size
+from cinn.ops.winograd import ROW_ANNOTATION, tile_size
 from cinn.schedules.analysis import blocks, reverse_inline_all, size, split
 from cinn.schedules.cpu_common import lanes
 from cinn.schedules.cpu_matmul import vectorize_innermost
@@ -30,14 +30,14 @@ def _input(sch: Schedule, main, width: int) -> None:
     pad = sch.get_sblock(PAD)
     t, c, p = sch.get_loops(main)
     n = size(sch, sch.get(pad).writes[0].source.shape[0])
-    tiles = size(sch, sch.get(p).extent) // n  # per image; the copy spans a tile row more
+    tiles = size(sch, sch.get(p).extent) // n  # per image
     b, p = split(sch, p, [n, tiles])
     sch.reorder(c, b, t, p)
     par = sch.fuse(c, b)
     sch.parallel(par)
     sch.compute_at(pad, par)
     # the padded copy by rows of tiles, each one vector of tile columns
-    sch.split(sch.get_loops(pad)[-1], [None, size(sch, sch.get(pad).writes[0].source.shape[-1]) - tiles])
+    sch.split(sch.get_loops(pad)[-1], [None, int(sch.get(pad).annotations[ROW_ANNOTATION])])
     vectorize_innermost(sch, pad)
     _vectorize_tiles(sch, t, p, width)
 

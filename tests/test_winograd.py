@@ -12,8 +12,10 @@ import cinn
 from cinn.autotune.algorithms import ROUNDS, select_winograd, winograd_choices
 from cinn.autotune.database import FailureKind, Record, append_records, read_records
 from cinn.autotune.measure import MeasureResult
+from cinn.ir import TensorType
 from cinn.lower import lower_program
-from cinn.ops.winograd import POINTS, transforms, weight_transform
+from cinn.ops import get_op, infer
+from cinn.ops.winograd import POINTS, WinogradInputAttrs, transforms, weight_transform
 from cinn.passes.pipeline import winograd_shapes
 from cinn.passes.winograd import ALGORITHM_FAMILY, ALGORITHM_PREFIX, DIRECT, ROW_PANEL, ConvShape, choose_tile
 from cinn.target import parse_target
@@ -135,6 +137,28 @@ def test_avx2_matmul_reads_row_panels_of_six_output_channels(tmp_cache):
     (expected,) = evaluate(program, feeds)
     (got,) = cinn.compile(optimized, avx2, cache_dir=tmp_cache, passes=False).run(feeds)
     assert np.abs(got - expected).max() <= TOLERANCE[4] * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("channels, columns", [(16, 208), (64, 196)])
+def test_avx2_tiles_are_padded_to_whole_vectors_unless_their_rows_alias(channels, columns, tmp_cache):
+    """With 16 vector registers, 55x55's 196 tiles of F(4x4) pad to 208 columns (13 vectors of 16), so the matmul
+    takes 2 x 6 register tiles over them; with 64 channels V's rows would be 4 KiB apart and stay unpadded."""
+    program = _conv_program(1, channels, 64, (55, 55), (1, 1), epilogue=True)
+    avx2 = parse_target("llvm -mcpu=znver3 -num-cores=2")
+    (shape,) = winograd_shapes(program, avx2)
+    optimized, _ = lower_program(program, target=avx2, winograd_choices={shape.key: 4})
+    (matmul,) = [node for node in optimized.nodes if node.op == "matmul"]
+    assert matmul.outputs[0].shape[2] == columns and (matmul.attrs.x_panel == 6) == (columns % 16 == 0)
+    feeds = {v.name: RNG.standard_normal(v.shape).astype("float32") for v in program.inputs}
+    (expected,) = evaluate(program, feeds)
+    (got,) = cinn.compile(optimized, avx2, cache_dir=tmp_cache, passes=False).run(feeds)
+    assert np.abs(got - expected).max() <= TOLERANCE[4] * np.abs(expected).max()
+
+
+def test_padded_columns_need_one_image():
+    with pytest.raises(ValueError, match=r"columns 64 .* one image"):
+        infer(get_op("winograd_input"), [TensorType((2, 3, 14, 14), "float32")],
+              WinogradInputAttrs(tile=4, columns=64))
 
 
 def test_convs_that_do_not_gain_stay_direct():

@@ -26,6 +26,7 @@ from cinn.ops.registry import PatternKind as K
 from cinn.ops.te_util import const, dims
 
 KERNEL = 3
+ROW_ANNOTATION = "tiles_per_row"  # of winograd_input's padded copy: its tile columns, for the schedule
 POINTS = {2: (0, 1, -1), 4: (0, 1, -1, 2, -2)}  # finite interpolation points per output tile size
 
 
@@ -57,10 +58,13 @@ def weight_transform(w: np.ndarray, m: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class WinogradInputAttrs(Attrs):
-    """Output tile size m and the conv's zero paddings (top, left, bottom, right)."""
+    """Output tile size m, the conv's zero paddings (top, left, bottom, right) and V's columns (0: one per tile; more,
+    for one image only: the tiles continue row by row past its last tile row, over zeros, so that a matmul over V
+    takes whole register tiles)."""
 
     tile: int = 4
     paddings: tuple[int, int, int, int] = (1, 1, 1, 1)
+    columns: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,14 +106,18 @@ def _input_infer(types: Sequence[TensorType], a: WinogradInputAttrs) -> list[Ten
     th, tw = input_tiles(x.shape, a) if len(x.shape) == 4 else (0, 0)
     if th < 1 or tw < 1 or min(a.paddings) < 0:
         raise ValueError(f"winograd_input: x {x.shape} [N, C, H, W] with paddings {a.paddings} has no 3x3 window")
-    return [TensorType(((a.tile + 2) ** 2, x.shape[1], x.shape[0] * th * tw), x.dtype)]
+    tiles = x.shape[0] * th * tw
+    if a.columns and (a.columns < tiles or x.shape[0] != 1):
+        raise ValueError(f"winograd_input: columns {a.columns} for x {x.shape}: padded columns need one image and at "
+                         f"least its {tiles} tiles")
+    return [TensorType(((a.tile + 2) ** 2, x.shape[1], a.columns or tiles), x.dtype)]
 
 
 def _output_infer(types: Sequence[TensorType], a: WinogradOutputAttrs) -> list[TensorType]:
     (mm,) = types
     _check_tile("winograd_output", a.tile)
     per_image = a.tiles[0] * a.tiles[1]
-    if len(mm.shape) != 3 or mm.shape[0] != (a.tile + 2) ** 2 or min(a.tiles) < 1 or mm.shape[2] % per_image:
+    if len(mm.shape) != 3 or mm.shape[0] != (a.tile + 2) ** 2 or min(a.tiles) < 1 or mm.shape[2] < per_image:
         raise ValueError(f"winograd_output: M {mm.shape} is no [(tile + 2)^2, K, N * tiles] for tile {a.tile} and "
                          f"tiles {a.tiles}")
     if any(not (t - 1) * a.tile < s <= t * a.tile for s, t in zip(a.size, a.tiles, strict=True)):
@@ -160,11 +168,13 @@ def _input_compute(tensors, a: WinogradInputAttrs, out_types: Sequence[TensorTyp
         inside = tirx.all(i >= 0, i < h, col >= 0, col < w)
         return tirx.if_then_else(inside, x[b, ch, i, col], const(0, dtype))
 
-    # one tile row more than the tiles: a tile's last two rows are the next tile row's first two
-    padded = te.compute((n, c, m, alpha, (th + 1) * tw), pad, name="winograd_pad")
+    # one tile row more than the tiles (a tile's last two rows are the next tile row's first two), and the columns
+    columns = out_types[0].shape[2]
+    padded = te.compute((n, c, m, alpha, max(th + 1, -(-columns // tw) + 1) * tw), pad, name="winograd_pad",
+                        attrs={ROW_ANNOTATION: tw})
 
     def value(t, ch, p):
-        b, s = p // (th * tw), p % (th * tw)
+        b, s = (p // (th * tw), p % (th * tw)) if n > 1 else (0, p)
         return _transform(bt, bt, t // alpha, t % alpha, lambda i, j: padded[b, ch, i % m, j, s + i // m * tw], dtype)
 
     return [te.compute(out_types[0].shape, value, name="winograd_input")]
@@ -181,7 +191,8 @@ def _output_compute(tensors, a: WinogradOutputAttrs, out_types: Sequence[TensorT
     def position(t, k, p):
         return _transform(at, at, t // m, t % m, lambda e, f: mm[e * alpha + f, k, p], dtype)
 
-    tiles = te.compute((m * m, out_types[0].shape[1], mm.shape[2]), position, name="winograd_tiles")
+    # M's columns past the images' tiles (padding to whole register tiles) are not read
+    tiles = te.compute((m * m, out_types[0].shape[1], out_types[0].shape[0] * th * tw), position, name="winograd_tiles")
 
     def value(b, k, h, w):
         return tiles[h % m * m + w % m, k, (b * th + h // m) * tw + w // m]
@@ -193,20 +204,22 @@ def _input_reference(arrays: Sequence[np.ndarray], a: WinogradInputAttrs) -> lis
     (x,) = arrays
     m, alpha, bt = a.tile, a.tile + 2, transforms(a.tile)[2]
     th, tw = input_tiles(x.shape, a)
+    th = max(th, -(-a.columns // tw))  # padded columns: the tile rows past the image
     top, left = a.paddings[:2]
     padded = np.zeros((*x.shape[:2], th * m + 2, tw * m + 2), np.float64)
     rows, cols = min(x.shape[2], th * m + 2 - top), min(x.shape[3], tw * m + 2 - left)
     padded[:, :, top:top + rows, left:left + cols] = x[:, :, :rows, :cols]
     tiles = np.lib.stride_tricks.sliding_window_view(padded, (alpha, alpha), axis=(2, 3))[:, :, ::m, ::m]
-    v = np.einsum("ei,nchwij,fj->efcnhw", bt, tiles, bt)
-    return [v.reshape(alpha * alpha, x.shape[1], -1).astype(x.dtype)]
+    v = np.einsum("ei,nchwij,fj->efcnhw", bt, tiles, bt).reshape(alpha * alpha, x.shape[1], -1)
+    return [v[:, :, : a.columns or v.shape[2]].astype(x.dtype)]
 
 
 def _output_reference(arrays: Sequence[np.ndarray], a: WinogradOutputAttrs) -> list[np.ndarray]:
     (mm,) = arrays
     m, alpha, at = a.tile, a.tile + 2, transforms(a.tile)[0]
     th, tw = a.tiles
-    tiles = mm.astype(np.float64).reshape(alpha, alpha, mm.shape[1], -1, th, tw)
+    images = mm.shape[2] // (th * tw)
+    tiles = mm[:, :, : images * th * tw].astype(np.float64).reshape(alpha, alpha, mm.shape[1], images, th, tw)
     y = np.einsum("ae,efknhw,bf->nkhawb", at, tiles, at)
     y = y.reshape(y.shape[0], mm.shape[1], th * m, tw * m)[:, : a.channels or mm.shape[1], : a.size[0], : a.size[1]]
     return [y.astype(mm.dtype)]

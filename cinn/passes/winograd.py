@@ -76,6 +76,14 @@ ROW_PANEL = 16
 # 0.79x)
 FEW_REGISTERS, FEW_REGISTERS_PANEL = 32, 6
 LANES = 16  # a tile count that is no multiple of this makes the matmul vectorize over output channels
+# with 16 vector registers, tiles padded to whole vectors of LANES (one image's V continues past its last tile row;
+# winograd_output reads the leading columns) where that adds at most an eighth of the work: 56x56 F(4x4)'s 196 tiles
+# to 208, for the 2 x 6 tiles above; over output channels the matmul took 1 x 7 or 2 x 4
+MAX_PADDING = 8
+# the input transform stores a vector to each of V's (m + 2)^2 position rows in turn: rows a multiple of 4 KiB apart
+# share their L1 sets and evict each other (64 channels x 208 columns: resnet50's 0.19 -> 0.25 ms, the matmul's gain
+# gone), so those stay unpadded; squeezenet's 16 channels x 208: matmul 0.235 -> 0.14 ms, input 0.056 -> 0.059
+ALIASING = 4096
 # transformed weights of output channels that are no whole panels, above this size (bytes), are stored [t, C, K]
 # (read as transposed), so that a matmul vectorized over output channels reads them in place instead of copying them
 # per run transposed (vgg19's 512->512 on 14x14: 13.2 -> 1.4 ms); small ones stay [t, K, C]
@@ -85,9 +93,9 @@ SMALL_WEIGHTS = 1 << 20
 ALGORITHM_FAMILY = "winograd/"  # the start of every conv algorithm record's workload in a schedule log
 # the revision of the Winograd kernels an algorithm record was measured with, bumped when their speed changes (2: the
 # transforms over vectors of consecutive tiles, 2-6x faster on 7x7 to 14x14 images; 3: the transformed weights in
-# row panels, read in place; 4: with 16 vector registers, row panels of 6 output channels), so that a log's
-# measurements of earlier kernels no longer decide
-TRANSFORMS_REVISION = 4
+# row panels, read in place; 4: with 16 vector registers, row panels of 6 output channels; 5: their tiles padded to
+# whole vectors), so that a log's measurements of earlier kernels no longer decide
+TRANSFORMS_REVISION = 5
 ALGORITHM_PREFIX = f"{ALGORITHM_FAMILY}r{TRANSFORMS_REVISION}/"  # of a ConvShape's key
 DIRECT = 0  # the tile of a measured choice that keeps the conv direct
 
@@ -152,7 +160,9 @@ def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int], fma_share: fl
     tile = choices.get(shape.key, choose_tile(shape.batch, shape.channels, shape.out_channels, (oh, ow), fma_share))
     if not tile:
         return False
-    (v,) = rw.emit("winograd_input", [x], WinogradInputAttrs(tile=tile, paddings=shape.paddings))
+    grid = tile_grid((oh, ow), tile)
+    columns = _whole_columns(math.prod(grid), shape.channels) if registers < FEW_REGISTERS and shape.batch == 1 else 0
+    (v,) = rw.emit("winograd_input", [x], WinogradInputAttrs(tile=tile, paddings=shape.paddings, columns=columns))
     transformed = weight_transform(weights, tile)
     if registers < FEW_REGISTERS and v.shape[2] % LANES == 0:
         transformed = np.pad(transformed, ((0, 0), (0, -shape.out_channels % FEW_REGISTERS_PANEL), (0, 0)))
@@ -166,10 +176,17 @@ def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int], fma_share: fl
         u = rw.new_constant(transformed.transpose(0, 2, 1).copy() if trans else transformed, f"{w.name}_winograd{tile}")
         attrs = MatmulAttrs(trans_x=trans)
     (mm,) = rw.emit("matmul", [u, v], attrs)
-    grid = tile_grid((oh, ow), tile)
     (y,) = rw.emit("winograd_output", [mm], WinogradOutputAttrs(tile, grid, (oh, ow), shape.out_channels))
     rw.substitute(node.outputs[0], y)
     return True
+
+
+def _whole_columns(tiles: int, channels: int) -> int:
+    """V's columns padded to whole vectors of LANES where that adds at most 1 / MAX_PADDING of the tiles and its
+    rows of tile positions stay off a multiple of ALIASING bytes apart (0: no padding)."""
+    padding = -tiles % LANES
+    aliased = channels * (tiles + padding) * 4 % ALIASING == 0
+    return tiles + padding if 0 < padding * MAX_PADDING <= tiles and not aliased else 0
 
 
 def _eligible(a: Conv2dAttrs, shape: tuple[int, ...], dtype: str) -> bool:

@@ -136,8 +136,14 @@ CASES += [
     # 16 tiles per image: whole vectors
     Case("winograd_input", inputs=(((1, 2, 14, 14), "float32"),), attrs={"tile": 4, "paddings": (1, 1, 1, 1)},
          id="winograd_input-f4-whole-vectors"),
+    # 9 tiles in 16 columns: the tiles continue past the image's last tile row, over zeros and its last rows
+    Case("winograd_input", inputs=(((1, 3, 10, 9), "float32"),), attrs={"tile": 4, "paddings": (1, 1, 1, 1),
+                                                                       "columns": 16}, id="winograd_input-f4-columns"),
     Case("winograd_output", inputs=(((36, 3, 6), "float32"),), attrs={"tile": 4, "tiles": (2, 3), "size": (8, 12)},
          id="winograd_output-f4"),
+    # M's columns past the image's 9 tiles are not read
+    Case("winograd_output", inputs=(((36, 3, 16), "float32"),), attrs={"tile": 4, "tiles": (3, 3), "size": (10, 9)},
+         id="winograd_output-f4-padded-columns"),
     # the last tiles overhang the output (7x11 of 4x6 tiles of 2)
     Case("winograd_output", inputs=(((16, 4, 48), "float32"),), attrs={"tile": 2, "tiles": (4, 6), "size": (7, 11)},
          id="winograd_output-f2-batch-overhang"),
