@@ -381,3 +381,9 @@ def test_a_deeply_nested_json_model_is_refused(tmp_path):
     path.write_text("[" * 200_000 + "]" * 200_000)
     with pytest.raises(ValueError, match=r"deep\.json: not a valid Paddle PIR \.json file"):
         cinn.load_paddle(path)
+
+
+def test_compiling_something_else_than_a_program_names_what_it_got():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", T.FLOAT, [2])], [("y", T.FLOAT, [2])])
+    with pytest.raises(TypeError, match=r"expected a cinn Program .*got onnx.*ModelProto"):
+        cinn.compile(model)
