@@ -183,7 +183,7 @@ def column_axis(sch: Schedule, block, target: Target) -> int | None:
 def columns(sch: Schedule, block, target: Target, axis: int) -> set[str]:
     """A reduction over outer axes vectorized over its contiguous outputs: parallel over vectors of them, each
     reduce step a vector add (squeezenet's mean over 13x13 pixels of 1000 channels-last channels read one strided
-    element per channel: 0.27 -> ms). Returns the consumers computed inside (see _consumers_at)."""
+    element per channel: 0.27 -> 0.04 ms). Returns the consumers computed inside (see _consumers_at)."""
     loops = sch.get_loops(block)
     n = spatial_count(sch, block)
     reg = register_lanes(extents(sch, loops[axis : axis + 1])[0], lanes(write_dtype(sch, block), target))
