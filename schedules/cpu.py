@@ -21,8 +21,10 @@ def schedule(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DE
     elif kind == PatternKind.OUT_FUSIBLE and cpu_matmul.is_gemv(sch) and cpu_reduction.applicable(sch, False):
         cpu_reduction.schedule(sch, target, knobs)  # one dot product per output column, over contiguous operands
     elif kind == PatternKind.OUT_FUSIBLE and cpu_matmul.applicable(sch):
-        # the tuner may also try generic multi-level tiling; the default is cinn's register-tiled schedule
-        (cpu_tiling if knobs.choose(sch, Knob.SKETCH, [0, 1], 0) else cpu_matmul).schedule(sch, target, knobs)
+        # the tuner may also try generic multi-level tiling; the default is cinn's register-tiled schedule. Not over
+        # a padded view: its cache_write write-back would store the rows past the view's end (heap corruption)
+        tiled = not cpu_matmul.writes_past_its_view(sch) and knobs.choose(sch, Knob.SKETCH, [0, 1], 0)
+        (cpu_tiling if tiled else cpu_matmul).schedule(sch, target, knobs)
     elif kind == PatternKind.REDUCTION and cpu_reduction.applicable(sch):
         cpu_reduction.schedule(sch, target, knobs)
     else:

@@ -495,6 +495,12 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
         injective(sch, stage, target)
 
 
+def writes_past_its_view(sch: Schedule) -> bool:
+    """Whether the single reduction computes rows past those its sole consumer reads (see _padded_view)."""
+    main = single_reduction(sch)
+    return main is not None and _padded_view(sch, main) is not None
+
+
 def _padded_view(sch: Schedule, main):
     """The sole consumer of an intermediate the reduction computes in whole tiles past the rows it reads (a
     channels-last 1x1 conv's pixels, see PIXEL_TILE), which then writes the accumulators back: inlined into a

@@ -16,6 +16,7 @@ from cinn.ops import get_op, infer  # noqa: E402
 from cinn.schedules import apply_default, cpu_matmul, cpu_reduction  # noqa: E402
 from cinn.schedules.analysis import extents, single_reduction  # noqa: E402
 from cinn.schedules.cpu_common import lanes  # noqa: E402
+from cinn.schedules.knobs import DefaultKnobs, Knob  # noqa: E402
 from cinn.target import parse_target  # noqa: E402
 
 TARGET = parse_target("llvm")
@@ -495,6 +496,33 @@ def test_channels_last_pointwise_conv_takes_whole_tiles_past_its_pixels():
     sch = check([x, w], [z], K.OUT_FUSIBLE, ref)
     script = sch.mod.script()
     assert "T.sblock_alloc_buffer((1, 50, 64))" in script and "conv2d_global" not in script
+
+
+class _GenericTiling(DefaultKnobs):
+    """The defaults, but the generic SSRSRS sketch wherever the schedule offers it; records the knobs asked."""
+
+    def __init__(self):
+        self.asked: set[Knob] = set()
+
+    def choose(self, sch, knob, candidates, default):
+        self.asked.add(knob)
+        return 1 if knob is Knob.SKETCH else default
+
+
+def test_the_generic_sketch_is_not_offered_over_a_padded_view():
+    # its cache_write write-back would store the 50 rows of a 7x7 channels-last conv into the view's 49 (a tuning
+    # candidate that corrupted the worker's heap)
+    op = get_op("conv2d")
+    a = op.attrs(data_format="NHWC", weight_layout="IHWO32")
+    x, w = te.placeholder((1, 7, 7, 64), name="x"), te.placeholder((2, 64, 1, 1, 32), name="w")
+    (out_type,) = infer(op, [TensorType((1, 7, 7, 64), "float32"), TensorType((2, 64, 1, 1, 32), "float32")], a)
+    y = op.compute([x, w], a, [out_type])[0]
+    knobs = _GenericTiling()
+    apply_default(schedule_of([x, w, y]), K.OUT_FUSIBLE, TARGET, knobs)
+    assert Knob.SKETCH not in knobs.asked
+    inputs, out, _ = matmul((8, 16), (16, 32))
+    apply_default(schedule_of([*inputs, out]), K.OUT_FUSIBLE, TARGET, knobs)
+    assert Knob.SKETCH in knobs.asked
 
 
 def test_grouped_pointwise_conv_is_not_taken_for_depthwise():
