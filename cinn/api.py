@@ -15,7 +15,7 @@ from tvm.s_tir import Schedule, Trace
 from cinn import compiled_cache, symbolic_kernels
 from cinn.autotune.algorithms import winograd_choices
 from cinn.autotune.database import Record, fastest_traces, read_records
-from cinn.build import BuiltKernel, KernelSpec, build_all, default_cache_dir, load_cached, workload_key
+from cinn.build import BuiltKernel, KernelSpec, build_all, check_in_bounds, default_cache_dir, load_cached, workload_key
 from cinn.dynamic import DynamicExecutable
 from cinn.ir import Program
 from cinn.lower import LoweredGroup, lower_program
@@ -206,7 +206,9 @@ def _applicable(trace: str | None, lg: LoweredGroup) -> str | None:
     if trace is None:
         return None
     try:
-        Trace.apply_json_to_schedule(json.loads(trace), Schedule(tvm.IRModule({"main": lg.func})))
+        sch = Schedule(tvm.IRModule({"main": lg.func}))
+        Trace.apply_json_to_schedule(json.loads(trace), sch)
+        check_in_bounds(sch, lg.group.name)
     except (RuntimeError, ValueError, TypeError, KeyError, IndexError) as err:  # TVM raises RuntimeError subclasses
         warnings.warn(f"cinn: the tuned schedule of kernel {lg.group.name} does not apply ({type(err).__name__}); "
                       "using the default schedule", stacklevel=3)

@@ -100,6 +100,7 @@ def _scheduled(mod: tvm.IRModule, spec: KernelSpec, target: Target) -> tuple[Sch
         apply_default(sch, spec.kind, target)
     else:
         Trace.apply_json_to_schedule(json.loads(spec.trace), sch)
+        check_in_bounds(sch, spec.workload)
     if target.is_cuda:
         _check_bound(sch, spec)
         if cuda_module.runtime_loaded():
@@ -166,6 +167,27 @@ def _with_alignment(buf, alignment: int):
     return tvm.tirx.decl_buffer(buf.shape, buf.dtype, buf.name, strides=buf.strides, elem_offset=buf.elem_offset,
                                 scope=buf.scope(), data_alignment=alignment, offset_factor=buf.offset_factor,
                                 layout=buf.layout)
+
+
+class OutOfBounds(ValueError):
+    """A scheduled kernel that would access a buffer outside its bounds."""
+
+
+def check_in_bounds(sch: Schedule, kernel: str) -> None:
+    """Refuse a (tuned) schedule with a block that writes outside its buffer over the block's iteration domain: a
+    trace of the generic sketch over a channels-last conv's padded view wrote the rows past the view's end. (TVM's
+    OOBChecker also flags the guarded reads of every padded window.)"""
+    for rv in blocks(sch):
+        block, analyzer = sch.get(rv), tvm.sym.Analyzer()
+        for iv in block.iter_vars:
+            analyzer.bind(iv.var, iv.dom)
+        for written in block.writes:
+            for r, extent in zip(written.region, written.source.shape, strict=True):
+                low = analyzer.const_int_bound(r.min).min_value
+                high = analyzer.const_int_bound(r.min + r.extent - 1).max_value
+                if isinstance(extent, tvm.tirx.IntImm) and (low < 0 or high >= int(extent)):
+                    raise OutOfBounds(f"cinn: the schedule of kernel {kernel} writes {written.source.name} out of "
+                                      f"its bounds (block {block.name_hint})")
 
 
 def _check_bound(sch, spec: KernelSpec) -> None:

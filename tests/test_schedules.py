@@ -10,10 +10,11 @@ tvm = pytest.importorskip("tvm")
 from tvm import te, topi  # noqa: E402
 from tvm.s_tir import Schedule  # noqa: E402
 
+from cinn.build import OutOfBounds, check_in_bounds  # noqa: E402
 from cinn.ir import TensorType  # noqa: E402
 from cinn.ops import PatternKind as K  # noqa: E402
 from cinn.ops import get_op, infer  # noqa: E402
-from cinn.schedules import apply_default, cpu_matmul, cpu_reduction  # noqa: E402
+from cinn.schedules import apply_default, cpu_matmul, cpu_reduction, cpu_tiling  # noqa: E402
 from cinn.schedules.analysis import extents, single_reduction  # noqa: E402
 from cinn.schedules.cpu_common import lanes  # noqa: E402
 from cinn.schedules.knobs import DefaultKnobs, Knob  # noqa: E402
@@ -518,8 +519,14 @@ def test_the_generic_sketch_is_not_offered_over_a_padded_view():
     (out_type,) = infer(op, [TensorType((1, 7, 7, 64), "float32"), TensorType((2, 64, 1, 1, 32), "float32")], a)
     y = op.compute([x, w], a, [out_type])[0]
     knobs = _GenericTiling()
-    apply_default(schedule_of([x, w, y]), K.OUT_FUSIBLE, TARGET, knobs)
+    sch = schedule_of([x, w, y])
+    apply_default(sch, K.OUT_FUSIBLE, TARGET, knobs)
     assert Knob.SKETCH not in knobs.asked
+    check_in_bounds(sch, "conv")
+    tiled = schedule_of([x, w, y])  # a trace of it (an older log's) is refused where compile or the tuner applies it
+    cpu_tiling.schedule(tiled, TARGET, knobs)
+    with pytest.raises(OutOfBounds, match="writes conv2d_nhwc out of its bounds"):
+        check_in_bounds(tiled, "conv")
     inputs, out, _ = matmul((8, 16), (16, 32))
     apply_default(schedule_of([*inputs, out]), K.OUT_FUSIBLE, TARGET, knobs)
     assert Knob.SKETCH in knobs.asked
