@@ -8,6 +8,7 @@ returns after its last timing run, so the builds of the next batch never overlap
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import os
@@ -41,6 +42,7 @@ class MeasureConfig:
 
     build_timeout: float = 30.0  # seconds per candidate build
     run_timeout: float = 10.0  # seconds per candidate run: load, warm-up call, timing, output download
+    hang_grace: float = 10.0  # seconds past either timeout after which a worker that has not answered is killed
     repeat: int = 3  # timed repeats; MeasureResult.costs has one entry per repeat
     number: int = 1  # calls averaged within one repeat
     min_repeat_ms: int = 20  # TVM raises `number` until one repeat lasts this long
@@ -54,8 +56,9 @@ class MeasureConfig:
     seed: int = 0  # of the random kernel arguments
 
     def __post_init__(self):
-        if self.build_timeout <= 0 or self.run_timeout <= 0:
-            raise ValueError(f"MeasureConfig: timeouts must be positive, got {self.build_timeout}, {self.run_timeout}")
+        if min(self.build_timeout, self.run_timeout, self.hang_grace) <= 0:
+            raise ValueError(f"MeasureConfig: timeouts must be positive, got {self.build_timeout}, {self.run_timeout}, "
+                             f"{self.hang_grace}")
         if self.repeat < 1 or self.number < 1 or self.build_workers < 1:
             raise ValueError(f"MeasureConfig: repeat, number and build_workers must be >= 1, got {self}")
 
@@ -268,18 +271,34 @@ class _Stage(enum.Enum):
     RUN = (FailureKind.RUN_ERROR, FailureKind.RUN_TIMEOUT, FailureKind.RUN_CRASH)
 
 
-def _collect(future, stage: _Stage, timeout: float) -> _Outcome:
-    """A pool future's outcome, its failure given the stage's kind."""
+def _collect(future, stage: _Stage, timeout: float, grace: float, pool: PopenPoolExecutor) -> _Outcome:
+    """A pool future's outcome, its failure given the stage's kind. A worker that does not answer `grace` seconds
+    past its own timeout is killed (a candidate that corrupted its heap left it deadlocked in malloc, the worker's
+    timeout thread with it, and the tuner waiting for ever)."""
     error, timed_out, crashed = stage.value
     try:
-        out = future.result()
+        out = future.result(timeout=timeout + grace)
     except TimeoutError:
+        if not future.done():
+            _kill_workers(pool)
+            with contextlib.suppress(Exception):  # the blocked receive now fails: the worker restarts on demand
+                future.result(timeout=grace)
+            return _Outcome(None, timed_out, f"no answer after {timeout + grace:g} s: the worker was killed")
         return _Outcome(None, timed_out, f"after {timeout} s")
     except ChildProcessError:
         return _Outcome(None, crashed, "the worker process died (segfault, abort or out of memory)")
     except Exception as err:
         return _Outcome(None, error, _short(err))
     return out if out.failure is None else _Outcome(None, error, out.detail)
+
+
+def _kill_workers(pool: PopenPoolExecutor) -> None:
+    """Kill a pool's worker processes; each is started again at its next task."""
+    for worker in list(pool._worker_map.values()):  # TVM's pool has no public way to stop a worker that hangs
+        process = worker._proc
+        if process is not None:
+            with contextlib.suppress(OSError):
+                process.kill()
 
 
 def _import_compiler() -> None:
@@ -353,7 +372,8 @@ class _PoolRunner:
             s: self._build_pool.submit(_guarded, self._build_fn, s, target, os.path.join(tmp, f"c{n}.so"))
             for n, s in enumerate(specs)
         }
-        return {s: _collect(f, _Stage.BUILD, self.config.build_timeout) for s, f in futures.items()}
+        return {s: _collect(f, _Stage.BUILD, self.config.build_timeout, self.config.hang_grace,
+                             self._build_pool) for s, f in futures.items()}
 
     def _run(self, spec: KernelSpec, lib: str, target: Target, timing: Timing) -> _Outcome[RunOutput]:
         """Run one built candidate in the run worker (restarted by the pool after a crash or timeout)."""
@@ -362,7 +382,8 @@ class _PoolRunner:
         c = self.config
         args = self._args[spec.workload]
         request = RunRequest(lib, args, target, timing, c.seed, c.check_correctness, spec.trace, self._remote)
-        return _collect(self._run_pool.submit(_guarded, self._run_fn, request), _Stage.RUN, c.run_timeout)
+        return _collect(self._run_pool.submit(_guarded, self._run_fn, request), _Stage.RUN, c.run_timeout, c.hang_grace,
+                        self._run_pool)
 
     def _reference(self, spec: KernelSpec, built: _Outcome[str], target: Target) -> _Reference:
         """Outputs of the workload's default schedule: what every candidate must reproduce."""

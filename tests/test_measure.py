@@ -1,6 +1,7 @@
 """The tuner's measurement layer: builds, timed runs, correctness checks and failures of candidates."""
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import os
@@ -34,7 +35,7 @@ from cinn.target import Target, parse_target
 # the workers unpickle this module's injected build/run functions: ship them by value, whatever the cwd
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-FAST = MeasureConfig(repeat=2, min_repeat_ms=1, build_workers=2, run_timeout=3.0)
+FAST = MeasureConfig(repeat=2, min_repeat_ms=1, build_workers=2, run_timeout=3.0, hang_grace=2.0)
 FAULT = "measure_test.fault"  # block annotation naming the failure the injected functions simulate
 NO_DEFAULT = "workload-without-default"  # a workload whose default schedule fails to build
 
@@ -62,7 +63,7 @@ def _trace(task: Task, fault: str = "") -> str:
 
 
 def _fault(trace: str | None) -> str:
-    return next((f for f in ("build_crash", "crash", "hang", "perturb") if trace and f in trace), "")
+    return next((f for f in ("build_crash", "crash", "deadlock", "hang", "perturb") if trace and f in trace), "")
 
 
 def _faulty_build(spec: KernelSpec, target: Target, path: str) -> str:
@@ -79,6 +80,8 @@ def _faulty_run(request: RunRequest) -> RunOutput:
         os.abort()
     if fault == "hang":
         time.sleep(30)
+    if fault == "deadlock":  # libc's sleep called holding the GIL: the worker's own timeout thread never runs
+        ctypes.PyDLL(None).sleep(30)
     out = run_kernel(request)
     if fault == "perturb":
         return RunOutput(out.costs, tuple(o + 1 for o in out.outputs))
@@ -167,6 +170,7 @@ def test_different_func_under_same_workload_is_wrong(runner, task, target):
     [
         ("crash", FailureKind.RUN_CRASH, "the worker process died"),
         ("hang", FailureKind.RUN_TIMEOUT, f"after {FAST.run_timeout} s"),
+        ("deadlock", FailureKind.RUN_TIMEOUT, f"no answer after {FAST.run_timeout + FAST.hang_grace:g} s"),
         ("perturb", FailureKind.WRONG_RESULT, "max abs err 1 at"),
         ("build_crash", FailureKind.BUILD_CRASH, "the worker process died"),
     ],
