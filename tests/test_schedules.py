@@ -477,14 +477,19 @@ def test_cinn_conv_pads_rows_to_whole_strides_so_they_deinterleave():
     assert "T.sblock_alloc_buffer((1, 8, 33, 2, 17))" in sch.mod.script()
 
 
-def test_channels_last_pointwise_conv_takes_whole_tiles_past_its_pixels():
-    # a 7x7 map's 49 pixels as 50 rows (PIXEL_TILE): AVX2 tiles of 2 vectors x 5 rows, where rows of 7 took 1 x 7;
-    # the view back to NHWC, with the epilogue, writes the accumulators back (49 rows), and the output is numpy's
+def _pointwise_nhwc_7x7():
+    """A channels-last 64->64 1x1 conv on 7x7 pixels (its input, IHWO32 weights and output)."""
     op = get_op("conv2d")
     a = op.attrs(data_format="NHWC", weight_layout="IHWO32")
     x, w = te.placeholder((1, 7, 7, 64), name="x"), te.placeholder((2, 64, 1, 1, 32), name="w")
     (out_type,) = infer(op, [TensorType((1, 7, 7, 64), "float32"), TensorType((2, 64, 1, 1, 32), "float32")], a)
-    y = op.compute([x, w], a, [out_type])[0]
+    return x, w, op.compute([x, w], a, [out_type])[0]
+
+
+def test_channels_last_pointwise_conv_takes_whole_tiles_past_its_pixels():
+    # a 7x7 map's 49 pixels as 50 rows (PIXEL_TILE): AVX2 tiles of 2 vectors x 5 rows, where rows of 7 took 1 x 7;
+    # the view back to NHWC, with the epilogue, writes the accumulators back (49 rows), and the output is numpy's
+    x, w, y = _pointwise_nhwc_7x7()
     z = te.compute(y.shape, lambda *i: te.max(y(*i), 0.0), name="z")
     sch = schedule_of([x, w, z])
     t = cpu_matmul.plan(sch, single_reduction(sch), parse_target("llvm -mcpu=znver3 -num-cores=2"))
@@ -513,11 +518,7 @@ class _GenericTiling(DefaultKnobs):
 def test_the_generic_sketch_is_not_offered_over_a_padded_view():
     # its cache_write write-back would store the 50 rows of a 7x7 channels-last conv into the view's 49 (a tuning
     # candidate that corrupted the worker's heap)
-    op = get_op("conv2d")
-    a = op.attrs(data_format="NHWC", weight_layout="IHWO32")
-    x, w = te.placeholder((1, 7, 7, 64), name="x"), te.placeholder((2, 64, 1, 1, 32), name="w")
-    (out_type,) = infer(op, [TensorType((1, 7, 7, 64), "float32"), TensorType((2, 64, 1, 1, 32), "float32")], a)
-    y = op.compute([x, w], a, [out_type])[0]
+    x, w, y = _pointwise_nhwc_7x7()
     knobs = _GenericTiling()
     sch = schedule_of([x, w, y])
     apply_default(sch, K.OUT_FUSIBLE, TARGET, knobs)
