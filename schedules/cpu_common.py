@@ -5,6 +5,7 @@ from math import prod
 
 from tvm import tirx
 from tvm.s_tir import Schedule
+from tvm.s_tir.schedule import SBlockRV
 from tvm.sym.pattern import detect_linear_equation
 from tvm.tirx import IndexMap
 
@@ -56,16 +57,18 @@ def register_lanes(cols: int, width: int) -> int:
 def generic(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Inline producers, then parallelize every remaining block and vectorize the injective ones and the windows."""
     inline_all(sch, keep=lambda b: _pads_a_window(sch, b))
-    done: set[str] = set()  # stages computed inside a window's loops
-    for block in blocks(sch):
+    todo = blocks(sch)  # the blocks before a column reduction's decomposition adds its init
+    column = column_reduction(sch, target)
+    done: set[str] = set()  # blocks scheduled, and stages computed inside a window's or a column reduction's loops
+    if column is not None:
+        done = columns(sch, column[0], column[1], target) | {sch.get(column[0]).name_hint}
+    for block in todo:
         if sch.get(block).name_hint in done or _pads_a_window(sch, block):
             continue
         if is_reduction(sch, block) and any(_pads_a_window(sch, p) for p in sch.get_producers(block)):
             done |= padded_window(sch, block)
         elif is_reduction(sch, block) and _is_window(sch, block, target):
             window(sch, block, target)
-        elif is_reduction(sch, block) and (axis := column_axis(sch, block, target)) is not None:
-            done |= columns(sch, block, target, axis)
         elif is_reduction(sch, block):
             parallel_spatial(sch, block)
         else:
@@ -162,11 +165,23 @@ def window(sch: Schedule, block, target: Target) -> None:
     _vector_reduce(sch, block, lane, loops[n])
 
 
+def column_reduction(sch: Schedule, target: Target) -> tuple[SBlockRV, int] | None:
+    """The group's only reduction and its column axis (see column_axis) where every other block reads it directly
+    (a mean's division); None otherwise (a softmax over an outer axis: its exponentials feed a second reduction)."""
+    reductions = [b for b in blocks(sch) if is_reduction(sch, b)]
+    if len(reductions) != 1:
+        return None
+    (block,) = reductions
+    axis = column_axis(sch, block, target)
+    others = {sch.get(b).name_hint for b in blocks(sch)} - {sch.get(c).name_hint for c in sch.get_consumers(block)}
+    return (block, axis) if axis is not None and others == {sch.get(block).name_hint} else None
+
+
 def column_axis(sch: Schedule, block, target: Target) -> int | None:
     """The innermost non-unit spatial axis of a fresh reduction when everything it reads is contiguous along that axis
     and not along a reduced one (a mean over the pixels of channels-last channels), in whole 4-lane or wider
-    registers; None otherwise."""
-    if not is_fresh(sch, block):
+    registers; None otherwise (also for an argmax's pair of values and indices)."""
+    if not is_fresh(sch, block) or len(sch.get(block).writes) != 1:
         return None
     ext = extents(sch, sch.get_loops(block))
     n = spatial_count(sch, block)
@@ -180,7 +195,7 @@ def column_axis(sch: Schedule, block, target: Target) -> int | None:
     return axes[-1] if reads and contiguous else None
 
 
-def columns(sch: Schedule, block, target: Target, axis: int) -> set[str]:
+def columns(sch: Schedule, block, axis: int, target: Target) -> set[str]:
     """A reduction over outer axes vectorized over its contiguous outputs: parallel over vectors of them, each
     reduce step a vector add (squeezenet's mean over 13x13 pixels of 1000 channels-last channels read one strided
     element per channel: 0.27 -> 0.04 ms). Returns the consumers computed inside (see _consumers_at)."""

@@ -22,7 +22,7 @@ from cinn.schedules.analysis import (
     spatial_count,
     write_dtype,
 )
-from cinn.schedules.cpu_common import PARALLEL_MIN, column_axis, columns, lanes, vector_width
+from cinn.schedules.cpu_common import PARALLEL_MIN, column_reduction, columns, lanes, vector_width
 from cinn.schedules.knobs import DEFAULT, Knob, Knobs, unroll
 from cinn.target import Target
 
@@ -96,17 +96,12 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
 
 
 def _columns(sch: Schedule, anchor, target: Target) -> bool:
-    """Schedule a single reduction over outer axes (its rows contiguous in what it reads) with vector lanes over the
-    rows, when its consumers are the group's other blocks; False where the group is left to the row schedule."""
-    reductions = [b for b in blocks(sch) if is_reduction(sch, b)]
-    if len(reductions) != 1:
+    """Schedule a reduction over outer axes with vector lanes over its rows where the group allows it (see
+    column_reduction); False where the group is left to the row schedule."""
+    column = column_reduction(sch, target)
+    if column is None or not is_output(sch, anchor):
         return False
-    (block,) = reductions
-    axis = column_axis(sch, block, target)
-    others = {sch.get(b).name_hint for b in blocks(sch)} - {sch.get(b).name_hint for b in sch.get_consumers(block)}
-    if axis is None or others != {sch.get(block).name_hint} or not is_output(sch, anchor):
-        return False
-    columns(sch, block, target, axis)
+    columns(sch, column[0], column[1], target)
     return True
 
 
