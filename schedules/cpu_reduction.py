@@ -76,7 +76,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     anchor = _anchor(sch)
     # a spatial block read by several consumers is kept (computed once per row) instead of recomputed per use
     inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
-    if _columns(sch, anchor, target):
+    if _columns(sch, target):
         return
     depth = row_depth(sch, anchor)
     # the work of a row: a GEMV's 1000 outputs are one element each but reduce 2048 products
@@ -95,11 +95,11 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
         _vectorize_partial(sch, partial)
 
 
-def _columns(sch: Schedule, anchor, target: Target) -> bool:
+def _columns(sch: Schedule, target: Target) -> bool:
     """Schedule a reduction over outer axes with vector lanes over its rows where the group allows it (see
     column_reduction); False where the group is left to the row schedule."""
     column = column_reduction(sch, target)
-    if column is None or not is_output(sch, anchor):
+    if column is None:
         return False
     columns(sch, column[0], column[1], target)
     return True
