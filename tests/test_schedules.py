@@ -504,6 +504,24 @@ def test_channels_last_pointwise_conv_takes_whole_tiles_past_its_pixels():
     assert "T.sblock_alloc_buffer((1, 50, 64))" in script and "conv2d_global" not in script
 
 
+@pytest.mark.parametrize("groups", [1, 2])
+def test_nchw_conv_over_columns_without_a_tile_divisor_takes_whole_tiles_past_them(groups):
+    # 26 output columns (2 x 13) computed as 30: AVX2 tiles of 2 vectors x 5 columns, where 26 took 2 x 2 (alexnet's
+    # 2-group 5x5 conv); the view back to 26 columns writes the accumulators back, and the output is numpy's
+    op = get_op("conv2d")
+    layout = "GIHWO" if groups > 1 else "IHWO"
+    w_shape = (groups, 8 // groups, 5, 5, 32 // groups) if groups > 1 else (8, 5, 5, 32)
+    a = op.attrs(paddings=(2, 2), groups=groups, weight_layout=layout)
+    x, w = te.placeholder((1, 8, 6, 26), name="x"), te.placeholder(w_shape, name="w")
+    (out_type,) = infer(op, [TensorType((1, 8, 6, 26), "float32"), TensorType(w_shape, "float32")], a)
+    (y,) = op.compute([x, w], a, [out_type])
+    sch = schedule_of([x, w, y])
+    t = cpu_matmul.plan(sch, single_reduction(sch), parse_target("llvm -mcpu=znver3 -num-cores=2"))
+    assert (t.cols, t.rows) == (16, 5)
+    sch = check([x, w], [y], K.OUT_FUSIBLE, lambda xa, wa: op.reference([xa, wa], a))
+    assert ", 6, 30, " in sch.mod.script()  # the conv's buffer: 6 rows of 30 columns
+
+
 class _GenericTiling(DefaultKnobs):
     """The defaults, but the generic SSRSRS sketch wherever the schedule offers it; records the knobs asked."""
 

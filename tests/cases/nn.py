@@ -45,6 +45,11 @@ CASES = [
     _conv((1, 4, 5, 5), (6, 2, 3, 3), "conv2d-groups", paddings=[1, 1], groups=2),
     _conv((1, 3, 5, 5), (3, 1, 3, 3), "conv2d-depthwise", strides=[2, 1], groups=3),
     _conv((1, 2, 5, 5), (2, 2, 3, 3), "conv2d-same", strides=[2, 2], padding_algorithm="SAME"),
+    # 13 output columns (no divisor from 4 to 10): computed as 15, past the padding, the last two dropped
+    _conv((1, 3, 5, 13), (4, 3, 3, 3), "conv2d-whole-columns", paddings=[1, 1]),
+    _conv((1, 2, 4, 75), (3, 2, 3, 3), "conv2d-whole-columns-strided", strides=[2, 2], paddings=[1, 0, 1, 2]),
+    _conv((1, 2, 5, 17), (2, 2, 3, 3), "conv2d-whole-columns-unpadded", dilations=[1, 2]),
+    _conv((1, 4, 3, 13), (2, 2, 3, 3, 3), "conv2d-whole-columns-gihwo", paddings=[1, 1], groups=2, weight_layout="GIHWO"),
     _conv((1, 3, 6, 6), (3, 3, 3, 4), "conv2d-ihwo", paddings=[1, 1], weight_layout="IHWO"),
     _conv((1, 4, 5, 7), (2, 3, 3, 6), "conv2d-ihwo-groups", strides=[2, 1], groups=2, weight_layout="IHWO"),
     _conv((1, 3, 6, 5), (2, 3, 3, 3, 32), "conv2d-ihwo32", strides=[2, 1], paddings=[1, 0], weight_layout="IHWO32"),
