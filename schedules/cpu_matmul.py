@@ -506,7 +506,7 @@ def _epilogues_at(sch: Schedule, write_back, loop, stages: list) -> list:
     written = sch.get(write_back).writes[0].source
     left = []
     for stage in stages:
-        if [r.source.same_as(written) for r in sch.get(stage).reads] == [True]:
+        if _elementwise_of(sch.get(stage), written):
             try:
                 sch.reverse_compute_at(stage, loop)
                 vectorize_innermost(sch, stage)
@@ -515,6 +515,19 @@ def _epilogues_at(sch: Schedule, write_back, loop, stages: list) -> list:
                 pass
         left.append(stage)
     return left
+
+
+def _elementwise_of(block, buffer) -> bool:
+    """Whether a block reads only `buffer`, each element where it writes its own (a tile of it then computes the
+    tile's elements of the block; a shifted or transposed read would need other tiles')."""
+    if [r.source.same_as(buffer) for r in block.reads] != [True]:
+        return False
+    read, (write,) = block.reads[0].region, block.writes
+    analyzer = tvm.sym.Analyzer()
+    for iv in block.iter_vars:  # a unit axis is its one value (the batch: x[0, c] is read where y[n, c] is written)
+        analyzer.bind(iv.var, tvm.ir.Range.from_min_extent(iv.dom.min, iv.dom.extent))
+    return len(read) == len(write.region) and all(analyzer.can_prove_equal(a.min, b.min)
+                                                  for a, b in zip(read, write.region, strict=True))
 
 
 def writes_past_its_view(sch: Schedule) -> bool:

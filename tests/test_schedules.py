@@ -522,6 +522,24 @@ def test_nchw_conv_over_columns_without_a_tile_divisor_takes_whole_tiles_past_th
     assert ", 6, 30, " in sch.mod.script()  # the conv's buffer: 6 rows of 30 columns
 
 
+def test_an_epilogue_reading_the_conv_output_runs_in_its_write_back_tile():
+    # an LRN's square of a conv's relu, a second output: computed in each parallel tile after its write-back, while
+    # the tile's outputs are hot, not in a pass of its own over the whole output
+    x = te.placeholder((1, 8, 14, 14), name="x")
+    w = te.placeholder((16, 8, 3, 3), name="w")
+    relu = topi.nn.relu(topi.nn.conv2d_nchw(x, w, 1, 1, 1))
+    square = te.compute(relu.shape, lambda *i: relu(*i) * relu(*i), name="square")
+
+    def ref(xa, wa):
+        r = np.maximum(conv_ref(xa, wa, 1, 1, 1), 0)
+        return [r, r * r]
+
+    sch = check([x, w], [relu, square], K.OUT_FUSIBLE, ref)
+    par = sch.get(sch.get_loops(sch.get_sblock("square"))[0])
+    assert par.kind == tvm.tirx.ForKind.PARALLEL
+    assert par.same_as(sch.get(sch.get_loops(sch.get_sblock("conv2d_nchw_update"))[0]))
+
+
 class _GenericTiling(DefaultKnobs):
     """The defaults, but the generic SSRSRS sketch wherever the schedule offers it; records the knobs asked."""
 
