@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -178,14 +179,22 @@ def _resume(states: list[_TaskState], target: Target, log, model: CostModel) -> 
     candidates they measured (re-measurements count once)."""
     by_workload = {s.task.workload: s for s in states}
     seen: dict[str, list[tuple[Candidate, str, MeasureResult]]] = {}
+    stale = 0
     for rec in read_records(log):
         state = by_workload.get(rec.workload)
         if state is None or rec.target != str(target) or rec.scope is not Scope.KERNEL:
             continue
         cand = space.sample(state.task, target, random.Random(0), space.decisions_of_trace(rec.trace),
                             module=state.search.module)
-        if cand is not None:
-            seen.setdefault(rec.workload, []).append((cand, rec.trace, MeasureResult(rec.costs, rec.failure, rec.error)))
+        # decisions are read by position: where the schedule's knobs changed since, they make another schedule,
+        # which must not take the record's measurement
+        if cand is None or cand.trace_json() != rec.trace:
+            stale += 1
+            continue
+        seen.setdefault(rec.workload, []).append((cand, rec.trace, MeasureResult(rec.costs, rec.failure, rec.error)))
+    if stale:
+        warnings.warn(f"{stale} records of {log} no longer replay as this code's schedules (its knobs changed since): "
+                      "not resumed; compile still applies them by their traces", stacklevel=3)
     for workload, items in seen.items():
         state = by_workload[workload]
         for cand, trace, result in items:

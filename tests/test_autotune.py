@@ -296,6 +296,22 @@ def test_resume_counts_logged_trials(tmp_path, runner):
     assert len({r.trace for r in records}) == 7  # resumed search does not re-measure logged candidates
 
 
+def test_resume_skips_records_whose_decisions_make_another_schedule_now(tmp_path, runner, monkeypatch):
+    # a record's decisions are read by position: after a change to the schedule's knobs they make another schedule,
+    # which must not take the record's measurement; such records are skipped with a warning, and the budget is not
+    # spent on them
+    tasks = extract_tasks(_softmax())
+    log = tmp_path / "log.jsonl"
+    config = TuneConfig(trials=4, batch=4, search=SearchConfig(population=16, generations=1))
+    tune(tasks, TARGET, log, config, runner=runner)
+    logged = len(list(read_records(log)))
+    monkeypatch.setattr(space.Candidate, "trace_json", lambda self: "another schedule")  # as if the knobs had moved
+    with pytest.warns(UserWarning, match=f"{logged} records of .* no longer replay as this code's schedules"):
+        (resumed,) = tune(tasks, TARGET, log, TuneConfig(trials=0, verify=0, search=config.search), runner=runner,
+                          resume=True)
+    assert resumed.trials == 0
+
+
 class LuckyRunner:
     """Times every candidate at a fixed cost per trace, except that its first non-default candidate is the slowest
     and is measured, the first time only, as far faster than all (a noise-favoured measurement)."""
