@@ -122,11 +122,17 @@ def _consumers_at(sch: Schedule, block, loop) -> set[str]:
     are hot; returns their names."""
     consumers = sch.get_consumers(block)
     for consumer in consumers:
-        sch.reverse_compute_at(consumer, loop)
-        *_, inner = sch.get_loops(consumer)
-        if not sch.get(inner).same_as(sch.get(loop)):
-            sch.vectorize(inner)
+        compute_at_vectorized(sch, consumer, loop)
     return {sch.get(c).name_hint for c in consumers}
+
+
+def compute_at_vectorized(sch: Schedule, consumer, loop) -> None:
+    """Compute a consumer inside `loop` (reverse_compute_at), its innermost loop of its own vectorized where it has
+    one wider than an element (`loop` itself may be parallel)."""
+    sch.reverse_compute_at(consumer, loop)
+    *_, inner = sch.get_loops(consumer)
+    if not sch.get(inner).same_as(sch.get(loop)) and extents(sch, [inner])[0] > 1:
+        sch.vectorize(inner)
 
 
 def _is_window(sch: Schedule, block, target: Target) -> bool:

@@ -38,6 +38,7 @@ from cinn.schedules.analysis import (
 )
 from cinn.schedules.cpu_common import (
     MIN_LANES,
+    compute_at_vectorized,
     copy_in_read_order,
     deinterleave,
     index_step,
@@ -508,8 +509,7 @@ def _epilogues_at(sch: Schedule, write_back, loop, stages: list) -> list:
     for stage in stages:
         if _elementwise_of(sch.get(stage), written):
             try:
-                sch.reverse_compute_at(stage, loop)
-                vectorize_innermost(sch, stage)
+                compute_at_vectorized(sch, stage, loop)
                 continue
             except ScheduleError:  # a consumer whose reads the tile cannot cover stays a pass of its own
                 pass
