@@ -270,6 +270,29 @@ def test_pack_weights_stores_dense_conv_weights_in_whole_panels(out_channels, sh
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 
+@pytest.mark.parametrize("out_channels, registers, tile", [(64, 16, 6), (64, 32, 0), (40, 16, 0), (28, 16, 0)])
+def test_pack_weights_has_flat_1x1_convs_compute_whole_register_tiles_of_channels(out_channels, registers, tile,
+                                                                                  tmp_cache):
+    """With 16 registers an NCHW 1x1 conv over flat pixels (7x16) computes 64 output channels as 66, whole tiles of
+    6 (channel_tile); with 32 registers, or channels with a divisor of 5 or 6, or where that adds over 1/16 (28 ->
+    30), as they are. The residual add still fuses into the conv's kernel, which writes the 64 channels."""
+    b = cinn.NetBuilder("tiles")
+    x = b.create_input("float32", (1, 24, 7, 16), "x")
+    skip = b.create_input("float32", (1, out_channels, 7, 16), "skip")
+    y = b.relu(b.add(b.conv2d(x, b.create_constant(rand(out_channels, 24, 1, 1), "w")), skip))
+    program = b.build([y])
+    feeds = {"x": rand(1, 24, 7, 16), "skip": rand(1, out_channels, 7, 16)}
+    result = check_pass(program, feeds, lambda p: dce(pack_weights(p, 8, registers)))
+    assert [n.attrs.channel_tile for n in result.nodes if n.op == "conv2d"] == [tile]
+    avx2 = parse_target("llvm -mcpu=znver3 -num-cores=2")
+    exe = cinn.compile(result, avx2, cache_dir=tmp_cache, passes=False)
+    (got,) = exe.run(feeds)
+    np.testing.assert_allclose(got, evaluate(program, feeds)[0], rtol=1e-4, atol=1e-4)
+    assert exe.num_kernels == 1
+    if tile:
+        assert "T.sblock_alloc_buffer((1, 66, 112))" in exe.kernel_sources()[0]
+
+
 @pytest.mark.parametrize("strides, shape", [((2, 2), (1, 3, 3, 3, 32)), ((1, 1), (3, 3, 3, 24))])
 def test_pack_weights_pads_a_strided_convs_channels_to_whole_vectors(strides, shape, tmp_cache):
     # a strided conv is vectorized over its output channels even on rows of whole vectors (16 here): 24 channels

@@ -155,6 +155,25 @@ def test_avx2_tiles_are_padded_to_whole_vectors_unless_their_rows_alias(channels
     assert np.abs(got - expected).max() <= TOLERANCE[4] * np.abs(expected).max()
 
 
+def test_avx2_matmul_computes_whole_register_tiles_of_columns(tmp_cache):
+    """28x28's 49 tiles of F(4x4) have no divisor from 4 to 6: over 16-channel row panels the matmul computes 50
+    columns (the last tile read again), in 5 x 2-vector register tiles where 7 x 1 vector were 7 accumulators a step
+    (resnet50's 128->128 3x3 on 28x28: 0.48 -> 0.36 ms a matmul); the extra column never reaches the output."""
+    program = _conv_program(1, 64, 64, (28, 28), (1, 1), epilogue=True)
+    avx2 = parse_target("llvm -mcpu=znver3 -num-cores=2")
+    (shape,) = winograd_shapes(program, avx2)
+    optimized, _ = lower_program(program, target=avx2, winograd_choices={shape.key: 4})
+    (matmul,) = [node for node in optimized.nodes if node.op == "matmul"]
+    assert matmul.attrs.x_panel == ROW_PANEL and matmul.outputs[0].shape == (36, 64, 49)
+    exe = cinn.compile(optimized, avx2, cache_dir=tmp_cache, passes=False)
+    (source,) = [src for k, src in zip(exe._kernels, exe.kernel_sources(), strict=True) if k.name == "matmul"]
+    assert "T.sblock_alloc_buffer((36, 50, 64))" in source
+    feeds = {v.name: RNG.standard_normal(v.shape).astype("float32") for v in program.inputs}
+    (expected,) = evaluate(program, feeds)
+    (got,) = exe.run(feeds)
+    assert np.abs(got - expected).max() <= TOLERANCE[4] * np.abs(expected).max()
+
+
 def test_padded_columns_need_one_image():
     with pytest.raises(ValueError, match=r"columns 64 .* one image"):
         infer(get_op("winograd_input"), [TensorType((2, 3, 14, 14), "float32")],

@@ -200,11 +200,14 @@ def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
     tile = getattr(out_types[0], "tile_rows", 1)
     padded = not isinstance(s.m, int) and not s.x_vec and not a.x_panel and tile > 1
     rows, row = whole_tiles(s.m, tile) if padded else (s.m, lambda i: i)
+    # over row panels the register tile's rows are N's columns: whole tiles of them where N has no fitting divisor
+    wide = a.x_panel and not s.y_vec and isinstance(s.n, int) and _whole_tile_extent(s.n, PIXEL_TILE + 1) > s.n
+    cols, col = whole_tiles(s.n, PIXEL_TILE) if wide else (s.n, lambda j: j)
 
     def body(*idx):
         b, rest = idx[: len(s.batch)], list(idx[len(s.batch) :])
         m = None if s.x_vec else row(rest.pop(0))
-        n = None if s.y_vec else rest.pop(0)
+        n = None if s.y_vec else col(rest.pop(0))
         # x is [.., m, k], y is [.., k, n]; the transposed operand is indexed directly (no transpose stage)
         yi = [n // a.y_panel, k, n % a.y_panel] if a.y_panel else _operand_index(ys, b, k, n, a.trans_y)
         xi = (_operand_index(xs[:-1], b, m // a.x_panel, k, False) + [m % a.x_panel] if a.x_panel
@@ -212,9 +215,10 @@ def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
         prod = x(*xi) * y(*yi)
         return te.sum(prod if a.alpha == 1.0 else prod * const(a.alpha, dtype), axis=k)
 
-    if not padded:
+    if not (padded or wide):
         return [te.compute(s.out, body, name="matmul")]
-    tiles = te.compute((*s.batch, rows, *s.out[len(s.batch) + 1 :]), body, name="matmul")
+    shape = (*s.batch, rows, *(() if s.y_vec else (cols,)))
+    tiles = te.compute(shape, body, name="matmul")
     return [leading_rows(tiles, s.out, "matmul_rows")]
 
 
@@ -432,7 +436,9 @@ def from_nchw(shape: tuple[int, ...], data_format: DataFormat) -> tuple[int, ...
 @dataclass(frozen=True)
 class Conv2dAttrs(Attrs):
     """2-D convolution of NCHW input with OIHW (I = C / groups), IHWO, IHWO32 or GIHWO weights; see the module doc for
-    paddings."""
+    paddings. `channel_tile` > 1 has an NCHW 1x1 conv over flat pixels compute its output channels in whole register
+    tiles of that many (the last channel again past the end, dropped by the view back), as the pack_weights pass
+    sets it for the target's registers; the output is the same."""
 
     strides: tuple[int, ...] = (1, 1)
     paddings: tuple[int, ...] = (0, 0)
@@ -441,6 +447,7 @@ class Conv2dAttrs(Attrs):
     data_format: DataFormat = DataFormat.NCHW
     padding_algorithm: PaddingAlgorithm = PaddingAlgorithm.EXPLICIT
     weight_layout: WeightLayout = WeightLayout.OIHW
+    channel_tile: int = 0
 
     def __post_init__(self):
         super().__post_init__()
@@ -484,8 +491,8 @@ def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
     h, wd = conv_windows(dims(x), ws, a)
     weight = a.weight_layout.reader(w)
     last = a.data_format is DataFormat.NHWC
-    if not last and _is_flat_pointwise(ws, (h, wd), a):
-        return [_pointwise_compute(x, weight, out_types[0])]
+    if not last and is_flat_pointwise(ws, (h, wd), a):
+        return [_pointwise_compute(x, weight, a.channel_tile, out_types[0])]
     if last and a.groups == 1:
         return [_flat_nhwc_compute(x, weight, ws, (h, wd), out_types[0])]
     if a.weight_layout is WeightLayout.GIHWO and not last:
@@ -536,6 +543,13 @@ def _grouped_compute(x, w, hw: tuple[_Window, _Window], out: TensorType):
     return te.compute(out.shape, lambda n, o, i, j: y[n, o // og, o % og, i, j], name="conv2d_nchw")
 
 
+# a dense channels-last conv's output pixels are computed in whole register tiles of this many rows (znver3, AVX2, 2
+# vectors x 5 rows: 512->2048 1x1 on 7x7 1.06 -> 0.74 ms against rows of 7 x 1 vector; 3 or 6 rows took 4 x 3 or 4 x 6
+# tiles that spilled, 4 rows 0.86)
+PIXEL_TILE = 5
+MAX_COLUMN_PADDING = 4
+
+
 def _whole_columns(wd: _Window, kernel: int, channels: int) -> _Window:
     """The output columns an NCHW conv computes: a row with no divisor from PIXEL_TILE - 1 to 2 * PIXEL_TILE is
     computed in whole tiles of PIXEL_TILE columns (past its end, over zero padding, dropped by a view), at most
@@ -544,18 +558,26 @@ def _whole_columns(wd: _Window, kernel: int, channels: int) -> _Window:
     2-group 48->128 5x5 on 26x26: 4.5 -> 3.0 ms, 2 cores, AVX2), zfnet's 109 (a prime) 2 x 1. The view inlines into
     the conv's write-back, so the extra columns never reach memory. A 1x1 window takes whole rows as its tile (up to
     13 columns) and a depthwise conv (one channel per group) reuses no input across channels: both keep theirs."""
-    extra = -wd.out % PIXEL_TILE
-    if kernel == 1 or channels == 1 or extra * MAX_COLUMN_PADDING > wd.out \
-            or any(wd.out % r == 0 for r in range(PIXEL_TILE - 1, 2 * PIXEL_TILE + 1)):
+    out = _whole_tile_extent(wd.out)
+    if kernel == 1 or channels == 1:
         return wd
-    return replace(wd, out=wd.out + extra, pad_end=wd.pad_end + extra * wd.stride)
+    return replace(wd, out=out, pad_end=wd.pad_end + (out - wd.out) * wd.stride)
+
+
+def _whole_tile_extent(extent: int, largest: int = 2 * PIXEL_TILE) -> int:
+    """A register tile's row axis rounded up to whole tiles of PIXEL_TILE where it has no divisor from PIXEL_TILE - 1
+    to `largest` and that adds at most 1/MAX_COLUMN_PADDING, else as it is."""
+    extra = -extent % PIXEL_TILE
+    if extra * MAX_COLUMN_PADDING > extent or any(extent % r == 0 for r in range(PIXEL_TILE - 1, largest + 1)):
+        return extent
+    return extent + extra
 
 
 # spatial sizes that are a whole number of this many lanes (AVX-512's; twice AVX2's) are computed flat
 FLAT_LANES = 16
 
 
-def _is_flat_pointwise(ws: tuple[int, ...], hw: tuple[_Window, _Window], a: Conv2dAttrs) -> bool:
+def is_flat_pointwise(ws: tuple[int, ...], hw: tuple[_Window, _Window], a: Conv2dAttrs) -> bool:
     """A dense 1x1 conv at stride 1 without padding over H x W pixels that are whole vectors: a matmul of the
     weights with the input's channels x pixels, computed over one flat pixel axis (the rows of a 56x56 or 28x28 map
     are not whole vectors; its 3136 or 784 pixels are: 128->128 on 56x56 0.47 -> 0.27 ms, 144->24 0.14 -> 0.07)."""
@@ -568,21 +590,17 @@ def _is_flat(hw: tuple[_Window, _Window], kernel: tuple[int, ...]) -> bool:
             and hw[0].out * hw[1].out % FLAT_LANES == 0)
 
 
-def _pointwise_compute(x, weight, out: TensorType):
-    """out[n, o, p] = sum_c weight[o, c] * x[n, c, p] over flat pixels p, viewed back as NCHW."""
+def _pointwise_compute(x, weight, tile: int, out: TensorType):
+    """out[n, o, p] = sum_c weight[o, c] * x[n, c, p] over flat pixels p, the channels o in whole tiles of `tile`
+    where that is more than one, viewed back as NCHW."""
     n_, c_, height, width = dims(x)
     rc = te.reduce_axis((0, c_), name="rc")
     flat = _flatten(x)
-    y = te.compute((n_, out.shape[1], height * width),
-                   lambda n, o, p: te.sum(flat[n, rc, p] * weight(o, rc, 0, 0), axis=rc), name="conv2d")
+    channels, channel = whole_tiles(out.shape[1], tile) if tile > 1 else (out.shape[1], lambda o: o)
+    y = te.compute((n_, channels, height * width),
+                   lambda n, o, p: te.sum(flat[n, rc, p] * weight(channel(o), rc, 0, 0), axis=rc), name="conv2d")
     return te.compute(out.shape, lambda n, o, i, j: y[n, o, i * width + j], name="conv2d_nchw")
 
-
-# a dense channels-last conv's output pixels are computed in whole register tiles of this many rows (znver3, AVX2, 2
-# vectors x 5 rows: 512->2048 1x1 on 7x7 1.06 -> 0.74 ms against rows of 7 x 1 vector; 3 or 6 rows took 4 x 3 or 4 x 6
-# tiles that spilled, 4 rows 0.86)
-PIXEL_TILE = 5
-MAX_COLUMN_PADDING = 4
 
 
 def _flat_nhwc_compute(x, weight, ws: tuple[int, ...], hw: tuple[_Window, _Window], out: TensorType):

@@ -38,7 +38,7 @@ def optimize(program: Program, passes: bool = True, target: Target | None = None
         return dce(pack_weights(program))
     program = winograd(program, winograd_choices, target.fma_bits, target.vector_registers)
     program = channels_last(program, target.vector_bits // 32, target.vector_registers)
-    return dce(pack_weights(program, target.vector_bits // 32))
+    return dce(pack_weights(program, target.vector_bits // 32, target.vector_registers))
 
 
 def winograd_shapes(program: Program, target: Target) -> list[ConvShape]:

@@ -39,6 +39,8 @@ CASES = [
     Case("matmul", (_f(2, 8, 6), _f(3, 6, 16)), {"y_panel": 16, "alpha": 0.5}, **ACC, id="matmul-panels"),
     Case("matmul", (_f(3, 2, 6, 8), _f(3, 6, 5)), {"x_panel": 8}, **ACC, id="matmul-row-panels"),
     Case("matmul", (_f(2, 6, 16), _f(1, 6, 12)), {"x_panel": 16}, **ACC, id="matmul-row-panels-broadcast"),
+    # 13 columns over row panels (no divisor from 4 to 6): computed as 15, the last column read again, then dropped
+    Case("matmul", (_f(2, 2, 6, 8), _f(2, 6, 13)), {"x_panel": 8}, **ACC, id="matmul-row-panels-whole-tiles"),
     _conv((1, 3, 6, 6), (4, 3, 3, 3)),
     _conv((2, 2, 7, 7), (3, 2, 3, 3), "conv2d-stride-pad", strides=[2, 2], paddings=[1, 1]),
     _conv((1, 2, 6, 7), (2, 2, 2, 3), "conv2d-asym-pad-dilation", paddings=[1, 0, 2, 1], dilations=[2, 1]),
@@ -50,6 +52,8 @@ CASES = [
     _conv((1, 2, 4, 75), (3, 2, 3, 3), "conv2d-whole-columns-strided", strides=[2, 2], paddings=[1, 0, 1, 2]),
     _conv((1, 2, 5, 17), (2, 2, 3, 3), "conv2d-whole-columns-unpadded", dilations=[1, 2]),
     _conv((1, 4, 3, 13), (2, 2, 3, 3, 3), "conv2d-whole-columns-gihwo", paddings=[1, 1], groups=2, weight_layout="GIHWO"),
+    # a 1x1 conv over 16 flat pixels computes its 8 output channels in whole tiles of 6 (12, the last one again)
+    _conv((1, 3, 4, 4), (8, 3, 1, 1), "conv2d-channel-tiles", channel_tile=6),
     _conv((1, 3, 6, 6), (3, 3, 3, 4), "conv2d-ihwo", paddings=[1, 1], weight_layout="IHWO"),
     _conv((1, 4, 5, 7), (2, 3, 3, 6), "conv2d-ihwo-groups", strides=[2, 1], groups=2, weight_layout="IHWO"),
     _conv((1, 3, 6, 5), (2, 3, 3, 3, 32), "conv2d-ihwo32", strides=[2, 1], paddings=[1, 0], weight_layout="IHWO32"),
