@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn.ir import Program
-from cinn.ops import get_op
-from cinn.ops.nn import WeightLayout
+from cinn.ir import Program, TensorType
+from cinn.ops import get_op, infer
+from cinn.ops.nn import MatmulAttrs, WeightLayout
 from cinn.passes import fold_constants as fold_module
 from cinn.passes.conv_forms import conv_forms
 from cinn.passes.cse import cse
@@ -244,11 +244,21 @@ def test_pack_weights_pads_odd_wide_weights_to_whole_panels(tmp_cache):
     program = b.build([y])
     feeds = {"x": rand(2, 9, 28)}
     result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
-    # N = 257 has no 8-lane divisor: 6 zero-padded 48-column panels, the bias added to them (padded too, so it fuses
-    # into the matmul's kernel), then the first 257 columns
-    assert [v.shape for v in result.const_values if v.name != "c"] == [(6, 28, 48), (288,)]
-    assert [n.op for n in result.nodes] == ["matmul", "add", "slice"]
-    check_compiled(program, feeds, tmp_cache, rtol=1e-4)
+    # N = 257 has no 8-lane divisor: 6 zero-padded 48-column panels; the matmul keeps 257 of their 288 columns, so
+    # no slice copies its output, and the bias fuses into its kernel, which writes [2, 9, 257]
+    assert [v.shape for v in result.const_values if v.name != "c"] == [(6, 28, 48)]
+    assert [n.op for n in result.nodes] == ["matmul", "add"]
+    assert result.nodes[0].attrs.columns == 257 and result.nodes[0].outputs[0].shape == (2, 9, 257)
+    exe = check_compiled(program, feeds, tmp_cache, rtol=1e-4)
+    assert exe.num_kernels == 1
+
+
+def test_matmul_columns_lie_in_the_last_panel():
+    x, y = TensorType((3, 8), "float32"), TensorType((2, 8, 16), "float32")
+    with pytest.raises(ValueError, match=r"matmul: columns 12 is not within the last of the panels of y \(2, 8, 16\)"):
+        infer(get_op("matmul"), [x, y], MatmulAttrs(y_panel=16, columns=12))
+    with pytest.raises(ValueError, match="columns is only for y stored as panels"):
+        infer(get_op("matmul"), [x, TensorType((8, 5), "float32")], MatmulAttrs(columns=4))
 
 
 @pytest.mark.parametrize("out_channels, shape, sliced", [(1000, (32, 16, 1, 1, 32), True), (300, (10, 16, 1, 1, 32), True),

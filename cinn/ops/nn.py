@@ -122,6 +122,8 @@ class MatmulAttrs(Attrs):
 
     `y_panel` > 0 says a 2-D y is stored as column panels, [N / y_panel, K, y_panel]: each register tile of the
     kernel then streams one contiguous panel (the pack_weights pass stores constant weights so; not a user option).
+    `columns` > 0 says N is only the panels' first that many columns: the rest are zero padding to whole panels,
+    computed with the others and not written back (GPT-2's 50257-token logits over panels of 24).
     `x_panel` > 0 likewise says x is stored as row panels, [batch..., M / x_panel, K, x_panel] (the winograd pass
     stores its transformed weights so)."""
 
@@ -130,6 +132,7 @@ class MatmulAttrs(Attrs):
     alpha: float = 1.0
     y_panel: int = 0
     x_panel: int = 0
+    columns: int = 0
 
     @property
     def paneled(self) -> bool:
@@ -165,7 +168,11 @@ def _matmul_shape(xs: tuple[int, ...], ys: tuple[int, ...], a: MatmulAttrs) -> _
     if a.y_panel:
         if len(ys) != 3 or ys[-1] != a.y_panel or a.trans_y:
             raise ValueError(f"matmul: y of shape {ys} is not stored as [N / {a.y_panel}, K, {a.y_panel}] panels")
-        ys = (ys[1], ys[0] * ys[2])
+        if a.columns and not (ys[0] - 1) * ys[2] < a.columns <= ys[0] * ys[2]:
+            raise ValueError(f"matmul: columns {a.columns} is not within the last of the panels of y {ys}")
+        ys = (ys[1], a.columns or ys[0] * ys[2])
+    elif a.columns:
+        raise ValueError("matmul: columns is only for y stored as panels (y_panel)")
     yk, yn = (ys[0], 1) if len(ys) == 1 else (ys[-1], ys[-2]) if a.trans_y else ys[-2:]
     if xk != yk:
         raise ValueError(f"matmul: shapes {xs} and {ys} are incompatible (K {xk} vs {yk})")
@@ -200,9 +207,12 @@ def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
     tile = getattr(out_types[0], "tile_rows", 1)
     padded = not isinstance(s.m, int) and not s.x_vec and not a.x_panel and tile > 1
     rows, row = whole_tiles(s.m, tile) if padded else (s.m, lambda i: i)
-    # over row panels the register tile's rows are N's columns: whole tiles of them where N has no fitting divisor
+    # over row panels the register tile's rows are N's columns: whole tiles of them where N has no fitting divisor;
+    # over column panels N's padding to whole panels is computed too (its view back drops it)
     wide = a.x_panel and not s.y_vec and isinstance(s.n, int) and _whole_tile_extent(s.n, PIXEL_TILE + 1) > s.n
     cols, col = whole_tiles(s.n, PIXEL_TILE) if wide else (s.n, lambda j: j)
+    if a.columns:
+        wide, cols = True, dims(y)[0] * a.y_panel
 
     def body(*idx):
         b, rest = idx[: len(s.batch)], list(idx[len(s.batch) :])
@@ -256,7 +266,7 @@ def _matmul_reference(arrays: Sequence[np.ndarray], a: MatmulAttrs) -> list[np.n
     xt = unrow_panels(x) if a.x_panel else np.swapaxes(x, -1, -2) if a.trans_x and x.ndim >= 2 else x
     yt = np.swapaxes(y, -1, -2) if a.trans_y and y.ndim >= 2 else y
     if a.y_panel:
-        yt = unpanel(y)
+        yt = unpanel(y)[:, : a.columns or None]
     out = np.matmul(_accumulate(xt), _accumulate(yt))
     if a.alpha != 1.0:
         out = out * a.alpha

@@ -32,8 +32,9 @@ from cinn.passes.rewrite import Rewriter, rewrite
 # weights; with AVX2's 24-column tiles over 48-column panels two tiles shared every panel row's middle cache line,
 # panels of 24 took 0.75-0.78x the time (2 cores, znver3: 768 -> 3072 over 128 rows 5.07 -> 3.84 ms)
 PANEL_WIDTHS = (32, 64, 16)
-# N with no divisor of whole 8-lane registers (GPT-2's 50257-token vocabulary): padded to whole panels and sliced
-# back, since the [K, N] kernel's 29-column tiles ran at 46 GFLOP/s (a 25 MB slice copy costs ~1 ms of its 215 ms)
+# N with no divisor of whole 8-lane registers (GPT-2's 50257-token vocabulary): padded to whole panels, since the
+# [K, N] kernel's 29-column tiles ran at 46 GFLOP/s; the kernel writes back the N columns (MatmulAttrs.columns: a
+# slice copying its 25 MB output took 2.0-2.6 ms, the guarded write-back adds ~0.5 to the 56 ms matmul)
 PAD_MIN_COLS = 256
 # output channels of a dense conv padded to whole 16-lane vectors when its output rows are no whole vectors either and
 # the padding adds at most this fraction of work (shufflenet's per-group 1x1 convs: 68 -> 80 channels on 14x14,
@@ -56,9 +57,10 @@ def pack_weights(program: Program, lanes: int = 16, registers: int = FEW_REGISTE
     """conv2d weights go OIHW -> IHWO32 panels for dense convs, IHWO for grouped ones (output channels contiguous: the
     conv kernels' vector axis; many channels padded to whole panels and sliced back); a matmul's constant 2-D y goes
     to column panels [N / p, K, p]
-    (MatmulAttrs.y_panel: the tiled kernels' vector axis, contiguous per register tile; zero-padded and sliced back
-    where N is wide with no 8-lane divisor), or [K, N] where no panel width divides a small N, or [N, K] for one
-    output row. The elementwise epilogue of a padded kernel then runs before the slice back (sink_slices). Matmul
+    (MatmulAttrs.y_panel: the tiled kernels' vector axis, contiguous per register tile; zero-padded to whole panels
+    where N is wide with no 8-lane divisor, MatmulAttrs.columns), or [K, N] where no panel width divides a small N, or
+    [N, K] for one output row. The elementwise epilogue of a padded conv then runs before the slice back
+    (sink_slices). Matmul
     panels are 3 x `lanes` wide where that divides N (see PANEL_WIDTHS). With few `registers`, flat 1x1 convs
     compute whole register tiles of output channels (ROW_TILE)."""
     widths = (3 * lanes, *(w for w in PANEL_WIDTHS if w != 3 * lanes))
@@ -90,14 +92,14 @@ def _pack(rw: Rewriter, node: Node, widths: tuple[int, ...], registers: int) -> 
 
 
 def _panels(rw: Rewriter, node: Node, columns: np.ndarray, width: int) -> None:
-    """matmul(x, [K, N] columns) as a matmul over column panels of `width`, zero-padded to whole panels and the
-    output sliced back to its N columns where `width` does not divide N."""
+    """matmul(x, [K, N] columns) as a matmul over column panels of `width`, zero-padded to whole panels where `width`
+    does not divide N (MatmulAttrs.columns: the kernel writes back the N columns, no slice copies them)."""
     x, w = rw.inputs(node)
     n = columns.shape[1]
     padded = np.pad(columns, ((0, 0), (0, -n % width))) if n % width else columns
     packed = rw.new_constant(panel(padded, width), f"{w.name}_panels")
-    attrs = dataclasses.replace(cast(MatmulAttrs, node.attrs), trans_y=False, y_panel=width)
-    _replace(rw, node, (x, packed), attrs, len(node.outputs[0].shape) - 1, (n, padded.shape[1]))
+    attrs = dataclasses.replace(cast(MatmulAttrs, node.attrs), trans_y=False, y_panel=width, columns=n % width and n)
+    rw.keep(node, inputs=(x, packed), attrs=attrs)
 
 
 def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray, registers: int) -> None:

@@ -37,6 +37,7 @@ CASES = [
     Case("matmul", (_f(5,), _f(5,)), **ACC, id="matmul-dot"),
     Case("matmul", (((3, 4), "int32"), ((4, 2), "int32")), id="matmul-int"),
     Case("matmul", (_f(2, 8, 6), _f(3, 6, 16)), {"y_panel": 16, "alpha": 0.5}, **ACC, id="matmul-panels"),
+    Case("matmul", (_f(2, 8, 6), _f(3, 6, 16)), {"y_panel": 16, "columns": 37}, **ACC, id="matmul-panels-columns"),
     Case("matmul", (_f(3, 2, 6, 8), _f(3, 6, 5)), {"x_panel": 8}, **ACC, id="matmul-row-panels"),
     Case("matmul", (_f(2, 6, 16), _f(1, 6, 12)), {"x_panel": 16}, **ACC, id="matmul-row-panels-broadcast"),
     # 13 columns over row panels (no divisor from 4 to 6): computed as 15, the last column read again, then dropped
