@@ -568,9 +568,9 @@ def _whole_columns(wd: _Window, kernel: int, channels: int) -> _Window:
     2-group 48->128 5x5 on 26x26: 4.5 -> 3.0 ms, 2 cores, AVX2), zfnet's 109 (a prime) 2 x 1. The view inlines into
     the conv's write-back, so the extra columns never reach memory. A 1x1 window takes whole rows as its tile (up to
     13 columns) and a depthwise conv (one channel per group) reuses no input across channels: both keep theirs."""
-    out = _whole_tile_extent(wd.out)
     if kernel == 1 or channels == 1:
         return wd
+    out = _whole_tile_extent(wd.out)
     return replace(wd, out=out, pad_end=wd.pad_end + (out - wd.out) * wd.stride)
 
 
@@ -610,7 +610,6 @@ def _pointwise_compute(x, weight, tile: int, out: TensorType):
     y = te.compute((n_, channels, height * width),
                    lambda n, o, p: te.sum(flat[n, rc, p] * weight(channel(o), rc, 0, 0), axis=rc), name="conv2d")
     return te.compute(out.shape, lambda n, o, i, j: y[n, o, i * width + j], name="conv2d_nchw")
-
 
 
 def _flat_nhwc_compute(x, weight, ws: tuple[int, ...], hw: tuple[_Window, _Window], out: TensorType):

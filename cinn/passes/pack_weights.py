@@ -60,9 +60,8 @@ def pack_weights(program: Program, lanes: int = 16, registers: int = FEW_REGISTE
     (MatmulAttrs.y_panel: the tiled kernels' vector axis, contiguous per register tile; zero-padded to whole panels
     where N is wide with no 8-lane divisor, MatmulAttrs.columns), or [K, N] where no panel width divides a small N, or
     [N, K] for one output row. The elementwise epilogue of a padded conv then runs before the slice back
-    (sink_slices). Matmul
-    panels are 3 x `lanes` wide where that divides N (see PANEL_WIDTHS). With few `registers`, flat 1x1 convs
-    compute whole register tiles of output channels (ROW_TILE)."""
+    (sink_slices). Matmul panels are 3 x `lanes` wide where that divides N (see PANEL_WIDTHS). With few `registers`,
+    flat 1x1 convs compute whole register tiles of output channels (ROW_TILE)."""
     widths = (3 * lanes, *(w for w in PANEL_WIDTHS if w != 3 * lanes))
     return rewrite(rewrite(program, lambda rw, node: _pack(rw, node, widths, registers)), sink_slices)
 
