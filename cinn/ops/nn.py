@@ -207,12 +207,8 @@ def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
     tile = getattr(out_types[0], "tile_rows", 1)
     padded = not isinstance(s.m, int) and not s.x_vec and not a.x_panel and tile > 1
     rows, row = whole_tiles(s.m, tile) if padded else (s.m, lambda i: i)
-    # over row panels the register tile's rows are N's columns: whole tiles of them where N has no fitting divisor;
-    # over column panels N's padding to whole panels is computed too (its view back drops it)
-    wide = a.x_panel and not s.y_vec and isinstance(s.n, int) and _whole_tile_extent(s.n, PIXEL_TILE + 1) > s.n
-    cols, col = whole_tiles(s.n, PIXEL_TILE) if wide else (s.n, lambda j: j)
-    if a.columns:
-        wide, cols = True, dims(y)[0] * a.y_panel
+    cols, col = _computed_columns(s, a, dims(y))
+    wide = isinstance(s.n, int) and cols != s.n
 
     def body(*idx):
         b, rest = idx[: len(s.batch)], list(idx[len(s.batch) :])
@@ -230,6 +226,17 @@ def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
     shape = (*s.batch, rows, *(() if s.y_vec else (cols,)))
     tiles = te.compute(shape, body, name="matmul")
     return [leading_rows(tiles, s.out, "matmul_rows")]
+
+
+def _computed_columns(s: _MatmulShape, a: MatmulAttrs, ys: tuple) -> tuple:
+    """The extent of N the kernel computes and the column it reads at each: over column panels with `columns`, the
+    whole panels (the view back drops the padding); over row panels, where the register tile's rows are N's columns,
+    whole tiles of PIXEL_TILE where N has no fitting divisor (the last column read again); else N as it is."""
+    if a.columns:
+        return ys[0] * a.y_panel, lambda j: j
+    if a.x_panel and not s.y_vec and isinstance(s.n, int) and _whole_tile_extent(s.n, PIXEL_TILE + 1) > s.n:
+        return whole_tiles(s.n, PIXEL_TILE)
+    return s.n, lambda j: j
 
 
 def panel(y: np.ndarray, width: int) -> np.ndarray:

@@ -25,6 +25,7 @@ from cinn.ops.nn import (
 from cinn.ops.shape import ReshapeAttrs, SliceAttrs, slice_ranges
 from cinn.passes.channels_last import FEW_REGISTERS
 from cinn.passes.rewrite import Rewriter, rewrite
+from cinn.passes.winograd import FEW_REGISTERS_PANEL
 
 # panel widths by preference after the first, three vectors of the CPU's lanes: one panel row per step of the default
 # register tile (3 vectors x 8 rows with AVX-512, x 4 with AVX2), which then streams its panel contiguously. 48
@@ -46,10 +47,11 @@ LANE_PAD_MAX = 0.25
 # kernel of its own)
 STRIDED_PAD_MAX = 1 / 3
 # with 16 vector registers an NCHW 1x1 conv over flat pixels takes register tiles of two pixel vectors by up to this
-# many output channels (12 accumulators); channels with no divisor of 5 or 6 took 4 (8 accumulators): computed in
-# whole tiles of 6 (Conv2dAttrs.channel_tile) where that adds at most ROW_TILE_PAD_MAX (znver3, 2 cores: 512->256 on
-# 28x28 1.41 -> 1.20 ms, 512->128 0.79 -> 0.67, 256->64 on 56x56 0.78 -> 0.64)
-ROW_TILE = 6
+# many output channels (12 accumulators, as the Winograd matmuls' row panels); channels with no divisor of 5 or 6 took
+# 4 (8 accumulators): computed in whole tiles of 6 (Conv2dAttrs.channel_tile) where that adds at most
+# ROW_TILE_PAD_MAX (znver3, 2 cores: 512->256 on 28x28 1.41 -> 1.20 ms, 512->128 0.79 -> 0.67, 256->64 on 56x56
+# 0.78 -> 0.64)
+ROW_TILE = FEW_REGISTERS_PANEL
 ROW_TILE_PAD_MAX = 1 / 16
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from cinn.ir import Node, Program
 from cinn.ops.nn import Conv2dAttrs, DataFormat, MatmulAttrs, PaddingAlgorithm, WeightLayout, row_panels
 from cinn.ops.winograd import KERNEL, WinogradInputAttrs, WinogradOutputAttrs, tile_grid, weight_transform
+from cinn.passes.channels_last import FEW_REGISTERS
 from cinn.passes.rewrite import Rewriter, rewrite
 
 MIN_CHANNELS = 32  # input channels below which the batched matmul is too thin to gain
@@ -74,7 +75,7 @@ ROW_PANEL = 16
 # over row panels of 6, the output channels padded to whole panels with zero weights (their rows never read): over
 # panels of 16 it took 2 x 4 (resnet50's 256->256 on 14x14, 36 x [256 x 256] x 16 tiles, 0.72x; 512->512 on 7x7
 # 0.79x)
-FEW_REGISTERS, FEW_REGISTERS_PANEL = 32, 6
+FEW_REGISTERS_PANEL = 6
 LANES = 16  # a tile count that is no multiple of this makes the matmul vectorize over output channels
 # with 16 vector registers, tiles padded to whole vectors of LANES (one image's V continues past its last tile row;
 # winograd_output reads the leading columns) where that adds at most an eighth of the work: 56x56 F(4x4)'s 196 tiles
