@@ -117,7 +117,7 @@ def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> E
         program, kernels, libraries = _compile_kernels(program, o, tgt, in_place, records)
         if entry is not None:
             compiled_cache.store(entry, compiled_cache.CachedCompile(program, tuple(
-                compiled_cache.CachedKernel(k.name, lib, k.params, k.flops, k.workload)
+                compiled_cache.CachedKernel(k.name, lib, k.params, k.flops, k.workload, k.nbytes)
                 for k, lib in zip(kernels, libraries, strict=True))))
     device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
     views = find_views(program) if in_place else {}
@@ -134,7 +134,8 @@ def _from_cache(cached: compiled_cache.CachedCompile | None, tgt: Target) -> tup
         built = load_cached(k.library, tgt)
         if built is None:
             return None
-        kernels.append(Kernel(k.name, _entry(built.module), built.module, k.params, built.source, k.flops, k.workload))
+        kernels.append(Kernel(k.name, _entry(built.module), built.module, k.params, built.source, k.flops, k.workload,
+                              nbytes=k.nbytes))
     return cached.program, kernels
 
 
@@ -149,8 +150,8 @@ def _compile_kernels(program: Program, o: _Options, tgt: Target, in_place: bool,
         key = workload_key(lg.func)
         specs.append(KernelSpec(key, lg.func, lg.group.kind, _applicable(traces.get(key), lg)))
     modules = _build(specs, tgt, o)
-    kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source, lg.group.flops, s.workload)
-               for lg, b, s in zip(lowered, modules, specs, strict=True)]
+    kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source, lg.group.flops, s.workload,
+                      nbytes=lg.group.traffic(lg.params)) for lg, b, s in zip(lowered, modules, specs, strict=True)]
     return program, kernels, [b.path for b in modules]
 
 
@@ -177,8 +178,8 @@ def _symbolic_kernels(program: SymbolicProgram, o: _Options, pool: ConstantPool,
         sizes = plan.sizes(binding)
         chosen = [u if use and u is not None else p
                   for p, u, use in zip(padded, unpadded, plan.unpadded_at(binding), strict=True)]
-        kernels = [Kernel(g.name, _entry(b.module), b.module, params, b.source, g.flops, s.workload, sizes)
-                   for (g, params), (b, s) in zip(plan.kernels_at(static), chosen, strict=True)]
+        kernels = [Kernel(g.name, _entry(b.module), b.module, params, b.source, g.flops, s.workload, sizes,
+                          g.traffic(params)) for (g, params), (b, s) in zip(plan.kernels_at(static), chosen, strict=True)]
         return Executable(static, kernels, tvm.cpu(0), threads=tgt.num_cores, constants=pool)
 
     return executable

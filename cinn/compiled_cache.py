@@ -32,13 +32,14 @@ FOLDER = "compiled"
 @dataclass(frozen=True)
 class CachedKernel:
     """What compile keeps of one kernel: its group's name, its library in the kernel cache, its parameters, its
-    arithmetic and its PrimFunc's structural hash."""
+    arithmetic, its PrimFunc's structural hash and the bytes it moves."""
 
     name: str
     library: str
     params: tuple[Value, ...]
     flops: int
     workload: str
+    nbytes: int
 
 
 @dataclass(frozen=True)

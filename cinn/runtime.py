@@ -22,7 +22,6 @@ from cinn.machine import Peaks, configure_threads
 from cinn.passes.views import View, resolve
 from cinn.utils import median_seconds, wall_seconds
 
-RUN_SETTLE_S = 0.5  # untimed runs before a profile times whole runs: right after the kernels' timing loops a run took 1.3x
 ALIGNMENT = 64  # of the arrays cinn allocates (outputs, workspace): a cache line, a full AVX-512 vector
 
 @dataclass(frozen=True)
@@ -37,11 +36,7 @@ class Kernel:
     flops: int = 0  # its arithmetic, for the profiler's rates
     workload: str = ""  # its PrimFunc's structural hash, as the schedule log names it
     sizes: tuple[int, ...] = ()  # a symbolic kernel's trailing int arguments: its symbols' sizes in this executable
-
-    @property
-    def nbytes(self) -> int:
-        """The bytes of its parameters: what it must read and write at least once."""
-        return sum(v.type.nbytes for v in self.params)
+    nbytes: int = 0  # what it must read and write at least once (Group.traffic), for the profiler's rates
 
 
 def plan_buffers(program: Program, kernels_params: Sequence[Sequence[Value]],
@@ -346,32 +341,40 @@ class Executable:
         return results
 
     def profile(self, feeds: Mapping[str, np.ndarray], repeat: int = 20, peaks: Peaks | None = None) -> Profile:
-        """Time each kernel inside a run and alone, and whole runs; medians of `repeat` runs each. With the machine's
-        peaks (cinn.machine.machine_peaks), the report states each kernel's percent of them."""
-        in_run, alone = self._kernel_seconds(feeds, repeat, alone=True)
-        run = median_seconds(lambda: self.run(feeds), repeat, 1, settle_s=RUN_SETTLE_S)
+        """Time whole runs and each kernel inside runs, in alternating rounds (a change of the machine's load then hits
+        both alike: the time outside the kernels is their difference), then each kernel alone; medians of `repeat`
+        each. With the machine's peaks (cinn.machine.machine_peaks), the report states each kernel's percent of them."""
+        run = wall_seconds(lambda: self.run(feeds))
+        run()  # untimed: the first run after compiling warms the caches and the thread pool
+        samples = [(run(), self._kernel_samples(feeds)) for _ in range(repeat)]
+        in_run = np.median([kernels for _, kernels in samples], axis=0).tolist()
+        run_s = float(np.median([whole for whole, _ in samples]))
+        alone = self._alone_seconds(feeds, repeat)
         kernels = tuple(KernelTime(k.name, t * 1e3, a * 1e3, k.flops, k.nbytes)
                         for k, t, a in zip(self._kernels, in_run, alone, strict=True))
-        return Profile(kernels, run * 1e3, peaks)
+        return Profile(kernels, run_s * 1e3, peaks)
 
     def kernel_times(self, feeds: Mapping[str, np.ndarray], repeat: int = 20) -> list[float]:
         """Each kernel's median seconds inside `repeat` runs (profile's "in run" times, without the rest)."""
-        return self._kernel_seconds(feeds, repeat, alone=False)[0]
+        return np.median([self._kernel_samples(feeds) for _ in range(repeat)], axis=0).tolist()
 
-    def _kernel_seconds(self, feeds: Mapping[str, np.ndarray], repeat: int, alone: bool
-                        ) -> tuple[list[float], list[float]]:
-        """Each kernel's median seconds inside runs and (with `alone`) repeated alone."""
+    def _kernel_samples(self, feeds: Mapping[str, np.ndarray]) -> list[float]:
+        """One run's kernels, each timed: their seconds."""
+        return self._timed_calls(feeds, lambda calls: [wall_seconds(call)() for call in calls])
+
+    def _alone_seconds(self, feeds: Mapping[str, np.ndarray], repeat: int) -> list[float]:
+        """Each kernel's median seconds repeated alone (warm caches: what TVM's time_evaluator reports)."""
+        return self._timed_calls(feeds, lambda calls: [median_seconds(call, repeat, 1) for call in calls])
+
+    def _timed_calls(self, feeds: Mapping[str, np.ndarray], measure: Callable[[list[Callable[[], None]]], list]) -> list:
+        """`measure` applied to the kernels' calls, bound to a workspace of the feeds for the time it takes."""
         if self._device_missing:
             raise RuntimeError(NO_DEVICE)
-        arrays = self._check_feeds(feeds)
-        ws = self._acquire(arrays, self._fresh_outputs())
+        ws = self._acquire(self._check_feeds(feeds), self._fresh_outputs())
         try:
             # a GPU runs kernels asynchronously: each timed call waits for its kernel
             sync = (lambda: None) if self._host else self._device.sync
-            calls = [functools.partial(_call, f, a, sync) for f, a in zip(self._funcs, ws.args, strict=True)]
-            samplers = [wall_seconds(call) for call in calls]
-            in_run = np.median([[sample() for sample in samplers] for _ in range(repeat)], axis=0).tolist()
-            return in_run, [median_seconds(call, repeat, 1) for call in calls] if alone else []
+            return measure([functools.partial(_call, f, a, sync) for f, a in zip(self._funcs, ws.args, strict=True)])
         finally:
             self._pool.put(ws)
 

@@ -97,7 +97,9 @@ def op_flops(op: OpDef, inputs: Sequence[TensorType], attrs: Attrs, outputs: Seq
     """The arithmetic of one application of an op (an elementwise op or a reduction: one per element)."""
     if op.flops is not None:
         return op.flops(inputs, attrs, outputs)
-    return max(sum(t.size for t in inputs), sum(t.size for t in outputs))
+    # an input indexed by another (an embedding table) is read where the indices point, not whole
+    read = inputs[1:] if op.index_input is not None else inputs
+    return max(sum(t.size for t in read), sum(t.size for t in outputs))
 
 
 def get_op(name: str, node: str = "") -> OpDef:

@@ -1,6 +1,7 @@
 """Op fusion in CINN's two steps: op fusion by pattern kind, then fusion merge of sibling groups."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +32,22 @@ class Group:
         """The arithmetic of the group's nodes (a multiply-add counts 2)."""
         return sum(op_flops(get_op(n.op), [v.type for v in n.inputs], n.attrs, [v.type for v in n.outputs])
                    for n in self.nodes)
+
+
+    def traffic(self, params: Sequence[Value]) -> int:
+        """The bytes a kernel of the group over `params` moves at least: each parameter once, but an input that only
+        index ops read (an embedding table) no more than the rows they gather."""
+        gathered: dict[str, int] = {}
+        whole: set[str] = set()
+        for n in self.nodes:
+            indexed = get_op(n.op).index_input is not None
+            for i, v in enumerate(n.inputs):
+                if indexed and i == 0:
+                    gathered[v.name] = gathered.get(v.name, 0) + n.outputs[0].type.size * np.dtype(v.dtype).itemsize
+                else:
+                    whole.add(v.name)
+        return sum(min(v.type.nbytes, gathered[v.name]) if v.name in gathered and v.name not in whole
+                   else v.type.nbytes for v in params)
 
 
 @dataclass
