@@ -638,6 +638,8 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs, outside:
     spatial = {i: {t.col: col_outer, t.row2: row2_outer}.get(i, loops[i]) for i in range(n) if i != t.row}
     batches = [spatial[i] for i in outside.batches]
     outer = [lp for i, lp in spatial.items() if i not in outside.batches]
+    if t.col == n - 1 and _per_channel(sch.get(main), t.col):
+        outer = [col_outer, *(lp for lp in outer if lp != col_outer)]
     # vectorized over channels, the spatial axes after them stay serial, so a channel tile's panel is packed once
     cut = outer.index(col_outer) + 1 if t.col != n - 1 else len(outer)
     outer, serial = outer[:cut], outer[cut:] + ([row_outer] if row_outer is not None else [])
@@ -661,6 +663,14 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs, outside:
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     tiled = [reduce_outer, reduce_inner, *loops[n + 1 :], row2_inner, row_inner, col_inner]
     return par, (serial[-1] if serial else None), tiled
+
+
+def _per_channel(block, col: int) -> bool:
+    """Whether every operand is read per vector channel (a channels-last depthwise conv): its parallel tasks then
+    run channel tiles outermost, each core the channels its producer's (a 1x1 conv's channel tiles) left in its cache,
+    rather than image rows of every channel (mobilenet_v2's 14x14 and 7x7 blocks: the model 0.98-0.99x in runs)."""
+    reads = [r for r in block.reads if not r.source.same_as(block.writes[0].source)]
+    return len(reads) >= 2 and len(_reads_using(block, col)) == len(reads)
 
 
 def _tile_output_spills(sch: Schedule, main, tiles: int, target: Target) -> bool:

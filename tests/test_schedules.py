@@ -477,6 +477,22 @@ def test_cinn_conv_pads_rows_to_whole_strides_so_they_deinterleave():
     assert "T.sblock_alloc_buffer((1, 8, 33, 2, 17))" in sch.mod.script()
 
 
+def test_channels_last_depthwise_tasks_run_channel_tiles_outermost():
+    # each core takes whole channel tiles, the channels a channels-last 1x1 conv before it (parallel over its channel
+    # tiles) left in that core's cache; rows of every channel had each core read half its input from the other's
+    op = get_op("conv2d")
+    a = op.attrs(paddings=[1, 1], groups=64, data_format="NHWC", weight_layout="IHWO")
+    types = [TensorType((1, 14, 14, 64), "float32"), TensorType((1, 3, 3, 64), "float32")]
+    x, w = te.placeholder(types[0].shape, name="x"), te.placeholder(types[1].shape, name="w")
+    y = op.compute([x, w], a, infer(op, types, a))[0]
+
+    def ref(xa, wa):
+        return [conv_ref(xa.transpose(0, 3, 1, 2), wa.transpose(3, 0, 1, 2), 1, 1, 64).transpose(0, 2, 3, 1)]
+    sch = check([x, w], [y], K.OUT_FUSIBLE, ref)
+    (par,) = [lp for lp in sch.get_loops(sch.get_sblock("conv2d_update")) if sch.get(lp).kind == tvm.tirx.ForKind.PARALLEL]
+    assert str(sch.get(par).loop_var).startswith("i3")  # the channel tiles, then the images and rows
+
+
 def _pointwise_nhwc_7x7():
     """A channels-last 64->64 1x1 conv on 7x7 pixels (its input, IHWO32 weights and output)."""
     op = get_op("conv2d")
