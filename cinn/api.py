@@ -179,7 +179,8 @@ def _symbolic_kernels(program: SymbolicProgram, o: _Options, pool: ConstantPool,
         chosen = [u if use and u is not None else p
                   for p, u, use in zip(padded, unpadded, plan.unpadded_at(binding), strict=True)]
         kernels = [Kernel(g.name, _entry(b.module), b.module, params, b.source, g.flops, s.workload, sizes,
-                          g.traffic(params)) for (g, params), (b, s) in zip(plan.kernels_at(static), chosen, strict=True)]
+                          nbytes=g.traffic(params))
+                   for (g, params), (b, s) in zip(plan.kernels_at(static), chosen, strict=True)]
         return Executable(static, kernels, tvm.cpu(0), threads=tgt.num_cores, constants=pool)
 
     return executable

@@ -33,7 +33,6 @@ class Group:
         return sum(op_flops(get_op(n.op), [v.type for v in n.inputs], n.attrs, [v.type for v in n.outputs])
                    for n in self.nodes)
 
-
     def traffic(self, params: Sequence[Value]) -> int:
         """The bytes a kernel of the group over `params` moves at least: each parameter once, but an input that only
         index ops read (an embedding table) no more than the rows they gather."""
