@@ -666,11 +666,12 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs, outside:
 
 
 def _per_channel(block, col: int) -> bool:
-    """Whether every operand is read per vector channel (a channels-last depthwise conv): its parallel tasks then
-    run channel tiles outermost, each core the channels its producer's (a 1x1 conv's channel tiles) left in its cache,
-    rather than image rows of every channel (mobilenet_v2's 14x14 and 7x7 blocks: the model 0.98-0.99x in runs)."""
-    reads = [r for r in block.reads if not r.source.same_as(block.writes[0].source)]
-    return len(reads) >= 2 and len(_reads_using(block, col)) == len(reads)
+    """Whether every operand is read per vector channel, none a row operand (a channels-last depthwise conv): its
+    parallel tasks then run channel tiles outermost, each core the channels its producer's (a 1x1 conv's channel
+    tiles) left in its cache, rather than image rows of every channel (mobilenet_v2's 14x14 and 7x7 blocks: the model
+    0.98-0.99x in runs)."""
+    operands = [r for r in block.reads if not r.source.same_as(block.writes[0].source)]
+    return len(operands) >= 2 and not _row_operands(block, col)
 
 
 def _tile_output_spills(sch: Schedule, main, tiles: int, target: Target) -> bool:
