@@ -8,8 +8,9 @@ import math
 import os
 import statistics
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from types import MappingProxyType
 
 from cinn.target import Target
 
@@ -50,6 +51,9 @@ class Record:
     error: str = ""  # what went wrong, for people (the failure's details)
     failure: FailureKind | None = None
     scope: Scope = Scope.KERNEL
+    # model scope: the fingerprint of the default schedule it was judged against (cinn.build.default_fingerprint);
+    # "" in logs written before it was noted
+    baseline: str = ""
 
     @property
     def failed(self) -> bool:
@@ -70,6 +74,7 @@ class Record:
             error=str(d.get("error", "")),
             failure=FailureKind(d["failure"]) if d.get("failure") else FailureKind.UNKNOWN if d.get("error") else None,
             scope=Scope(d.get("scope", Scope.KERNEL)),
+            baseline=str(d.get("baseline", "")),
         )
 
 
@@ -149,10 +154,13 @@ def best_traces(path: str | os.PathLike, target: Target) -> dict[str, str]:
     return fastest_traces(read_records(path), target)
 
 
-def fastest_traces(records: Iterable[Record], target: Target) -> dict[str, str]:
+def fastest_traces(records: Iterable[Record], target: Target,
+                   baselines: Mapping[str, str] = MappingProxyType({})) -> dict[str, str]:
     """best_traces over records already read. A workload measured inside the model is decided by those measurements
     alone: a schedule that wins alone with flushed caches can lose among its neighbours; where the default schedule
-    wins there, the workload has no trace."""
+    wins there, the workload has no trace. `baselines` maps workloads to the fingerprint of today's default schedule:
+    a model-scope record judged against another (its default changed since) does not count, and a workload whose
+    every verdict is such keeps the default (a tuned schedule is applied only where it beat the default it replaces)."""
     pools: dict[tuple[str, Scope], TracePool] = {}
     for rec in records:
         if rec.target == str(target):
@@ -160,9 +168,19 @@ def fastest_traces(records: Iterable[Record], target: Target) -> dict[str, str]:
             if key not in pools:
                 # the rounds of a model are medians: a stretch of a noisy machine in one round must not decide
                 pools[key] = TracePool(statistics.median if rec.scope is Scope.MODEL else statistics.fmean)
-            pools[key].add(rec.trace, rec.costs, rec.failure)
+            if rec.scope is Scope.KERNEL or rec.baseline in ("", baselines.get(rec.workload, rec.baseline)):
+                pools[key].add(rec.trace, rec.costs, rec.failure)
     best = {}
     for (workload, scope), pool in pools.items():
         if scope is Scope.MODEL or (workload, Scope.MODEL) not in pools:
             best[workload] = pool.best()[1]
     return {w: t for w, t in best.items() if t is not None and t != DEFAULT_TRACE}
+
+
+def noted_baselines(records: Iterable[Record], target: Target) -> dict[str, set[str]]:
+    """The default-schedule fingerprints each workload's model-scope records on this target were judged against."""
+    noted: dict[str, set[str]] = {}
+    for rec in records:
+        if rec.target == str(target) and rec.scope is Scope.MODEL and rec.baseline:
+            noted.setdefault(rec.workload, set()).add(rec.baseline)
+    return noted

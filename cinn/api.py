@@ -14,8 +14,17 @@ from tvm.s_tir import Schedule, Trace
 
 from cinn import compiled_cache, symbolic_kernels
 from cinn.autotune.algorithms import winograd_choices
-from cinn.autotune.database import Record, fastest_traces, read_records
-from cinn.build import BuiltKernel, KernelSpec, build_all, check_in_bounds, default_cache_dir, load_cached, workload_key
+from cinn.autotune.database import Record, fastest_traces, noted_baselines, read_records
+from cinn.build import (
+    BuiltKernel,
+    KernelSpec,
+    build_all,
+    check_in_bounds,
+    default_cache_dir,
+    default_fingerprint,
+    load_cached,
+    workload_key,
+)
 from cinn.dynamic import DynamicExecutable
 from cinn.ir import Program
 from cinn.lower import LoweredGroup, lower_program
@@ -144,15 +153,45 @@ def _compile_kernels(program: Program, o: _Options, tgt: Target, in_place: bool,
     """Optimize, fuse, lower and build a static program: the optimized program, its kernels and their libraries'
     paths."""
     program, lowered = lower_program(program, o.fuse, o.passes, in_place, tgt, winograd_choices(records, tgt))
-    traces = fastest_traces(records, tgt)
-    specs = []
-    for lg in lowered:
-        key = workload_key(lg.func)
-        specs.append(KernelSpec(key, lg.func, lg.group.kind, _applicable(traces.get(key), lg)))
+    keyed = [(workload_key(lg.func), lg) for lg in lowered]
+    traces = _current_traces(records, tgt, keyed)
+    specs = [KernelSpec(key, lg.func, lg.group.kind, _applicable(traces.get(key), lg)) for key, lg in keyed]
     modules = _build(specs, tgt, o)
     kernels = [Kernel(lg.group.name, _entry(b.module), b.module, lg.params, b.source, lg.group.flops, s.workload,
                       nbytes=lg.group.traffic(lg.params)) for lg, b, s in zip(lowered, modules, specs, strict=True)]
     return program, kernels, [b.path for b in modules]
+
+
+def _current_traces(records: Sequence[Record], tgt: Target, keyed: Sequence[tuple[str, LoweredGroup]]) -> dict[str, str]:
+    """The log's fastest traces of these kernels, a verdict inside the model counting only if it was judged against
+    today's default schedule; kernels whose every verdict was judged against another keep the default, with a
+    warning."""
+    noted = noted_baselines(records, tgt)
+    current = _fingerprints(keyed, tgt, noted)
+    stale = sorted({lg.group.name for key, lg in keyed if key in current and current[key] not in noted[key]})
+    if stale:
+        warnings.warn(f"cinn: the tuning log's schedules for {len(stale)} kernels ({', '.join(stale[:3])}"
+                      f"{', ...' if len(stale) > 3 else ''}) were judged inside the model against default schedules "
+                      "that have changed since (the log is older than this cinn): they keep the default; "
+                      "`cinn-tune MODEL --resume --log LOG` judges them again", stacklevel=4)
+    return fastest_traces(records, tgt, current)
+
+
+def default_fingerprints(program: Program, target: Target, workloads: Iterable[str],
+                         records: Sequence[Record] = ()) -> dict[str, str]:
+    """The default-schedule fingerprints (cinn.build.default_fingerprint) of the program's kernels among
+    `workloads`, lowered as compile lowers it with the conv algorithms of `records`."""
+    _, lowered = lower_program(program, True, True, not target.is_cuda, target, winograd_choices(records, target))
+    return _fingerprints([(workload_key(lg.func), lg) for lg in lowered], target, set(workloads))
+
+
+def _fingerprints(keyed: Iterable[tuple[str, LoweredGroup]], tgt: Target, wanted: Iterable[str]) -> dict[str, str]:
+    """default_fingerprint of each wanted workload among the kernels (scheduled once each)."""
+    wanted, out = set(wanted), {}
+    for key, lg in keyed:
+        if key in wanted and key not in out:
+            out[key] = default_fingerprint(lg.func, lg.group.kind, tgt)
+    return out
 
 
 def _symbolic_kernels(program: SymbolicProgram, o: _Options, pool: ConstantPool,

@@ -79,7 +79,7 @@ def cache_key(spec: KernelSpec, target: Target) -> str:
 
 def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
     """Schedule and compile one kernel to a shared library at `path` (atomically); returns `path`."""
-    mod = tvm.IRModule({"main": spec.func if target.is_cuda else element_aligned(spec.func)})
+    mod = _module(spec.func, target)
     try:
         sch, ex = _scheduled(mod, spec, target)
     except Exception:  # a symbolic kernel's schedule, chosen at its nominal sizes, may fail anywhere in TVM
@@ -91,6 +91,19 @@ def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
         ex = _compiled(sch, target)
     _store(path, kernel_source(sch.mod, ex), lambda tmp: _export(ex, tmp, target))
     return path
+
+
+def default_fingerprint(func, kind: PatternKind, target: Target) -> str:
+    """The structural hash of a PrimFunc under its default schedule: what a tuned schedule judged against the
+    default replaces, which changes when the default schedules do (records note it: autotune.database)."""
+    sch = Schedule(_module(func, target))
+    apply_default(sch, kind, target)
+    return workload_key(sch.mod["main"])
+
+
+def _module(func, target: Target) -> tvm.IRModule:
+    """The module a kernel is scheduled in (a CPU kernel's buffers element-aligned)."""
+    return tvm.IRModule({"main": func if target.is_cuda else element_aligned(func)})
 
 
 def _scheduled(mod: tvm.IRModule, spec: KernelSpec, target: Target) -> tuple[Schedule, object]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from cinn import cuda_module
 from cinn.api import compile as compile_program
+from cinn.api import default_fingerprints
 from cinn.autotune.database import DEFAULT_TRACE, Record, Scope, append_records, fastest_traces, read_records
 from cinn.autotune.tuner import record_versions
 from cinn.ir import Program
@@ -63,7 +64,8 @@ def judge_in_model(programs: Sequence[Program], target: Target, log: str | os.Pa
             raise RuntimeError(f"cinn-tune: {program.name}: the tuned and default builds have different kernels")
         step = None if progress is None else (lambda r, i=i: progress(i * rounds + r, len(programs) * rounds))
         times = _interleaved(tuned, default, random_feeds(program.inputs, 0), rounds, repeat, step)
-        verdicts += _judge(tuned, times, traces, target, log)
+        baselines = default_fingerprints(program, target, traces, algorithms)
+        verdicts += _judge(tuned, times, traces, baselines, target, log)
     return verdicts
 
 
@@ -84,8 +86,9 @@ def _interleaved(tuned: Executable, default: Executable, feeds, rounds: int, rep
 
 
 def _judge(exe: Executable, times: tuple[list[list[float]], list[list[float]]], traces: dict[str, str],
-           target: Target, log) -> list[Verdict]:
-    """Sum each tuned workload's kernels per round, log both schedules' rounds, and return the verdicts."""
+           baselines: dict[str, str], target: Target, log) -> list[Verdict]:
+    """Sum each tuned workload's kernels per round, log both schedules' rounds (noting the default schedule's
+    fingerprint), and return the verdicts."""
     positions: dict[str, list[int]] = {}
     for k, w in enumerate(exe.kernel_workloads):
         if w in traces:
@@ -94,8 +97,8 @@ def _judge(exe: Executable, times: tuple[list[list[float]], list[list[float]]], 
     records, verdicts = [], []
     for w, ks in positions.items():
         tuned, default = ([sum(rnd[k] for k in ks) for rnd in rounds] for rounds in times)
-        records += [Record(w, str(target), traces[w], tuple(tuned), record_versions(), scope=Scope.MODEL),
-                    Record(w, str(target), DEFAULT_TRACE, tuple(default), record_versions(), scope=Scope.MODEL)]
+        records += [Record(w, str(target), trace, tuple(costs), record_versions(), scope=Scope.MODEL,
+                           baseline=baselines.get(w, "")) for trace, costs in ((traces[w], tuned), (DEFAULT_TRACE, default))]
         verdicts.append(Verdict(w, names[ks[0]], len(ks), statistics.median(tuned), statistics.median(default)))
     append_records(log, records)
     return verdicts

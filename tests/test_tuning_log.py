@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn.autotune.database import DEFAULT_TRACE, FailureKind, Record, Scope, best_traces, fastest_traces
+from cinn.autotune.database import DEFAULT_TRACE, FailureKind, Record, Scope, best_traces, fastest_traces, noted_baselines
 from cinn.target import parse_target
 
 
@@ -82,3 +82,32 @@ def test_scope_round_trips_and_old_lines_are_kernel_scope():
     assert Record.from_json(rec.to_json()) == rec and json.loads(rec.to_json())["scope"] == "model"
     old = Record.from_json('{"workload": "a", "target": "llvm", "trace": "[]", "costs": [1.0]}')
     assert old.scope is Scope.KERNEL
+
+
+def test_verdicts_judged_against_another_default_do_not_count():
+    """A model-scope verdict notes the fingerprint of the default schedule it beat: once today's default differs (a
+    newer cinn), the tuned schedule is not applied on the old verdict's word, nor on the kernel's own times; verdicts
+    against today's default (re-judged) and old lines without a fingerprint count."""
+    target = parse_target("llvm -mcpu=x -num-cores=2")
+    alone = _rec("a", 0.1)
+
+    def model(trace, cost, baseline):
+        return Record("a", alone.target, trace, (cost,) * 3, scope=Scope.MODEL, baseline=baseline)
+
+    wins_old = [model(alone.trace, 0.5, "old"), model(DEFAULT_TRACE, 1.0, "old")]
+    assert fastest_traces([alone, *wins_old], target) == {"a": alone.trace}  # no fingerprint asked: as before
+    assert fastest_traces([alone, *wins_old], target, {"a": "old"}) == {"a": alone.trace}
+    assert fastest_traces([alone, *wins_old], target, {"a": "new"}) == {}
+    loses_new = [model(alone.trace, 2.0, "new"), model(DEFAULT_TRACE, 1.0, "new")]
+    assert fastest_traces([alone, *wins_old, *loses_new], target, {"a": "new"}) == {}
+    wins_new = [model(alone.trace, 0.5, "new"), model(DEFAULT_TRACE, 1.0, "new")]
+    assert fastest_traces([alone, *wins_new], target, {"a": "new"}) == {"a": alone.trace}
+    unnoted = [model(alone.trace, 0.5, ""), model(DEFAULT_TRACE, 1.0, "")]
+    assert fastest_traces([alone, *unnoted], target, {"a": "new"}) == {"a": alone.trace}
+    assert noted_baselines([alone, *wins_old, *wins_new, *unnoted], target) == {"a": {"old", "new"}}
+
+
+def test_baseline_round_trips_and_old_lines_have_none():
+    rec = Record("a", "llvm", DEFAULT_TRACE, (1e-3,), scope=Scope.MODEL, baseline="00ff")
+    assert Record.from_json(rec.to_json()) == rec and json.loads(rec.to_json())["baseline"] == "00ff"
+    assert Record.from_json('{"workload": "a", "target": "llvm", "trace": "", "costs": [1.0], "scope": "model"}').baseline == ""

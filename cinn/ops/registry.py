@@ -79,6 +79,10 @@ class OpDef:
     def is_composite(self) -> bool:
         return self.decompose is not None
 
+    def reads_gathered(self, i: int) -> bool:
+        """Whether input `i` is read only where the index input points (an embedding table), not whole."""
+        return self.index_input is not None and i == 0
+
 
 OPS: dict[str, OpDef] = {}
 
@@ -97,9 +101,8 @@ def op_flops(op: OpDef, inputs: Sequence[TensorType], attrs: Attrs, outputs: Seq
     """The arithmetic of one application of an op (an elementwise op or a reduction: one per element)."""
     if op.flops is not None:
         return op.flops(inputs, attrs, outputs)
-    # an input indexed by another (an embedding table) is read where the indices point, not whole
-    read = inputs[1:] if op.index_input is not None else inputs
-    return max(sum(t.size for t in read), sum(t.size for t in outputs))
+    read = sum(t.size for i, t in enumerate(inputs) if not op.reads_gathered(i))
+    return max(read, sum(t.size for t in outputs))
 
 
 def get_op(name: str, node: str = "") -> OpDef:

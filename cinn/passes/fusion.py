@@ -39,9 +39,9 @@ class Group:
         gathered: dict[str, int] = {}
         whole: set[str] = set()
         for n in self.nodes:
-            indexed = get_op(n.op).index_input is not None
+            op = get_op(n.op)
             for i, v in enumerate(n.inputs):
-                if indexed and i == 0:
+                if op.reads_gathered(i):
                     gathered[v.name] = gathered.get(v.name, 0) + n.outputs[0].type.size * np.dtype(v.dtype).itemsize
                 else:
                     whole.add(v.name)
