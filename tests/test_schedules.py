@@ -15,7 +15,7 @@ from cinn.ir import TensorType  # noqa: E402
 from cinn.ops import PatternKind as K  # noqa: E402
 from cinn.ops import get_op, infer  # noqa: E402
 from cinn.schedules import apply_default, cpu_matmul, cpu_reduction, cpu_tiling  # noqa: E402
-from cinn.schedules.analysis import extents, single_reduction  # noqa: E402
+from cinn.schedules.analysis import blocks, extents, single_reduction  # noqa: E402
 from cinn.schedules.cpu_common import lanes  # noqa: E402
 from cinn.schedules.knobs import DefaultKnobs, Knob  # noqa: E402
 from cinn.target import parse_target  # noqa: E402
@@ -717,3 +717,25 @@ def test_attention_exponentials_are_vectors_along_the_query_rows():
         'T.sblock("attention_exp")'))]
     lane = inner.loop_var.name
     assert lane in bindings and f"{lane}) //" not in bindings and f"{lane}) %" not in bindings
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_attention_tasks_take_whole_heads_where_they_balance_the_cores(extra):
+    """Where the heads balance the cores (2 per core), each task takes a whole head, its query blocks inside, after
+    copying the head's k and v into contiguous buffers (in place a head's rows lie a row of every head apart: BERT at
+    batch 8 waited on memory for each); where they would not (one more than the cores), tasks stay query blocks, with
+    no copies. Checked against numpy."""
+    cores = TARGET.num_cores
+    if extra and cores < 2:
+        pytest.skip("one core: every head count balances it")
+    heads = cores + 1 if extra else 2 * cores
+    op = get_op("attention")
+    a = op.attrs(heads=heads, scale=0.125)
+    shapes = [(1, 64, heads * 32)] * 3 + [(1, 1, 1, 64)]
+    tensors = [te.placeholder(s, "float32", name=n) for n, s in zip("qkvm", shapes, strict=True)]
+    (out,) = op.compute(tensors, a, infer(op, [TensorType(s, "float32") for s in shapes], a))
+    sch = check(tensors, [out], K.NON_FUSIBLE, lambda *arrays: op.reference(list(arrays), a))
+    (par,) = [lp for lp in sch.get_loops(sch.get_sblock("attention")) if sch.get(lp).kind == tvm.tirx.ForKind.PARALLEL]
+    assert int(sch.get(par).extent) == (heads * 2 if extra else heads)  # 64 queries: two blocks of 32
+    copies = [b for b in blocks(sch) if sch.get(b).name_hint in ("k_global", "v_global")]
+    assert len(copies) == (0 if extra else 2)
