@@ -182,7 +182,7 @@ def default_fingerprints(program: Program, target: Target, workloads: Iterable[s
     """The default-schedule fingerprints (cinn.build.default_fingerprint) of the program's kernels among
     `workloads`, lowered as compile lowers it with the conv algorithms of `records`."""
     _, lowered = lower_program(program, True, True, not target.is_cuda, target, winograd_choices(records, target))
-    return _fingerprints([(workload_key(lg.func), lg) for lg in lowered], target, set(workloads))
+    return _fingerprints([(workload_key(lg.func), lg) for lg in lowered], target, workloads)
 
 
 def _fingerprints(keyed: Iterable[tuple[str, LoweredGroup]], tgt: Target, wanted: Iterable[str]) -> dict[str, str]:

@@ -16,7 +16,7 @@ from tvm.s_tir import Schedule
 
 from cinn.schedules.analysis import blocks, extents, inline_all, is_static, size
 from cinn.schedules.cpu_common import injective, lanes, register_lanes
-from cinn.schedules.cpu_matmul import IMBALANCE, vectorize_innermost, vectorize_registers
+from cinn.schedules.cpu_matmul import balanced, vectorize_innermost, vectorize_registers
 from cinn.schedules.knobs import DEFAULT, Knob, Knobs, divisors
 from cinn.target import Target
 
@@ -73,10 +73,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
 def _whole_heads(sch: Schedule, loops: list, target: Target) -> bool:
     """Whether each task takes a whole head (its query blocks inside) rather than one query block: where the heads
     keep the cores balanced."""
-    if not is_static(sch, loops):
-        return False
-    tasks = prod(extents(sch, loops))
-    return -(-tasks // target.num_cores) * target.num_cores <= IMBALANCE * tasks
+    return is_static(sch, loops) and balanced(prod(extents(sch, loops)), target)
 
 
 def _pack_keys_values(sch: Schedule, stage: dict, task) -> None:

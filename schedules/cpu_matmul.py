@@ -696,7 +696,7 @@ def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target,
     over channels whose tile's share of the output outgrows TRANSPOSED_SHARE of L2 also runs rows in parallel, each
     row tile transposed back to NCHW while hot (squeezenet's 16->64 1x1 on 55x55, 387 KB a tile: 0.062 -> 0.040
     ms)."""
-    if -(-tiles // target.num_cores) * target.num_cores > IMBALANCE * tiles:
+    if not balanced(tiles, target):
         return True
     if rows_in_l2:  # batches or reduction chunks run outside the tiles (_outside): the rows inside fit L2
         return False
@@ -709,6 +709,11 @@ def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target,
     if col != n - 1 and _output_share(sch, main, tiles) > TRANSPOSED_SHARE * target.l2_bytes:
         return True
     return any(_bytes(sch, b) > target.l2_bytes for b in _row_operands(block, col))
+
+
+def balanced(tasks: int, target: Target) -> bool:
+    """Whether `tasks` equal parallel tasks keep the busiest core within IMBALANCE of the average."""
+    return -(-tasks // target.num_cores) * target.num_cores <= IMBALANCE * tasks
 
 
 def _static_parallel(sch: Schedule, outer: list, serial: list) -> tuple[list, list]:
