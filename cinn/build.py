@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
-import fcntl
 import functools
 import hashlib
 import json
@@ -19,7 +17,7 @@ import tvm_ffi
 from tvm.s_tir import Schedule, Trace
 from tvm.support.popen_pool import PopenPoolExecutor
 
-from cinn import cuda_module, schedules, thread_pool
+from cinn import cuda_module, disk_cache, schedules, thread_pool
 from cinn.ops import PatternKind
 from cinn.schedules import apply_default
 from cinn.schedules.analysis import NOMINAL_SIZES, PLAIN_SCHEDULE, blocks
@@ -154,16 +152,9 @@ def _store(path: str, source: str, export: Callable[[str], object]) -> None:
             pathlib.Path(tmp).unlink(missing_ok=True)
 
 
-@contextlib.contextmanager
 def _cache_lock(path: str, exclusive: bool):
-    """The cache directory's advisory lock: writers hold it to put an entry's files in place, readers (shared) to
-    check and load one."""
-    with open(os.path.join(os.path.dirname(path), ".lock"), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    """The lock of the cache directory holding `path` (cinn.disk_cache.lock)."""
+    return disk_cache.lock(pathlib.Path(path).parent, exclusive)
 
 
 def element_aligned(func):
@@ -276,6 +267,8 @@ def _build_all(specs: Sequence[KernelSpec], target: Target, cache_dir: pathlib.P
         done += 1
         if progress:
             progress(done, len(paths))
+    if missing:
+        disk_cache.prune(cache_dir)
     return [modules[s] for s in specs]
 
 
@@ -301,7 +294,9 @@ def load_cached(path: str, target: Target) -> BuiltKernel | None:
         if not all(os.path.exists(f) for f in files):
             return None
         try:
-            return _verified(path, target)
+            built = _verified(path, target)
+            disk_cache.touch(path)
+            return built
         except Exception as err:
             warnings.warn(f"cinn: corrupt cache entry {path} ({type(err).__name__}: {err}); rebuilding", stacklevel=3)
     with _cache_lock(path, exclusive=True):

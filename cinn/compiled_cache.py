@@ -23,10 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cinn import disk_cache
 from cinn.build import code_version
 from cinn.ir import Program, Value
 
-FOLDER = "compiled"
+FOLDER = disk_cache.COMPILED_FOLDER
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def entry_path(cache_dir: pathlib.Path, program: Program, options: Sequence[obje
         array = np.ascontiguousarray(program.constants[name])
         h.update(f"|{name}|{array.dtype.str}|{array.shape}|".encode())
         h.update(array.data)
-    return cache_dir / FOLDER / f"{h.hexdigest()[:32]}.pkl"
+    return cache_dir / FOLDER / f"{h.hexdigest()[:32]}{disk_cache.COMPILED_SUFFIX}"
 
 
 def load(path: pathlib.Path) -> CachedCompile | None:
@@ -72,12 +73,15 @@ def load(path: pathlib.Path) -> CachedCompile | None:
         warnings.warn(f"cinn: unreadable compile cache entry {path} ({type(err).__name__}); compiling again",
                       stacklevel=3)
         return None
-    return entry if isinstance(entry, CachedCompile) else None
+    if not isinstance(entry, CachedCompile):
+        return None
+    disk_cache.touch(path)
+    return entry
 
 
 def store(path: pathlib.Path, entry: CachedCompile) -> None:
-    """Write an entry atomically (a reader sees the whole file or none); an unwritable cache is passed by quietly
-    (the kernel cache has warned of it)."""
+    """Write an entry atomically (a reader sees the whole file or none), then keep the cache within its limit; an
+    unwritable cache is passed by quietly (the kernel cache has warned of it)."""
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
@@ -87,3 +91,4 @@ def store(path: pathlib.Path, entry: CachedCompile) -> None:
             os.replace(tmp, path)
         finally:
             pathlib.Path(tmp).unlink(missing_ok=True)
+    disk_cache.prune(path.parent.parent)
