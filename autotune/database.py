@@ -8,7 +8,7 @@ import math
 import os
 import statistics
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
 
@@ -120,11 +120,11 @@ def read_records(path: str | os.PathLike) -> Iterator[Record]:
 
 
 class TracePool:
-    """Measurements pooled per trace: a trace costs the mean (or the median) of all its timed runs, so a re-measured
-    candidate is judged on every measurement rather than its luckiest; one failed measurement rules a trace out."""
+    """Measurements pooled per trace: a trace costs the median of all its timed runs, so a re-measured candidate is
+    judged on every measurement rather than its luckiest, and a slow stretch of the machine in one of them moves it
+    least; one failed measurement rules a trace out."""
 
-    def __init__(self, center: Callable[[Sequence[float]], float] = statistics.fmean) -> None:
-        self._center = center
+    def __init__(self) -> None:
         self._costs: dict[str, list[float]] = {}
         self._failed: set[str] = set()
 
@@ -135,9 +135,9 @@ class TracePool:
             self._costs.setdefault(trace, []).extend(costs)
 
     def cost(self, trace: str | None) -> float:
-        """Mean (or median) seconds per run; inf when never measured or failed."""
+        """Median seconds per run; inf when never measured or failed."""
         costs = self._costs.get(trace) if trace is not None and trace not in self._failed else None
-        return self._center(costs) if costs else math.inf
+        return statistics.median(costs) if costs else math.inf
 
     def ranked(self) -> list[str]:
         """Successful traces, fastest first."""
@@ -166,8 +166,7 @@ def fastest_traces(records: Iterable[Record], target: Target,
         if rec.target == str(target):
             key = (rec.workload, rec.scope)
             if key not in pools:
-                # the rounds of a model are medians: a stretch of a noisy machine in one round must not decide
-                pools[key] = TracePool(statistics.median if rec.scope is Scope.MODEL else statistics.fmean)
+                pools[key] = TracePool()
             if rec.scope is Scope.KERNEL or rec.baseline in ("", baselines.get(rec.workload, rec.baseline)):
                 pools[key].add(rec.trace, rec.costs, rec.failure)
     best = {}
@@ -178,9 +177,10 @@ def fastest_traces(records: Iterable[Record], target: Target,
 
 
 def noted_baselines(records: Iterable[Record], target: Target) -> dict[str, set[str]]:
-    """The default-schedule fingerprints each workload's model-scope records on this target were judged against."""
+    """The default-schedule fingerprints each workload's model-scope records on this target were judged against ("" for
+    records written before the fingerprints)."""
     noted: dict[str, set[str]] = {}
     for rec in records:
-        if rec.target == str(target) and rec.scope is Scope.MODEL and rec.baseline:
+        if rec.target == str(target) and rec.scope is Scope.MODEL:
             noted.setdefault(rec.workload, set()).add(rec.baseline)
     return noted

@@ -13,6 +13,7 @@ import enum
 import math
 import os
 import socket
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +45,8 @@ class MeasureConfig:
     run_timeout: float = 10.0  # seconds per candidate run: load, warm-up call, timing, output download
     hang_grace: float = 10.0  # seconds past either timeout after which a worker that has not answered is killed
     repeat: int = 3  # timed repeats; MeasureResult.costs has one entry per repeat
+    # the repeats are split into this many passes over a round's candidates (see _PoolRunner._timed)
+    passes: int = 3
     number: int = 1  # calls averaged within one repeat
     min_repeat_ms: int = 20  # TVM raises `number` until one repeat lasts this long
     build_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -59,8 +62,8 @@ class MeasureConfig:
         if min(self.build_timeout, self.run_timeout, self.hang_grace) <= 0:
             raise ValueError(f"MeasureConfig: timeouts must be positive, got {self.build_timeout}, {self.run_timeout}, "
                              f"{self.hang_grace}")
-        if self.repeat < 1 or self.number < 1 or self.build_workers < 1:
-            raise ValueError(f"MeasureConfig: repeat, number and build_workers must be >= 1, got {self}")
+        if min(self.repeat, self.passes, self.number, self.build_workers) < 1:
+            raise ValueError(f"MeasureConfig: repeat, passes, number and build_workers must be >= 1, got {self}")
 
 
 @dataclass(frozen=True)
@@ -84,12 +87,12 @@ class MeasureResult:
         return self.failure is None
 
     def __str__(self) -> str:
-        return f"{self.failure}: {self.detail}" if self.failure else f"ok: {self.mean:.3g} s"
+        return f"{self.failure}: {self.detail}" if self.failure else f"ok: {self.median:.3g} s"
 
     @property
-    def mean(self) -> float:
-        """Mean seconds per run; inf when failed."""
-        return sum(self.costs) / len(self.costs) if self.costs and self.ok else math.inf
+    def median(self) -> float:
+        """Median seconds per run (a slow pass of a shared machine moves it least); inf when failed."""
+        return statistics.median(self.costs) if self.costs and self.ok else math.inf
 
 
 class Runner(Protocol):
@@ -347,7 +350,29 @@ class _PoolRunner:
             built = self._build(list(dict.fromkeys([*ref_specs.values(), *specs])), target, tmp)
             for workload, spec in ref_specs.items():
                 self._refs[target, workload] = self._reference(spec, built[spec], target)
-            return [self._measure_one(spec, built[spec], target) for spec in specs]
+            return self._timed(specs, built, target)
+
+    def _timed(self, specs: list[KernelSpec], built: dict[KernelSpec, _Outcome[str]],
+               target: Target) -> list[MeasureResult]:
+        """Time the candidates in `passes` passes, every candidate in each, alternating order, a pass taking its share
+        of the repeats. A slow stretch of a shared machine (this VM's two cores at times ran a kernel at half speed
+        for a tenth of a second: a whole candidate's repeats, 13.3 against 6.7 ms) then spoils one pass of a
+        candidate, which the median passes over, and not every repeat of the one timed then. Outputs are checked in
+        the first pass."""
+        c = self.config
+        passes = min(c.passes, c.repeat)
+        costs: list[list[float]] = [[] for _ in specs]
+        failed: dict[int, MeasureResult] = {}
+        for p in range(passes):
+            repeat = c.repeat // passes + (p < c.repeat % passes)
+            for i in range(len(specs)) if p % 2 == 0 else reversed(range(len(specs))):
+                if i not in failed:
+                    result = self._measure_one(specs[i], built[specs[i]], target, repeat, check=p == 0)
+                    if result.ok:
+                        costs[i] += result.costs
+                    else:
+                        failed[i] = result
+        return [failed.get(i) or MeasureResult(tuple(costs[i])) for i in range(len(specs))]
 
     def close(self) -> None:
         """Stop the worker processes."""
@@ -375,13 +400,13 @@ class _PoolRunner:
         return {s: _collect(f, _Stage.BUILD, self.config.build_timeout, self.config.hang_grace,
                              self._build_pool) for s, f in futures.items()}
 
-    def _run(self, spec: KernelSpec, lib: str, target: Target, timing: Timing) -> _Outcome[RunOutput]:
+    def _run(self, spec: KernelSpec, lib: str, target: Target, timing: Timing, fetch: bool) -> _Outcome[RunOutput]:
         """Run one built candidate in the run worker (restarted by the pool after a crash or timeout)."""
         if self._run_pool is None:
             self._run_pool = PopenPoolExecutor(max_workers=1, timeout=self.config.run_timeout, initializer=_import_runtime)
         c = self.config
         args = self._args[spec.workload]
-        request = RunRequest(lib, args, target, timing, c.seed, c.check_correctness, spec.trace, self._remote)
+        request = RunRequest(lib, args, target, timing, c.seed, fetch, spec.trace, self._remote)
         return _collect(self._run_pool.submit(_guarded, self._run_fn, request), _Stage.RUN, c.run_timeout, c.hang_grace,
                         self._run_pool)
 
@@ -389,17 +414,20 @@ class _PoolRunner:
         """Outputs of the workload's default schedule: what every candidate must reproduce."""
         if built.failure:
             return _Reference((), f"{built.failure}: {built.detail}")
-        out = self._run(spec, built.result, target, Timing(1, 1, 0))
+        out = self._run(spec, built.result, target, Timing(1, 1, 0), fetch=self.config.check_correctness)
         return _Reference(out.result.outputs) if out.failure is None else _Reference((), f"{out.failure}: {out.detail}")
 
-    def _measure_one(self, spec: KernelSpec, built: _Outcome[str], target: Target) -> MeasureResult:
+    def _measure_one(self, spec: KernelSpec, built: _Outcome[str], target: Target, repeat: int,
+                     check: bool) -> MeasureResult:
+        """`repeat` timed runs of one candidate, its outputs compared with the reference's where `check`."""
         if built.failure:
             return MeasureResult((), built.failure, built.detail)
-        ref = self._refs.get((target, spec.workload)) if self.config.check_correctness else None
+        ref = self._refs.get((target, spec.workload)) if self.config.check_correctness and check else None
         if ref is not None and ref.error:
             return MeasureResult((), FailureKind.NO_REFERENCE, f"the default schedule failed ({ref.error})")
         c = self.config
-        out = self._run(spec, built.result, target, Timing(c.number, c.repeat, c.min_repeat_ms, c.cache_flush))
+        out = self._run(spec, built.result, target, Timing(c.number, repeat, c.min_repeat_ms, c.cache_flush),
+                        fetch=ref is not None)
         if out.failure:
             return MeasureResult((), out.failure, out.detail)
         mismatch = compare_outputs(ref.outputs, out.result.outputs, c.rtol, c.atol) if ref is not None else ""

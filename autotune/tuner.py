@@ -76,7 +76,7 @@ class _TaskState:
 
     def note(self, cand: Candidate, trace: str, result: MeasureResult) -> None:
         """Record one measurement."""
-        self.search.record(cand, result.mean)
+        self.search.record(cand, result.median)
         if cand.key == self.default.key:
             self.default_trace = trace
         self.pool.add(trace, result.costs, result.failure)
@@ -146,7 +146,7 @@ def _round(state: _TaskState, target: Target, log, model: CostModel, runner: Run
     append_records(log, [_record(state.task, target, t, r) for t, r in zip(traces, results, strict=True)])
     for c, t, r in zip(cands, traces, results, strict=True):
         state.note(c, t, r)
-    model.update(state.task.workload, state.search.features(cands), [r.mean for r in results])
+    model.update(state.task.workload, state.search.features(cands), [r.median for r in results])
     state.progress.add_round(len(cands), state.pool.best()[0])
     return len(cands)
 
@@ -201,6 +201,6 @@ def _resume(states: list[_TaskState], target: Target, log, model: CostModel) -> 
             state.note(cand, trace, result)
         # re-measured pools move the ranking, so the finalists read back may differ from those the log verified
         state.verified = any(t == items[-1][1] for _, t, _ in items[:-1])
-        model.update(workload, state.search.features([c for c, _, _ in items]), [r.mean for _, _, r in items])
+        model.update(workload, state.search.features([c for c, _, _ in items]), [r.median for _, _, r in items])
         state.progress.add_round(len({t for _, t, _ in items}), state.pool.best()[0])
     return sum(state.progress.trials for state in states)

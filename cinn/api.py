@@ -167,8 +167,9 @@ def _current_traces(records: Sequence[Record], tgt: Target, keyed: Sequence[tupl
     today's default schedule; kernels whose every verdict was judged against another keep the default, with a
     warning."""
     noted = noted_baselines(records, tgt)
-    current = _fingerprints(keyed, tgt, noted)
-    stale = sorted({lg.group.name for key, lg in keyed if key in current and current[key] not in noted[key]})
+    current = _fingerprints(keyed, tgt, [w for w, seen in noted.items() if seen - {""}])
+    # a verdict from before the fingerprints still decides (fastest_traces): its kernel is not stale
+    stale = sorted({lg.group.name for key, lg in keyed if key in current and not noted[key] & {current[key], ""}})
     if stale:
         warnings.warn(f"cinn: the tuning log's schedules for {len(stale)} kernels ({', '.join(stale[:3])}"
                       f"{', ...' if len(stale) > 3 else ''}) were judged inside the model against default schedules "

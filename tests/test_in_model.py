@@ -79,6 +79,11 @@ def test_a_verdict_against_a_default_changed_since_is_not_applied(tmp_path, tmp_
                                          r"against default schedules that have changed since"):
         exe = cinn.compile(program, tuning_log=older, cache_dir=tmp_cache)
     assert exe.kernel_sources() == default.kernel_sources()
+    unnoted = [dataclasses.replace(r, baseline="") for r in records if r.scope is Scope.MODEL]
+    with warnings.catch_warnings():  # a verdict from before the fingerprints decides, as documented: no warning
+        warnings.simplefilter("error")
+        exe = cinn.compile(program, tuning_log=older + unnoted, cache_dir=tmp_cache)
+    assert exe.kernel_sources() != default.kernel_sources()
 
 
 def test_a_log_without_tuned_kernels_judges_nothing(tmp_path, tmp_cache):

@@ -88,6 +88,12 @@ def _faulty_run(request: RunRequest) -> RunOutput:
     return out
 
 
+def _clocked_run(request: RunRequest) -> RunOutput:
+    """The real run, each repeat's cost replaced by the (system-wide) time it ran at."""
+    out = run_kernel(request)
+    return RunOutput((time.monotonic(),) * len(out.costs), out.outputs)
+
+
 @pytest.fixture(scope="module")
 def task() -> Task:
     return _task()
@@ -108,7 +114,7 @@ def runner():
 
 def _assert_ok(result) -> None:
     assert result.ok, str(result)
-    assert len(result.costs) == FAST.repeat and 0 < result.mean < 1
+    assert len(result.costs) == FAST.repeat and 0 < result.median < 1
 
 
 @pytest.mark.parametrize("flush", [False, True])
@@ -151,7 +157,7 @@ def test_default_handmade_and_garbage_traces(runner, task, target):
     _assert_ok(default)
     _assert_ok(handmade)
     for bad in (garbage, not_json):
-        assert bad.failure is FailureKind.BUILD_ERROR and bad.costs == () and bad.mean == float("inf")
+        assert bad.failure is FailureKind.BUILD_ERROR and bad.costs == () and bad.median == float("inf")
 
 
 def test_different_func_under_same_workload_is_wrong(runner, task, target):
@@ -179,6 +185,16 @@ def test_failed_candidate_does_not_stop_the_next(runner, task, target, fault, fa
     bad, good = runner.measure([MeasureInput(task, _trace(task, fault)), MeasureInput(task, _trace(task))], target)
     assert bad.failure is failure and bad.detail.startswith(detail) and bad.costs == (), str(bad)
     _assert_ok(good)  # the pool restarted the dead or killed worker
+
+
+def test_candidates_are_timed_in_interleaved_passes(task, target):
+    """Each candidate's repeats are split over passes that take the candidates in turn, alternating order, so a slow
+    stretch of the machine spoils one pass of a candidate and not all its repeats."""
+    config = dataclasses.replace(FAST, repeat=5, passes=2)
+    with LocalRunner(config, build_fn=_faulty_build, run_fn=_clocked_run) as r:
+        a, b, c = (res.costs for res in r.measure([MeasureInput(task, _trace(task))] * 3, target))
+    assert len(a) == len(b) == len(c) == 5  # 3 repeats in the first pass, 2 in the second
+    assert a[0] < b[0] < c[0] < c[3] < b[3] < a[3]
 
 
 def test_failed_reference_fails_every_candidate(runner, task, target):

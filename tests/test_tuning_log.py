@@ -104,7 +104,7 @@ def test_verdicts_judged_against_another_default_do_not_count():
     assert fastest_traces([alone, *wins_new], target, {"a": "new"}) == {"a": alone.trace}
     unnoted = [model(alone.trace, 0.5, ""), model(DEFAULT_TRACE, 1.0, "")]
     assert fastest_traces([alone, *unnoted], target, {"a": "new"}) == {"a": alone.trace}
-    assert noted_baselines([alone, *wins_old, *wins_new, *unnoted], target) == {"a": {"old", "new"}}
+    assert noted_baselines([alone, *wins_old, *wins_new, *unnoted], target) == {"a": {"old", "new", ""}}
 
 
 def test_baseline_round_trips_and_old_lines_have_none():
