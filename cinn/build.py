@@ -19,7 +19,7 @@ from tvm.support.popen_pool import PopenPoolExecutor
 
 from cinn import cuda_module, disk_cache, schedules, thread_pool
 from cinn.ops import PatternKind
-from cinn.schedules import apply_default
+from cinn.schedules import apply_default, cpu_attention
 from cinn.schedules.analysis import NOMINAL_SIZES, PLAIN_SCHEDULE, blocks
 from cinn.schedules.cpu_common import parallel_outer
 from cinn.schedules.cuda_common import unbound_blocks
@@ -122,7 +122,7 @@ def _scheduled(mod: tvm.IRModule, spec: KernelSpec, target: Target) -> tuple[Sch
 def _compiled(sch: Schedule, target: Target):
     tvm_target = target.tvm(partial_unroll=not _annotated(sch, NO_PARTIAL_UNROLL))
     with tvm_target:  # CUDA compilation reads the architecture from the current target
-        return tvm.compile(sch.mod, target=tvm_target)
+        return tvm.compile(cpu_attention.skip_masked_keys(sch.mod), target=tvm_target)
 
 
 def _annotated(sch: Schedule, key: str) -> bool:

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 from math import prod
 
+import tvm
+import tvm_ffi
+from tvm import tirx
 from tvm.s_tir import Schedule
 
+from cinn.ops.attention import CAUSAL
 from cinn.schedules.analysis import blocks, extents, inline_all, is_static, size
 from cinn.schedules.cpu_common import injective, lanes, register_lanes
 from cinn.schedules.cpu_matmul import balanced, vectorize_innermost, vectorize_registers
@@ -25,6 +29,8 @@ STAGES = ("attention_qt", "attention_scores", "attention_max", "attention_exp", 
 # 64 rows 0.170)
 ROW_BLOCKS = (32, 16)
 SCORES_BYTES = 256 * 1024  # a task's scores and exponentials stay within L2 (fewer rows for long key sequences)
+# a causal attention's loop annotations, read by skip_masked_keys
+QUERY_ROWS, KEY_OFFSET, QUERY_BLOCKS, KEY_STEP = (f"cinn.causal_{k}" for k in ("rows", "offset", "blocks", "step"))
 
 
 def applicable(sch: Schedule) -> bool:
@@ -46,7 +52,8 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     width = lanes(str(sch.get(out).writes[0].source.dtype), target)
     *batch, seq, cols = sch.get_loops(out)
     rows = _row_block(queries, keys)
-    if is_static(sch, [seq]):
+    static = is_static(sch, [seq])
+    if static:
         rows = knobs.choose(sch, Knob.ROWS, _row_candidates(queries, keys), rows)
     elif rows not in ROW_BLOCKS:  # a symbolic kernel's query blocks divide its padding (cinn.ops.attention)
         rows = ROW_BLOCKS[-1]
@@ -62,12 +69,59 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
         _pack_keys_values(sch, stage, task)
     budget = target.vector_registers - 4
     _transpose(sch, stage["attention_qt"], width)
-    _register_tile(sch, stage["attention_scores"], width, budget)
+    score_keys, step, _ = _register_tile(sch, stage["attention_scores"], width, budget)
+    key_loops = {score_keys: step}
     for name in ("attention_max", "attention_sum"):
-        _lane_reduction(sch, stage[name], width)
-    _exponentials(sch, stage["attention_exp"], rows, keys, width)
-    _register_tile(sch, stage["attention_context"], width, budget)
+        key_loops[_lane_reduction(sch, stage[name], width)] = 1
+    exp_keys = _exponentials(sch, stage["attention_exp"], rows, keys, width)
+    key_loops[_register_tile(sch, stage["attention_context"], width, budget)[2]] = 1
     vectorize_registers(sch, dim, value_dim, width)
+    if CAUSAL in sch.get(out).annotations and exp_keys is not None and static:
+        key_loops[exp_keys] = 1
+        _skip_masked_keys(sch, block if whole_heads else task, 0 if whole_heads else queries // rows,
+                          (rows, keys - queries), key_loops)
+
+
+def _skip_masked_keys(sch: Schedule, query_block, blocks: int, rows_offset: tuple[int, int], key_loops: dict) -> None:
+    """Mark a causal attention's loops for skip_masked_keys: the loop over query blocks (its rows per block, the
+    keys' offset, and the blocks per head where the loop is a task over (batch, head, block), else 0), and each
+    stage's loop over keys with the keys per iteration."""
+    rows, offset = rows_offset
+    for key, value in ((QUERY_ROWS, rows), (KEY_OFFSET, offset), (QUERY_BLOCKS, blocks)):
+        sch.annotate(query_block, key, value)
+    for loop, step in key_loops.items():
+        sch.annotate(loop, KEY_STEP, step)
+
+
+def skip_masked_keys(mod: tvm.IRModule) -> tvm.IRModule:
+    """A causal attention kernel with each stage's loop over keys cut short where a query block's keys are masked:
+    block b of R rows needs keys below (b + 1) R + offset. The schedule marks the loops (_skip_masked_keys), this
+    rewrites their extents (a schedule primitive cannot make an extent depend on an outer loop)."""
+    func = mod["main"]
+    found: list = []
+
+    def find(node, visitor):
+        if QUERY_ROWS in node.annotations:
+            found.append(node)
+        visitor.default_visit(node)
+
+    tvm_ffi.structural_visit(func, [(tirx.For, find)])
+    if not found:
+        return mod
+    loop = found[0]
+    rows, offset, blocks = (int(loop.annotations[k]) for k in (QUERY_ROWS, KEY_OFFSET, QUERY_BLOCKS))
+    index = tirx.floormod(loop.loop_var, blocks) if blocks else loop.loop_var
+    needed = (index + 1) * rows + offset
+
+    def cut(node):
+        if KEY_STEP not in node.annotations:
+            return node
+        step = int(node.annotations[KEY_STEP])
+        extent = tirx.min(node.extent, tirx.floordiv(needed + step - 1, step))
+        kept = {k: v for k, v in node.annotations.items() if k != KEY_STEP}
+        return tirx.For(node.loop_var, node.min, extent, node.kind, node.body, node.thread_binding, kept, node.step)
+
+    return tvm.IRModule({"main": tvm_ffi.structural_map(func, [(tirx.For, cut)])})
 
 
 def _whole_heads(sch: Schedule, loops: list, target: Target) -> bool:
@@ -108,9 +162,10 @@ def _transpose(sch: Schedule, block, width: int) -> None:
     vectorize_registers(sch, sch.get_loops(block)[-1], rows, width)
 
 
-def _register_tile(sch: Schedule, block, width: int, budget: int) -> None:
+def _register_tile(sch: Schedule, block, width: int, budget: int) -> tuple:
     """A matmul stage [rows, cols] reduced innermost: rows x column vectors of accumulators, the reduction outside
-    them, the accumulators initialized before it."""
+    them, the accumulators initialized before it. Returns the loop over row tiles, the rows per tile and the
+    reduction loop."""
     write_back = sch.cache_write(block, 0, "local")  # a tile-sized accumulator buffer LLVM keeps in registers
     row, col, red = sch.get_loops(block)[-3:]
     nrows, ncols = extents(sch, [row, col])
@@ -126,6 +181,7 @@ def _register_tile(sch: Schedule, block, width: int, budget: int) -> None:
     vectorize_innermost(sch, sch.decompose_reduction(block, red))
     sch.reverse_compute_at(write_back, col_outer)
     vectorize_innermost(sch, write_back)
+    return row_outer, rows, red
 
 
 def _vector_tile(extent: int, width: int) -> int:
@@ -134,14 +190,17 @@ def _vector_tile(extent: int, width: int) -> int:
     return fits[0] if fits else extent
 
 
-def _exponentials(sch: Schedule, block, rows: int, keys: int, width: int) -> None:
+def _exponentials(sch: Schedule, block, rows: int, keys: int, width: int):
     """The exponentials [keys, rows] in vectors along the rows where they are whole vectors, else along both axes
     fused. (Vectors of the fused axes whose rows are whole vectors index them by // and %, which TVM did not see
-    through: it scalarized the whole polynomial, a branch per element for its NaN test, 45% of BERT's attention.)"""
+    through: it scalarized the whole polynomial, a branch per element for its NaN test, 45% of BERT's attention.)
+    Returns the loop over keys; None where it is fused with the rows."""
     if rows % width == 0:
-        _vectorize(sch, sch.get_loops(block)[-1], rows, width)
-    else:
-        _vectorize(sch, sch.fuse(*sch.get_loops(block)[-2:]), rows * keys, width)
+        *_, key, row = sch.get_loops(block)
+        _vectorize(sch, row, rows, width)
+        return key
+    _vectorize(sch, sch.fuse(*sch.get_loops(block)[-2:]), rows * keys, width)
+    return None
 
 
 def _vectorize(sch: Schedule, loop, extent: int, width: int) -> None:
@@ -151,11 +210,13 @@ def _vectorize(sch: Schedule, loop, extent: int, width: int) -> None:
         sch.vectorize(sch.split(loop, [None, reg])[1])
 
 
-def _lane_reduction(sch: Schedule, block, width: int) -> None:
-    """A reduction over keys of each query: keys outside, query lanes inside (one vector max/add per key)."""
+def _lane_reduction(sch: Schedule, block, width: int):
+    """A reduction over keys of each query: keys outside, query lanes inside (one vector max/add per key). Returns
+    the loop over keys."""
     row, red = sch.get_loops(block)[-2:]
     sch.reorder(red, row)
     rows = extents(sch, [row])[0]
     vectorize_registers(sch, row, rows, width)  # before decompose_reduction, as the update alone is no reduction
     init = sch.decompose_reduction(block, red)
     vectorize_registers(sch, sch.get_loops(init)[-1], rows, width)
+    return red

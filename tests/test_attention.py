@@ -12,7 +12,9 @@ from cinn.frontend.zoo import get_model
 from cinn.ir import TensorType
 from cinn.ops import get_op
 from cinn.ops.attention import AttentionAttrs, attention_shape
+from cinn.passes.attention import is_causal
 from cinn.passes.pipeline import optimize
+from cinn.schedules import cpu_attention
 
 RNG = np.random.default_rng(0)
 NEG = -10000.0  # the additive mask value BERT and GPT-2 exports use
@@ -165,3 +167,43 @@ def test_fully_masked_rows_are_zero(tmp_cache):
     (want,) = get_op("attention").reference([q, k, v, bias], AttentionAttrs(heads=2, scale=0.5))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got[0], _numpy_attention(q, k, v, bias, 2, 0.5)[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("seq", "keys", "mask", "skips"), [
+    (128, 128, NEG, True), (128, 128, -np.inf, True), (64, 96, NEG, True), (77, 77, NEG, False), (7, 7, NEG, False),
+])
+def test_a_constant_causal_mask_skips_the_keys_it_masks(seq, keys, mask, skips, tmp_cache):
+    """A causal bias known at compile time marks the attention causal; its kernel then cuts each query block's loops
+    over keys at the block's last visible key (where the blocks are whole vectors of rows) and equals numpy."""
+    heads, dim, batch = 4, 32, 2
+    q, k, v = _rand(batch, seq, heads * dim), _rand(batch, keys, heads * dim), _rand(batch, keys, heads * dim)
+    i, j = np.ogrid[:seq, :keys]
+    bias = np.where(j > i + keys - seq, mask, 0.0).astype("float32")
+    b = cinn.NetBuilder("causal")
+    qv, kv, vv = (b.create_input("float32", x.shape, n) for n, x in zip("qkv", (q, k, v), strict=True))
+    program = b.build([b.attention(qv, kv, vv, b.create_constant(bias, "bias"), heads=heads, scale=0.125)])
+    (node,) = [n for n in optimize(program).nodes if n.op == "attention"]
+    assert node.attrs.causal
+    exe = cinn.compile(program, cache_dir=tmp_cache)
+    assert (cpu_attention.QUERY_ROWS in exe.kernel_sources()[0]) is skips
+    (got,) = exe.run({"q": q, "k": k, "v": v})
+    np.testing.assert_allclose(got, _numpy_attention(q, k, v, bias, heads, 0.125), rtol=1e-4, atol=1e-5)
+
+
+def test_only_an_exactly_causal_bias_is_causal():
+    i, j = np.ogrid[:4, :6]
+    causal = np.where(j > i + 2, NEG, 0.0)
+    assert is_causal(causal, 4, 6) and is_causal(causal[None, None], 4, 6)
+    assert is_causal(np.where(j > i + 2, -np.inf, 0.5), 4, 6)  # any values where the keys are visible
+    assert not is_causal(np.where(j > i + 3, NEG, 0.0), 4, 6)  # one visible key too many
+    assert not is_causal(np.where(j > i + 2, -100.0, 0.0), 4, 6)  # not masked: exp(-100) is no zero
+    assert not is_causal(causal[:, -1:], 4, 6)  # broadcast over the queries
+    assert not is_causal(np.where(j[:, :3] > i, NEG, 0.0), 4, 3)  # more queries than keys: a row sees nothing
+    two = np.stack([causal, np.where(j > i + 1, NEG, 0.0)])
+    assert not is_causal(two, 4, 6)  # one batch row is not causal
+
+
+def test_gpt2_attention_is_causal():
+    model = get_model("gpt2", small=True)
+    attention = [n for n in optimize(model.program).nodes if n.op == "attention"]
+    assert attention and all(n.attrs.causal for n in attention)

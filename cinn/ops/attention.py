@@ -25,13 +25,21 @@ from cinn.ops.common import broadcast_shapes, keep_nan, same_dims, same_dtype
 from cinn.ops.registry import DtypeClass, OpDef, PatternKind, register
 from cinn.ops.te_util import broadcast_index, const, dims, leading_rows, whole_tiles
 
+# a bias at or below this masks its key: exp(-10000 + s - max) is 0 in float32 unless that key's logit exceeds the
+# row's largest unmasked one by ~9900
+MASKED = -1e4
+CAUSAL = "cinn.causal"  # the output stage's annotation: the bias is causal (schedules skip the masked keys)
+
 
 @dataclass(frozen=True)
 class AttentionAttrs(Attrs):
-    """`heads` heads share q/k/v's last axis (head h owns columns h*d .. h*d+d-1); logits are scaled by `scale`."""
+    """`heads` heads share q/k/v's last axis (head h owns columns h*d .. h*d+d-1); logits are scaled by `scale`.
+    `causal`: the bias masks (<= MASKED) exactly the keys after each query's position (key j of query i where
+    j > i + keys - queries), so a kernel may skip them (cinn.passes.attention.mark_causal sets it)."""
 
     heads: int = 1
     scale: float = 1.0
+    causal: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,7 +140,7 @@ def _compute(tensors, a: AttentionAttrs, out_types: Sequence[TensorType]):
         return context(*row, i[n + 1] % dv) * seen / (total(*row) + (const(1, dtype) - seen))
 
     if not padded:
-        return [te.compute(out_types[0].shape, merge, name="attention")]
+        return [te.compute(out_types[0].shape, merge, name="attention", attrs={CAUSAL: 1} if a.causal else None)]
     merged = te.compute((*s.batch, queries, s.heads * dv), merge, name="attention")
     return [leading_rows(merged, out_types[0].shape, "attention_rows")]
 

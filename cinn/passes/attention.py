@@ -12,12 +12,13 @@ The head splits and the merge fold into the fused kernel's indexing, so none of 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from cinn.ir import Node, Program, Value
-from cinn.ops.attention import AttentionAttrs, broadcasts_to
+from cinn.ops.attention import MASKED, AttentionAttrs, broadcasts_to
 from cinn.passes.dce import dce
 from cinn.passes.rewrite import Rewriter, rewrite
 from cinn.passes.simplify import transpose_perm
@@ -26,6 +27,35 @@ from cinn.passes.simplify import transpose_perm
 def fuse_attention(program: Program) -> Program:
     """Replace every matched attention subgraph by one attention node."""
     return dce(rewrite(program, _fuse))
+
+
+def mark_causal(program: Program) -> Program:
+    """Mark the attention nodes whose constant bias masks exactly the keys after each query's position (causal), so
+    that their kernels skip those keys; run after constant folding, which makes an exporter's mask arithmetic one
+    constant."""
+    return rewrite(program, _mark_causal)
+
+
+def _mark_causal(rw: Rewriter, node: Node) -> bool:
+    attrs = node.attrs
+    if node.op != "attention" or not isinstance(attrs, AttentionAttrs) or attrs.causal:
+        return False
+    bias = rw.constant(rw.inputs(node)[3])
+    if bias is None or not is_causal(bias, node.inputs[0].shape[-2], node.inputs[1].shape[-2]):
+        return False
+    rw.keep(node, attrs=dataclasses.replace(attrs, causal=True))
+    return True
+
+
+def is_causal(bias: np.ndarray, queries: int, keys: int) -> bool:
+    """Whether the bias (broadcast to [..., queries, keys]) is <= MASKED exactly where key j > query i + keys -
+    queries, every query keeping at least its first key (a row all masked is no causal one: its softmax spreads
+    over every key)."""
+    if bias.ndim < 2 or bias.shape[-2:] != (queries, keys) or keys < queries:
+        return False
+    i, j = np.ogrid[:queries, :keys]
+    return bool(np.array_equal(np.broadcast_to(bias <= MASKED, bias.shape), np.broadcast_to(j > i + keys - queries,
+                                                                                              bias.shape)))
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from cinn.ir import Program
-from cinn.passes.attention import fuse_attention
+from cinn.passes.attention import fuse_attention, mark_causal
 from cinn.passes.channels_last import channels_last
 from cinn.passes.conv_forms import conv_forms
 from cinn.passes.cse import cse
@@ -25,8 +25,8 @@ def optimize(program: Program, passes: bool = True, target: Target | None = None
     """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), fuse
     attention subgraphs into one op (the softmax is still one node), decompose,
     simplify what the expansions emit, rewrite convs into denser forms (conv_forms), then fold constant subgraphs,
-    merge common subexpressions, drop what no output needs and store constant
-    weights as the kernels read them. The target's rewrites (none without one): on a CPU with VNNI, matmuls and
+    mark the attention whose folded bias is causal (mark_causal), merge common subexpressions, drop what no output
+    needs and store constant weights as the kernels read them. The target's rewrites (none without one): on a CPU with VNNI, matmuls and
     convs of quantized tensors and weights first become integer kernels (integer_kernels), whose channels-last layout
     then carries from one conv to the next (sink_transposes); on a CPU, stride-1 3x3 convs become Winograd convs
     where that gains (winograd: by the measured `winograd_choices`, else by its estimate), and depthwise convs with
@@ -49,7 +49,7 @@ def winograd_shapes(program: Program, target: Target) -> list[ConvShape]:
 def _simplified(program: Program, target: Target | None) -> Program:
     """The target-independent rewrites (and a VNNI CPU's integer kernels), up to the choice of conv algorithms."""
     program = fuse_attention(simplify(_integer(program) if target is not None and target.has_vnni else program))
-    return dce(cse(fold_constants(conv_forms(simplify(decompose(program))))))
+    return dce(cse(mark_causal(fold_constants(conv_forms(simplify(decompose(program)))))))
 
 
 def _integer(program: Program) -> Program:
