@@ -6,7 +6,8 @@ of k and v into contiguous buffers.
 Inside a task: q's rows are transposed into a small [dim, rows] buffer; the scores are a register-tiled matmul
 (key rows x query vectors, reduced over dim); the max and the sum over keys are vector max/add across query lanes;
 the exponentials one vector pass; the context a register-tiled matmul (query rows x value-dim vectors, reduced over
-keys); the output divides by the sum as it writes [.., rows, heads * dim] in place.
+keys); the output divides by the sum as it writes [.., rows, heads * dim] in place. In a causal attention every
+stage's loop over keys stops at its query block's last visible key (skip_masked_keys, applied by the build).
 """
 from __future__ import annotations
 
