@@ -36,7 +36,10 @@ class TuneConfig:
 
 @dataclass(frozen=True)
 class TaskSummary:
-    """How tuning went for one task: trials measured, default and best cost (seconds), the best trace."""
+    """How tuning went for one task: trials measured, default and best cost (seconds), the best trace. The costs are
+    those of the verification, which times the default and the best side by side, where it ran (measured rounds
+    apart, a shared machine's slow stretch in one of them reads as a speed-up or a loss), else pooled over every
+    measurement."""
 
     task: Task
     trials: int
@@ -68,6 +71,7 @@ class _TaskState:
         self.default = space.default_candidate(task, target, self.search.module)
         self.default_trace: str | None = None
         self.pool = TracePool()
+        self.side_by_side = TracePool()  # the verification's measurements alone
         self.verified = False  # whether the log's records of this task end with a verification (re-measurements)
 
     @property
@@ -87,8 +91,11 @@ class _TaskState:
         return best + [self.default_trace] if self.default_trace and self.default_trace not in best else best
 
     def summary(self) -> TaskSummary:
-        best_cost, best_trace = self.pool.best()
-        return TaskSummary(self.task, self.progress.trials, self.pool.cost(self.default_trace), best_cost, best_trace)
+        best_trace = self.pool.best()[1]
+        verified = all(math.isfinite(self.side_by_side.cost(t)) for t in (best_trace, self.default_trace))
+        costs = self.side_by_side if verified else self.pool
+        return TaskSummary(self.task, self.progress.trials, costs.cost(self.default_trace), costs.cost(best_trace),
+                           best_trace)
 
 
 def tune(
@@ -162,6 +169,7 @@ def _verify(state: _TaskState, target: Target, log, runner: Runner, k: int) -> b
     append_records(log, [_record(state.task, target, t, r) for t, r in zip(traces, results, strict=True)])
     for t, r in zip(traces, results, strict=True):
         state.pool.add(t, r.costs, r.failure)
+        state.side_by_side.add(t, r.costs, r.failure)
     return True
 
 

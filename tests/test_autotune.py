@@ -346,6 +346,30 @@ def test_verification_overrules_a_lucky_measurement(tmp_path, verify):
     assert summary.best_trace == picked
 
 
+class SlowStartRunner:
+    """Times every candidate at 1 ms, except the first measurement (the default's, in its first round) at 5 ms: a
+    slow stretch of the machine."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def measure(self, inputs, target):
+        self.calls += len(inputs)
+        return [MeasureResult((5e-3 if self.calls == len(inputs) and i == 0 else 1e-3,)) for i in range(len(inputs))]
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("verify", [0, 3])
+def test_the_summary_compares_the_default_and_the_best_side_by_side(tmp_path, verify):
+    """The summary's speed-up is the verification's, which timed both in one round, not the first round's slow
+    default against a later round's candidate."""
+    config = TuneConfig(trials=6, batch=6, verify=verify, search=SearchConfig(population=16, generations=1))
+    (summary,) = tune(extract_tasks(_softmax()), TARGET, tmp_path / "log.jsonl", config, runner=SlowStartRunner())
+    assert summary.speedup == pytest.approx(1.0 if verify else 5.0)
+
+
 def test_resume_after_a_verification_that_moved_the_ranking_measures_nothing(tmp_path):
     """The verification measured the lucky candidate again, slow, so the finalists read back from the log are not
     the ones it verified; with the budget spent, a resumed run still measures nothing (it verified them again)."""
