@@ -140,7 +140,7 @@ def _pack_keys_values(sch: Schedule, stage: dict, task) -> None:
     params = {p.name for p in sch.mod["main"].params}
     for name in ("attention_scores", "attention_context"):
         index = next(i for i, r in enumerate(sch.get(stage[name]).reads) if r.source.name in params)
-        copy = sch.cache_read(stage[name], index, "global")
+        copy = sch.cache_read(stage[name], index, "global", consumer_blocks=[stage[name]])  # q, k, v may be one buffer
         sch.compute_at(copy, task, preserve_unit_loops=True)
         vectorize_innermost(sch, copy)
 

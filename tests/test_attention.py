@@ -2,6 +2,7 @@
 graphs exporters write, and fused == unfused == numpy on whole layers."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -103,8 +104,13 @@ def _attention_graph(form: str, shape=(2, 9, 16), heads=2):
     b = cinn.NetBuilder(form)
     x = b.create_input("float32", shape, "x")
     feeds = {"x": _rand(*shape)}
-    q, k, v = (b.matmul(x, b.create_constant(_rand(shape[-1], shape[-1]) * 0.3, n)) for n in "qkv")
-    d = shape[-1] // heads
+    hidden = shape[-1]
+    if form == "fused-qkv":  # one projection, split in three along its last axis (GPT-2's c_attn)
+        qkv = b.matmul(x, b.create_constant(_rand(hidden, 3 * hidden) * 0.3, "qkv"))
+        q, k, v = (b.slice(qkv, axes=[-1], starts=[j * hidden], ends=[(j + 1) * hidden]) for j in range(3))
+    else:
+        q, k, v = (b.matmul(x, b.create_constant(_rand(hidden, hidden) * 0.3, n)) for n in "qkv")
+    d = hidden // heads
     if form == "k-transposed":  # Transpose(K, [0, 2, 3, 1]) and MatMul, then Div by sqrt(d)
         scores = b.divide(b.matmul(_split(b, q, heads), _split(b, k, heads, True)),
                           b.create_constant(np.float32(math.sqrt(d)), "root_d"))
@@ -125,14 +131,18 @@ def _attention_graph(form: str, shape=(2, 9, 16), heads=2):
     return b.build(outputs), feeds
 
 
-@pytest.mark.parametrize("form", ["plain", "k-transposed", "padding-mask", "causal", "probs-also-output"])
+@pytest.mark.parametrize("form", ["plain", "k-transposed", "padding-mask", "causal", "probs-also-output", "fused-qkv"])
 def test_attention_subgraph_fuses_and_matches_unfused(form, tmp_cache):
     program, feeds = _attention_graph(form)
-    ops = [n.op for n in optimize(program).nodes]
+    nodes = optimize(program).nodes
+    ops = [n.op for n in nodes]
     if form == "probs-also-output":  # the probabilities are needed: nothing to fuse
         assert "attention" not in ops
     else:
         assert ops.count("attention") == 1 and "transpose" not in ops and "softmax" not in ops
+    if form == "fused-qkv":  # the attention reads the projection's three column ranges in place: no slice copies
+        assert "slice" not in ops
+        assert next(n for n in nodes if n.op == "attention").attrs.columns == (0, 16, 32)
     fused = cinn.compile(program, cache_dir=tmp_cache)
     unfused = cinn.compile(program, fuse=False, passes=False, cache_dir=tmp_cache)
     for a, b in zip(fused.run(feeds), unfused.run(feeds), strict=True):
@@ -203,7 +213,29 @@ def test_only_an_exactly_causal_bias_is_causal():
     assert not is_causal(two, 4, 6)  # one batch row is not causal
 
 
-def test_gpt2_attention_is_causal():
+def test_gpt2_attention_is_causal_and_reads_its_qkv_projection_in_place():
     model = get_model("gpt2", small=True)
-    attention = [n for n in optimize(model.program).nodes if n.op == "attention"]
-    assert attention and all(n.attrs.causal for n in attention)
+    nodes = optimize(model.program).nodes
+    attention = [n for n in nodes if n.op == "attention"]
+    assert attention and all(n.attrs.causal and n.attrs.columns == (0, 16, 32) for n in attention)
+    assert "slice" not in [n.op for n in nodes]
+
+
+def test_heads_at_columns_match_numpy(tmp_cache):
+    """q, k and v as column ranges of one tensor, v's heads narrower than q's and k's."""
+    heads, d, dv, seq = 2, 8, 4, 5
+    qkv = _rand(1, seq, 2 * heads * d + heads * dv + 3)
+    attrs = AttentionAttrs(heads, 0.3, columns=(0, heads * d, 2 * heads * d + 3), head_dims=(d, dv))
+    b = cinn.NetBuilder("columns")
+    x = b.create_input("float32", qkv.shape, "x")
+    out = b.attention(x, x, x, b.create_constant(np.zeros((), "float32"), "bias"), heads=heads, scale=0.3,
+                      columns=attrs.columns, head_dims=attrs.head_dims)
+    (got,) = cinn.compile(b.build([out]), cache_dir=tmp_cache).run({"x": qkv})
+    q, k, v = qkv[..., :heads * d], qkv[..., heads * d:2 * heads * d], qkv[..., 2 * heads * d + 3:]
+    np.testing.assert_allclose(got, _numpy_attention(q, k, v, np.zeros((), "float32"), heads, 0.3), rtol=1e-4,
+                               atol=1e-5)
+    (ref,) = get_op("attention").reference([qkv, qkv, qkv, np.zeros((), "float32")], attrs)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    types = [TensorType(qkv.shape, "float32")] * 3 + [TensorType((), "float32")]
+    with pytest.raises(ValueError, match=r"columns \(0, 16, 40\).*heads must lie inside the last axes"):
+        attention_shape(types, dataclasses.replace(attrs, columns=(0, 16, 40)))

@@ -190,7 +190,7 @@ def test_failed_candidate_does_not_stop_the_next(runner, task, target, fault, fa
 def test_candidates_are_timed_in_interleaved_passes(task, target):
     """Each candidate's repeats are split over passes that take the candidates in turn, alternating order, so a slow
     stretch of the machine spoils one pass of a candidate and not all its repeats."""
-    config = dataclasses.replace(FAST, repeat=5, passes=2)
+    config = dataclasses.replace(FAST, repeat=5, passes=2, run_timeout=30.0)  # a fresh worker starts under the first run
     with LocalRunner(config, build_fn=_faulty_build, run_fn=_clocked_run) as r:
         a, b, c = (res.costs for res in r.measure([MeasureInput(task, _trace(task))] * 3, target))
     assert len(a) == len(b) == len(c) == 5  # 3 repeats in the first pass, 2 in the second

@@ -40,6 +40,10 @@ class AttentionAttrs(Attrs):
     heads: int = 1
     scale: float = 1.0
     causal: bool = False
+    # where q's, k's and v's heads start in their last axes, and the q/k and v head sizes (0: last axis / heads): q,
+    # k and v may then be one fused projection's output, read in place (cinn.passes.attention.fold_attention_slices)
+    columns: tuple[int, int, int] = (0, 0, 0)
+    head_dims: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -67,11 +71,21 @@ def attention_shape(types: Sequence[TensorType | SymbolicType], a: AttentionAttr
         raise ValueError(f"{where}: heads must be positive")
     if min(len(q), len(k), len(v)) < 2 or not len(q) == len(k) == len(v):
         raise ValueError(f"{where}: q, k and v must be [..., seq, heads * dim] of one rank (at least 2)")
-    if not q[:-2] == k[:-2] == v[:-2] or k[-2] != v[-2] or q[-1] != k[-1]:
-        raise ValueError(f"{where}: q, k and v disagree on batch, key count or head size")
-    if q[-1] % a.heads or v[-1] % a.heads:
-        raise ValueError(f"{where}: the last axes of q and v must divide into {a.heads} heads")
-    s = AttentionShape(q[:-2], q[-2], k[-2], a.heads, q[-1] // a.heads, v[-1] // a.heads)
+    if not q[:-2] == k[:-2] == v[:-2] or k[-2] != v[-2]:
+        raise ValueError(f"{where}: q, k and v disagree on batch or key count")
+    if a.head_dims == (0, 0) and a.columns == (0, 0, 0):
+        if q[-1] != k[-1]:
+            raise ValueError(f"{where}: q and k disagree on the head size")
+        if q[-1] % a.heads or v[-1] % a.heads:
+            raise ValueError(f"{where}: the last axes of q and v must divide into {a.heads} heads")
+        s = AttentionShape(q[:-2], q[-2], k[-2], a.heads, q[-1] // a.heads, v[-1] // a.heads)
+    else:
+        s = AttentionShape(q[:-2], q[-2], k[-2], a.heads, *a.head_dims)
+        widths = (s.dim, s.dim, s.value_dim)
+        if min(s.dim, s.value_dim) < 1 or min(a.columns) < 0 or any(
+                c + a.heads * w > x[-1] for c, w, x in zip(a.columns, widths, (q, k, v), strict=True)):
+            raise ValueError(f"{where}, columns {a.columns}, head sizes {a.head_dims}: the heads must lie inside the "
+                             "last axes")
     if not broadcasts_to(bias, s.logits):
         raise ValueError(f"{where}: bias must broadcast to [..., heads, queries, keys] = {s.logits}")
     return s
@@ -104,11 +118,12 @@ def _compute(tensors, a: AttentionAttrs, out_types: Sequence[TensorType]):
     queries, query = whole_tiles(s.queries, QUERY_PAD) if padded else (s.queries, lambda i: i)
 
     # per head: q^T [d, queries]; scores, logits and exponentials [keys, queries]; max, sum [queries]
-    qt = te.compute((*s.batch, s.heads, d, queries), lambda *i: q(*i[:n], query(i[n + 2]), i[n] * d + i[n + 1]),
-                    name="attention_qt")
+    qc, kc, vc = a.columns
+    qt = te.compute((*s.batch, s.heads, d, queries),
+                    lambda *i: q(*i[:n], query(i[n + 2]), qc + i[n] * d + i[n + 1]), name="attention_qt")
     scores = te.compute(
         (*s.batch, s.heads, s.keys, queries),
-        lambda *i: te.sum(k(*i[:n], i[n + 1], i[n] * d + rd) * qt(*i[:n], i[n], rd, i[n + 2]), axis=rd),
+        lambda *i: te.sum(k(*i[:n], i[n + 1], kc + i[n] * d + rd) * qt(*i[:n], i[n], rd, i[n + 2]), axis=rd),
         name="attention_scores",
     )
 
@@ -127,7 +142,7 @@ def _compute(tensors, a: AttentionAttrs, out_types: Sequence[TensorType]):
     total = te.compute(top.shape, lambda *i: te.sum(exp(*i[:-1], rt, i[-1]), axis=rt), name="attention_sum")
     context = te.compute(
         (*s.batch, s.heads, queries, dv),
-        lambda *i: te.sum(exp(*i[:n], i[n], rt, i[n + 1]) * v(*i[:n], rt, i[n] * dv + i[n + 2]), axis=rt),
+        lambda *i: te.sum(exp(*i[:n], i[n], rt, i[n + 1]) * v(*i[:n], rt, vc + i[n] * dv + i[n + 2]), axis=rt),
         name="attention_context",
     )
 
@@ -149,15 +164,17 @@ def _reference(arrays: Sequence[np.ndarray], a: AttentionAttrs) -> list[np.ndarr
     q, k, v, bias = arrays
     s = attention_shape([TensorType(x.shape, str(x.dtype)) for x in arrays], a)
 
-    def heads(x: np.ndarray) -> np.ndarray:  # [..., seq, h * d] -> [..., h, seq, d] in float64
-        return np.moveaxis(x.astype(np.float64).reshape(*x.shape[:-1], s.heads, -1), -2, -3)
+    def heads(x: np.ndarray, column: int, width: int) -> np.ndarray:  # [..., seq, h * d] -> [..., h, seq, d], float64
+        x = x[..., column:column + s.heads * width]
+        return np.moveaxis(x.astype(np.float64).reshape(*x.shape[:-1], s.heads, width), -2, -3)
 
-    logits = heads(q) @ np.swapaxes(heads(k), -1, -2) * a.scale + bias.astype(np.float64)
+    qc, kc, vc = a.columns
+    logits = heads(q, qc, s.dim) @ np.swapaxes(heads(k, kc, s.dim), -1, -2) * a.scale + bias.astype(np.float64)
     top = logits.max(axis=-1, keepdims=True)
     masked = np.isneginf(top)  # every key masked: zeros
     e = np.exp(logits - np.where(masked, 0.0, top))
     with np.errstate(invalid="ignore"):
-        ctx = np.where(masked, 0.0, e / e.sum(axis=-1, keepdims=True)) @ heads(v)
+        ctx = np.where(masked, 0.0, e / e.sum(axis=-1, keepdims=True)) @ heads(v, vc, s.value_dim)
     return [np.moveaxis(ctx, -3, -2).reshape(*s.batch, s.queries, -1).astype(q.dtype)]
 
 
@@ -178,8 +195,9 @@ register(
         attrs=AttentionAttrs,
         num_inputs=4,
         dtypes=DtypeClass.FLOAT,
-        doc="Multi-head attention softmax(q k^T * scale + bias) v over [..., seq, heads * dim] q, k, v; bias "
-        "broadcasts to [..., heads, queries, keys] (a scalar 0 when there is none); a query whose keys are all masked "
-        "(-inf) gives zeros.",
+        doc="Multi-head attention softmax(q k^T * scale + bias) v over [..., seq, heads * dim] q, k, v (or heads at "
+        "`columns` of wider last axes, of sizes `head_dims`: one fused projection read in place); bias broadcasts to "
+        "[..., heads, queries, keys] (a scalar 0 when there is none); a query whose keys are all masked (-inf) gives "
+        "zeros.",
     )
 )

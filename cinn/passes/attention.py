@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from cinn.ir import Node, Program, Value
-from cinn.ops.attention import MASKED, AttentionAttrs, broadcasts_to
+from cinn.ops.attention import MASKED, AttentionAttrs, attention_shape, broadcasts_to
+from cinn.ops.shape import SliceAttrs, slice_ranges
 from cinn.passes.dce import dce
 from cinn.passes.rewrite import Rewriter, rewrite
 from cinn.passes.simplify import transpose_perm
@@ -27,6 +28,39 @@ from cinn.passes.simplify import transpose_perm
 def fuse_attention(program: Program) -> Program:
     """Replace every matched attention subgraph by one attention node."""
     return dce(rewrite(program, _fuse))
+
+
+def fold_attention_slices(program: Program) -> Program:
+    """Read q, k and v that are slices of one tensor's last axis (a fused QKV projection split in three) in place:
+    the attention takes the sliced tensor and the slices' first columns, and the copies go."""
+    return dce(rewrite(program, _fold_slices))
+
+
+def _fold_slices(rw: Rewriter, node: Node) -> bool:
+    attrs = node.attrs
+    if node.op != "attention" or not isinstance(attrs, AttentionAttrs) or attrs.columns != (0, 0, 0):
+        return False
+    inputs = rw.inputs(node)
+    found = [_column_slice(rw, x) for x in inputs[:3]]
+    if all(f is None for f in found):
+        return False
+    s = attention_shape([x.type for x in inputs], attrs)
+    sources = [x if f is None else f[0] for x, f in zip(inputs[:3], found, strict=True)]
+    q_col, k_col, v_col = (0 if f is None else f[1] for f in found)
+    folded = dataclasses.replace(attrs, columns=(q_col, k_col, v_col), head_dims=(s.dim, s.value_dim))
+    rw.keep(node, inputs=(*sources, inputs[3]), attrs=folded)
+    return True
+
+
+def _column_slice(rw: Rewriter, value: Value) -> tuple[Value, int] | None:
+    """The tensor and first column of a value that is a contiguous range of that tensor's last axis."""
+    node = rw.producer(value)
+    if node is None or not isinstance(node.attrs, SliceAttrs):
+        return None
+    (source,) = rw.inputs(node)
+    ranges = slice_ranges(source.shape, node.attrs)
+    whole = all(r == range(d) for r, d in zip(ranges[:-1], source.shape[:-1], strict=True))
+    return (source, ranges[-1].start) if whole and ranges[-1].step == 1 else None
 
 
 def mark_causal(program: Program) -> Program:

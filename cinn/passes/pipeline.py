@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from cinn.ir import Program
-from cinn.passes.attention import fuse_attention, mark_causal
+from cinn.passes.attention import fold_attention_slices, fuse_attention, mark_causal
 from cinn.passes.channels_last import channels_last
 from cinn.passes.conv_forms import conv_forms
 from cinn.passes.cse import cse
@@ -48,7 +48,8 @@ def winograd_shapes(program: Program, target: Target) -> list[ConvShape]:
 
 def _simplified(program: Program, target: Target | None) -> Program:
     """The target-independent rewrites (and a VNNI CPU's integer kernels), up to the choice of conv algorithms."""
-    program = fuse_attention(simplify(_integer(program) if target is not None and target.has_vnni else program))
+    program = fold_attention_slices(fuse_attention(simplify(_integer(program) if target is not None and target.has_vnni
+                                                             else program)))
     return dce(cse(mark_causal(fold_constants(conv_forms(simplify(decompose(program)))))))
 
 
