@@ -79,16 +79,14 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     vectorize_registers(sch, dim, value_dim, width)
     if CAUSAL in sch.get(out).annotations and exp_keys is not None and static:
         key_loops[exp_keys] = 1
-        _skip_masked_keys(sch, block if whole_heads else task, 0 if whole_heads else queries // rows,
-                          (rows, keys - queries), key_loops)
+        _skip_masked_keys(sch, block if whole_heads else task, (rows, queries // rows, keys - queries), key_loops)
 
 
-def _skip_masked_keys(sch: Schedule, query_block, blocks: int, rows_offset: tuple[int, int], key_loops: dict) -> None:
-    """Mark a causal attention's loops for skip_masked_keys: the loop over query blocks (its rows per block, the
-    keys' offset, and the blocks per head where the loop is a task over (batch, head, block), else 0), and each
-    stage's loop over keys with the keys per iteration."""
-    rows, offset = rows_offset
-    for key, value in ((QUERY_ROWS, rows), (KEY_OFFSET, offset), (QUERY_BLOCKS, blocks)):
+def _skip_masked_keys(sch: Schedule, query_block, layout: tuple[int, int, int], key_loops: dict) -> None:
+    """Mark a causal attention's loops for skip_masked_keys: the loop whose index modulo the blocks per head is the
+    query block (with the rows per block, the blocks per head and the keys' offset), and each stage's loop over keys
+    with the keys per iteration."""
+    for key, value in zip((QUERY_ROWS, QUERY_BLOCKS, KEY_OFFSET), layout, strict=True):
         sch.annotate(query_block, key, value)
     for loop, step in key_loops.items():
         sch.annotate(loop, KEY_STEP, step)
@@ -111,8 +109,7 @@ def skip_masked_keys(mod: tvm.IRModule) -> tvm.IRModule:
         return mod
     loop = found[0]
     rows, offset, blocks = (int(loop.annotations[k]) for k in (QUERY_ROWS, KEY_OFFSET, QUERY_BLOCKS))
-    index = tirx.floormod(loop.loop_var, blocks) if blocks else loop.loop_var
-    needed = (index + 1) * rows + offset
+    needed = (tirx.floormod(loop.loop_var, blocks) + 1) * rows + offset
 
     def cut(node):
         if KEY_STEP not in node.annotations:

@@ -23,12 +23,13 @@ from cinn.target import Target
 def optimize(program: Program, passes: bool = True, target: Target | None = None,
              winograd_choices: Mapping[str, int] = MappingProxyType({})) -> Program:
     """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), fuse
-    attention subgraphs into one op (the softmax is still one node), decompose,
-    simplify what the expansions emit, rewrite convs into denser forms (conv_forms), then fold constant subgraphs,
-    mark the attention whose folded bias is causal (mark_causal), merge common subexpressions, drop what no output
-    needs and store constant weights as the kernels read them. The target's rewrites (none without one): on a CPU with VNNI, matmuls and
-    convs of quantized tensors and weights first become integer kernels (integer_kernels), whose channels-last layout
-    then carries from one conv to the next (sink_transposes); on a CPU, stride-1 3x3 convs become Winograd convs
+    attention subgraphs into one op (the softmax is still one node) reading q, k and v sliced from one tensor in place
+    (fold_attention_slices), decompose, simplify what the expansions emit, rewrite convs into denser forms
+    (conv_forms), then fold constant subgraphs, mark the attention whose folded bias is causal (mark_causal), merge
+    common subexpressions, drop what no output needs and store constant weights as the kernels read them. The
+    target's rewrites (none without one): on a CPU with VNNI, matmuls and convs of quantized tensors and weights
+    first become integer kernels (integer_kernels), whose channels-last layout then carries from one conv to the next
+    (sink_transposes); on a CPU, stride-1 3x3 convs become Winograd convs
     where that gains (winograd: by the measured `winograd_choices`, else by its estimate), and depthwise convs with
     narrow rows and the 1x1 convs around them compute channels last (channels_last)."""
     if not passes:
@@ -48,8 +49,8 @@ def winograd_shapes(program: Program, target: Target) -> list[ConvShape]:
 
 def _simplified(program: Program, target: Target | None) -> Program:
     """The target-independent rewrites (and a VNNI CPU's integer kernels), up to the choice of conv algorithms."""
-    program = fold_attention_slices(fuse_attention(simplify(_integer(program) if target is not None and target.has_vnni
-                                                             else program)))
+    program = _integer(program) if target is not None and target.has_vnni else program
+    program = fold_attention_slices(fuse_attention(simplify(program)))
     return dce(cse(mark_causal(fold_constants(conv_forms(simplify(decompose(program)))))))
 
 
