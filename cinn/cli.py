@@ -38,8 +38,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _progress(done: int, total: int) -> None:
-    end = "\n" if done == total else ""
-    print(f"\rcompiling: {done}/{total} kernels", end=end, file=sys.stderr, flush=True)
+    tty = sys.stderr.isatty()  # redrawn in place on a terminal, a line each in a log
+    print(("\r" if tty else "") + f"compiling: {done}/{total} kernels", end="" if tty and done < total else "\n",
+          file=sys.stderr, flush=True)
 
 
 def _read_arguments(args: argparse.Namespace) -> tuple[Target, Program]:

@@ -5,10 +5,15 @@ import contextlib
 import enum
 import functools
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
 from typing import Protocol
+
+import psutil
 
 from cinn.worker_pool import stop_all
 
@@ -57,12 +62,14 @@ def command(prog: str, interrupted: str = "interrupted") -> Callable[[Main], Mai
         def run(argv: Sequence[str] | None = None) -> int:
             try:
                 try:
-                    return main(argv)
+                    with _children_end_on_sigint():
+                        return main(argv)
                 except BaseException:
                     stop_all()  # else the interpreter's exit waits for the builds in flight (minutes for a big kernel)
                     raise
             except KeyboardInterrupt:
-                print(f"{prog}: {interrupted}", file=sys.stderr)
+                newline = "\n" if sys.stderr.isatty() else ""  # after a progress line redrawn in place
+                print(f"{newline}{prog}: {interrupted}", file=sys.stderr)
                 return ExitStatus.INTERRUPTED
             except UsageError as err:
                 return _report(prog, err, ExitStatus.USAGE)
@@ -72,6 +79,27 @@ def command(prog: str, interrupted: str = "interrupted") -> Callable[[Main], Mai
         return run
 
     return decorate
+
+
+@contextlib.contextmanager
+def _children_end_on_sigint() -> Iterator[None]:
+    """SIGINT kills this process's children (build and engine workers, a compiler) before KeyboardInterrupt unwinds
+    the command: none outlives it, or reports on the run given up. Only the main thread can handle signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, _kill_children_and_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _kill_children_and_interrupt(signum: int, frame: FrameType | None) -> None:
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    raise KeyboardInterrupt
 
 
 def _report(prog: str, err: BaseException, status: ExitStatus) -> ExitStatus:
