@@ -30,7 +30,7 @@ import onnx
 
 import cinn
 from cinn.benchmarks.onnx_export import to_onnx
-from cinn.cli import USER_ERRORS
+from cinn.command import USER_ERRORS, ExitStatus
 from cinn.frontend.loading import parse_input_shapes
 from cinn.frontend.zoo import get_model, model_label
 from cinn.utils import SETTLE_S, median_seconds
@@ -308,8 +308,9 @@ class Worker:
                                      stdout=subprocess.PIPE, text=True)
         try:
             self.facts = json.loads(self._reply())
-        except BaseException:
-            self.close()
+        except BaseException:  # an error, Ctrl-C: a worker still preparing would finish its compile first
+            self.proc.kill()
+            self.proc.wait()
             raise
 
     def _reply(self) -> str:
@@ -473,4 +474,7 @@ def _worker_main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_worker_main())
+    try:
+        sys.exit(_worker_main())
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: cinn-bench itself says so, once
+        sys.exit(ExitStatus.INTERRUPTED)

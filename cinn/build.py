@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import tvm
 import tvm_ffi
 from tvm.s_tir import Schedule, Trace
-from tvm.support.popen_pool import PopenPoolExecutor
 
 from cinn import cuda_module, disk_cache, schedules, thread_pool
 from cinn.ops import PatternKind
@@ -25,6 +24,7 @@ from cinn.schedules.cpu_common import parallel_outer
 from cinn.schedules.cuda_common import unbound_blocks
 from cinn.target import NO_PARTIAL_UNROLL, Target
 from cinn.utils import digest_path, file_digest
+from cinn.worker_pool import WorkerPool
 
 
 @dataclass(frozen=True)
@@ -332,5 +332,5 @@ def _build_missing(missing: list[KernelSpec], target: Target, paths: dict, worke
 @functools.cache
 def _pool(workers: int):
     """Worker processes kept for the life of the process (fresh interpreters: no fork of TVM's threads,
-    and no re-import of the user's __main__)."""
-    return PopenPoolExecutor(max_workers=workers)
+    and no re-import of the user's __main__); they die with it."""
+    return WorkerPool(max_workers=workers)

@@ -20,6 +20,7 @@ from onnx import helper
 
 from tests.test_onnx_import import make_model
 from tests.test_robustness import INVALID
+from tests.timeouts import scaled
 
 PADDLE = pathlib.Path(__file__).parent / "fixtures" / "paddle" / "mlp"
 CUTS = (0.0, 0.1, 0.37, 0.5, 0.83, 0.99)
@@ -81,7 +82,7 @@ def _corpus(tmp_path: pathlib.Path) -> list[pathlib.Path]:
 
 def test_malformed_files_are_refused_without_a_crash(tmp_path):
     files = _corpus(tmp_path / "corpus")
-    proc = subprocess.run([sys.executable, "-c", _LOADER, *map(str, files)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", _LOADER, *map(str, files)], capture_output=True, text=True, timeout=scaled(600))
     results = dict(json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT "))
     crashed_on = proc.stdout.strip().splitlines()[-1] if proc.returncode else ""
     assert proc.returncode == 0, f"status {proc.returncode} {crashed_on}: {proc.stderr[-2000:]}"

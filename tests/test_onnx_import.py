@@ -480,11 +480,12 @@ def test_cinn_run_profile_prints_rates_and_percent_of_peak(tmp_path, monkeypatch
 @pytest.mark.parametrize(
     ("args", "status", "message"),
     [
-        (["model.pdmodel"], 1, "no such Paddle model file"),
+        (["model.pdmodel"], 2, "no such Paddle model file"),
         (["model.txt"], 2, "unknown model format"),
-        (["missing.onnx"], 1, "no such ONNX file"),
-        (["tiny.onnx"], 1, "inputs %x:float32[batch, 3] have symbolic dims; pass --input-shape"),
-        (["tiny.onnx", "--input-shape", "x=2,a"], 1, "expected NAME=D0,D1"),
+        (["missing.onnx"], 2, "no such ONNX file"),
+        (["tiny.onnx"], 2, "inputs %x:float32[batch, 3] have symbolic dims; pass --input-shape"),
+        (["tiny.onnx", "--input-shape", "x=2,a"], 2, "expected NAME=D0,D1"),
+        (["tiny.onnx", "--input-shape", "x=2,3", "--log", "missing.jsonl"], 2, "no such schedule log"),
     ],
 )
 def test_cinn_run_user_errors(args, status, message, tmp_path, monkeypatch, capsys):

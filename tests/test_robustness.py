@@ -21,13 +21,14 @@ from cinn.autotune.cost_model import CostModel
 from cinn.frontend.onnx import OnnxImportError
 from cinn.ir import ShapeTooLarge
 from tests.test_onnx_import import make_model
+from tests.timeouts import scaled
 
 F32 = T.FLOAT
 INT32_MIN = np.iinfo(np.int32).min
 
 
 def _in_subprocess(code: str, tmp_path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=scaled(300),
                           cwd=tmp_path)
 
 

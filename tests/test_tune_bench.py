@@ -29,12 +29,13 @@ from cinn.benchmarks.tune_bench import (
 )
 from cinn.benchmarks.tune_worker import workload_task
 from cinn.target import parse_target
+from tests.timeouts import scaled
 
 TINY = "matmul_64"
 
 
 def _settings(**kw) -> BenchSettings:
-    return BenchSettings(parse_target("llvm"), **({"repeat": 3, "warmup": 1, "timeout": 600.0} | kw))
+    return BenchSettings(parse_target("llvm"), **({"repeat": 3, "warmup": 1, "timeout": scaled(600.0)} | kw))
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
