@@ -100,9 +100,10 @@ def _tune(args) -> tuple[list[TaskSummary], list[Verdict]]:
     """Load the model, extract its tasks and tune them; then judge the tuned kernels inside the model."""
     target = parse_target(args.target)
     programs = _load(args.model, args.input_shape, args.shape_hint)
+    # a bad --cost-model file is a usage error (NotACostModel, a ValueError): before any worker starts
+    model = CostModel.load(args.cost_model) if args.cost_model and os.path.exists(args.cost_model) else CostModel(seed=args.seed)
     measure = MeasureConfig(run_timeout=args.timeout, repeat=args.repeat, cache_flush=args.cache_flush)
     runner = RpcRunner(args.rpc_tracker, args.rpc_key, measure) if args.rpc_tracker else LocalRunner(measure)
-    model = CostModel.load(args.cost_model) if args.cost_model and os.path.exists(args.cost_model) else CostModel(seed=args.seed)
     config = TuneConfig(trials=args.trials, batch=args.batch, seed=args.seed, verify=args.verify)
     try:
         # the conv algorithms first: they decide which kernels there are to tune
