@@ -43,7 +43,8 @@ _PLAIN = Rule()
 RULES: Mapping[str, Rule] = {
     **dict.fromkeys(("GetLoops", "GetChildBlocks", "GetConsumers", "GetProducers", "SamplePerfectTile", "Split",
                      "Fuse", "Reorder", "LoopPartition", "Parallel", "Vectorize", "Unroll", "ComputeInline",
-                     "ReverseComputeInline", "ComputeAt", "ReverseComputeAt", "DecomposeReduction", "AddUnitLoop"), _PLAIN),
+                     "ReverseComputeInline", "ComputeAt", "ReverseComputeAt", "DecomposeReduction", "AddUnitLoop",
+                     "RFactor"), _PLAIN),
     "GetSBlock": Rule(names=True),
     "SampleCategorical": Rule(floats=True),
     "Bind": Rule(strings=frozenset({"blockIdx.x", "threadIdx.x"})),

@@ -4,8 +4,10 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import pathlib
 import pkgutil
 import random
+import re
 import subprocess
 import sys
 import warnings
@@ -386,3 +388,13 @@ def test_every_allowed_annotation_is_one_the_schedules_emit():
     keys = _assert_replayable(_sampled_tasks([_causal_attention()], CPU) + winograd, CPU, samples=3)
     keys |= _assert_replayable(_sampled_tasks([_one_vector_conv()], TARGETS["avx2"]), TARGETS["avx2"], samples=3)
     assert keys == set(replay.ANNOTATIONS)
+
+
+def test_every_schedule_primitive_the_schedules_call_is_allowed():
+    """Read from the schedules' source, so a primitive on a path the samples above miss is covered too."""
+    primitives = {m for m in dir(Schedule) if not m.startswith("_")} - {"get", "same_as"}
+    sources = [*pathlib.Path(blocks.__code__.co_filename).parent.glob("*.py"), pathlib.Path(space.__file__)]
+    called = {m for path in sources for m in re.findall(r"\bsch\.(\w+)\(", path.read_text()) if m in primitives}
+    kinds = {m: {"get_sblock": "GetSBlock", "rfactor": "RFactor"}.get(m, m.title().replace("_", "")) for m in called}
+    assert {m for m, kind in kinds.items() if kind not in replay.RULES} == set()
+    assert len(called) > 20
