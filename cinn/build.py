@@ -4,7 +4,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import hashlib
-import json
 import os
 import pathlib
 import tempfile
@@ -14,7 +13,7 @@ from dataclasses import dataclass, field
 
 import tvm
 import tvm_ffi
-from tvm.s_tir import Schedule, Trace
+from tvm.s_tir import Schedule
 
 from cinn import cuda_module, disk_cache, schedules, thread_pool
 from cinn.ops import PatternKind
@@ -22,6 +21,7 @@ from cinn.schedules import apply_default, cpu_attention
 from cinn.schedules.analysis import NOMINAL_SIZES, PLAIN_SCHEDULE, blocks
 from cinn.schedules.cpu_common import parallel_outer
 from cinn.schedules.cuda_common import unbound_blocks
+from cinn.schedules.replay import replay
 from cinn.target import NO_PARTIAL_UNROLL, Target
 from cinn.utils import digest_path, file_digest
 from cinn.worker_pool import WorkerPool
@@ -110,7 +110,7 @@ def _scheduled(mod: tvm.IRModule, spec: KernelSpec, target: Target) -> tuple[Sch
     if spec.trace is None:
         apply_default(sch, spec.kind, target)
     else:
-        Trace.apply_json_to_schedule(json.loads(spec.trace), sch)
+        replay(sch, spec.trace)  # only what cinn's schedules emit: a log's trace could link in code
         check_in_bounds(sch, spec.workload)
     if target.is_cuda:
         _check_bound(sch, spec)

@@ -100,8 +100,9 @@ def _tune(args) -> tuple[list[TaskSummary], list[Verdict]]:
     with reading_arguments():
         target = parse_target(args.target)
         programs = _load(args.model, args.input_shape, args.shape_hint)
-        measure = MeasureConfig(run_timeout=args.timeout, repeat=args.repeat, cache_flush=args.cache_flush)
+        # a bad --cost-model file is a usage error (NotACostModel, a ValueError): before any worker starts
         model = CostModel.load(args.cost_model) if args.cost_model and os.path.exists(args.cost_model) else CostModel(seed=args.seed)
+        measure = MeasureConfig(run_timeout=args.timeout, repeat=args.repeat, cache_flush=args.cache_flush)
         runner = RpcRunner(args.rpc_tracker, args.rpc_key, measure) if args.rpc_tracker else LocalRunner(measure)
     config = TuneConfig(trials=args.trials, batch=args.batch, seed=args.seed, verify=args.verify)
     try:

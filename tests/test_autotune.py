@@ -450,7 +450,7 @@ def test_concurrent_appends_do_not_interleave(tmp_path):
     code = (
         "import sys; from autotune.database import Record, append_records\n"
         "for i in range(150):\n"
-        "    append_records(sys.argv[1], [Record(sys.argv[2] + str(i), 'llvm', 'x' * 3000, (1.0,))])\n"
+        "    append_records(sys.argv[1], [Record(sys.argv[2] + str(i), 'llvm', '[[],' + ' ' * 3000 + '[]]', (1.0,))])\n"
     )
     procs = [subprocess.Popen([sys.executable, "-c", code, str(log), tag]) for tag in ("p", "q")]
     assert all(p.wait(timeout=scaled(120)) == 0 for p in procs)
