@@ -26,6 +26,7 @@ LOW_WATER = 0.8
 # .sha256 and .pkl: what older versions wrote (plain digests, pickled compiles), never read, pruned as entries
 KERNEL_SUFFIXES = (".so", ".src", ".mac", ".sha256")
 COMPILED_FOLDER, COMPILED_SUFFIX, COMPILED_SUFFIXES = "compiled", ".npz", (".npz", ".pkl")
+LOCK = ".lock"
 KERNEL_STEM = re.compile(r"[0-9a-f]{32}")  # cinn.build.cache_key's; a kernel being written has a temporary name
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -40,9 +41,10 @@ class Entry:
 
 
 @contextlib.contextmanager
-def lock(cache_dir: pathlib.Path, exclusive: bool) -> Iterator[None]:
-    """The cache directory's advisory lock: writers and pruning hold it exclusively, readers shared."""
-    with open(cache_dir / ".lock", "a") as f:
+def lock(cache_dir: pathlib.Path, exclusive: bool, name: str = LOCK) -> Iterator[None]:
+    """The cache directory's advisory lock (the entries', else the one named): writers and pruning hold it
+    exclusively, readers shared."""
+    with open(cache_dir / name, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
@@ -68,11 +70,13 @@ def check_entry(files: Sequence[str], secret: bytes) -> None:
                               "user's cinn)")
 
 
-def write_entry(finals: Sequence[str], write: Callable[[list[str]], object], secret: bytes | None) -> None:
+def write_entry(finals: Sequence[str], write: Callable[[list[str]], object], secret: bytes | None,
+                lock_name: str = LOCK) -> None:
     """Write the files of an entry, a library first: temporary files made beside them are filled by write(), the
     library's digest keyed by `secret` is added (none without one), and all are renamed into place together under
-    the cache's lock, so that a reader holding it shared meets them all old or all new (two processes building one
-    kernel write different bytes: one library with the other's digest would be refused). On failure none is left."""
+    the cache's lock (or the one named), so that a reader holding it shared meets them all old or all new (two
+    processes building one kernel write different bytes: one library with the other's digest would be refused). On
+    failure none is left."""
     library = finals[0]
     finals = [*finals, digest_path(library)] if secret is not None else list(finals)
     made: list[str] = []
@@ -86,7 +90,7 @@ def write_entry(finals: Sequence[str], write: Callable[[list[str]], object], sec
             pathlib.Path(made[-1]).write_text(trust.file_mac(made[0], secret, os.path.basename(library)))
         for tmp in made:
             trust.private(tmp)
-        with lock(pathlib.Path(library).parent, exclusive=True):
+        with lock(pathlib.Path(library).parent, exclusive=True, name=lock_name):
             for tmp, final in zip(made, finals, strict=True):
                 os.replace(tmp, final)
     finally:

@@ -25,6 +25,8 @@ from cinn.utils import file_digest
 
 SOURCE = pathlib.Path(__file__).with_name("thread_pool.c")
 LAUNCH_POINTER = "__TVMBackendParallelLaunch"  # the variable a TVM kernel library calls its parallel loops through
+# the pool's own lock: it is loaded while a kernel's load holds the cache's lock shared, and may have to be written
+LOCK = ".thread-pool.lock"
 
 
 class Pool(enum.Enum):
@@ -120,7 +122,7 @@ def _intact(path: pathlib.Path, secret: bytes) -> bool:
     """Whether the built pool is there, whole (a library cut short kills dlopen with SIGBUS) and built by this user's
     cinn (loading another's runs their code); one there whose checks fail is refused with a warning."""
     try:
-        with disk_cache.lock(path.parent, exclusive=False):
+        with disk_cache.lock(path.parent, exclusive=False, name=LOCK):
             if not (path.exists() and os.path.exists(disk_cache.digest_path(path))):
                 return False
             disk_cache.check_entry([str(path)], secret)
@@ -145,7 +147,7 @@ def _compile(path: pathlib.Path, secret: bytes | None) -> None:
         if done.returncode != 0:
             raise subprocess.SubprocessError(f"{cc} failed: {done.stderr.strip()[-400:]}")
 
-    disk_cache.write_entry([str(path)], build, secret)
+    disk_cache.write_entry([str(path)], build, secret, LOCK)
 
 
 def _default_threads() -> int:
