@@ -266,7 +266,7 @@ def build_all(
 
 
 def _writable(cache_dir: pathlib.Path) -> bool:
-    """Whether files can be made in the cache directory (made if missing, writable by its user alone)."""
+    """Whether files can be made in the cache directory (made if missing, writable by none but its user)."""
     try:
         cache_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
         fd, probe = tempfile.mkstemp(dir=cache_dir, prefix=".probe-")

@@ -37,7 +37,7 @@ def encode(value: Any, hint: Any) -> Any:
             raise TypeError(f"{value!r} is not {type_name(hint)}")
         return encode(value, member)
     if origin is tuple:
-        hints = _element_hints(args, len(value)) if isinstance(value, tuple) else None
+        hints = _element_hints(args, len(value)) if isinstance(value, (tuple, list)) else None
         if hints is None:
             raise TypeError(f"{value!r} is not {type_name(hint)}")
         return [encode(x, h) for x, h in zip(value, hints, strict=True)]
@@ -51,9 +51,11 @@ def encode(value: Any, hint: Any) -> Any:
     if hint is float:
         number = int(value) if isinstance(value, (int, np.integer)) else float(value)  # 1 stays 1, 1.0 stays 1.0
         return number if math.isfinite(number) else str(number)
-    if hint in (int, bool, str, type(None)):
-        return hint(value) if value is not None else None
-    raise TypeError(f"the program format cannot hold {type_name(hint)}")
+    if hint not in (int, bool, str, type(None)):
+        raise TypeError(f"the program format cannot hold {type_name(hint)}")
+    if not conforms(value, hint):
+        raise TypeError(f"{value!r} is not {type_name(hint)}")
+    return None if value is None else hint(value)  # numpy's integers as ints
 
 
 def decode(data: Any, hint: Any, where: str) -> Any:
