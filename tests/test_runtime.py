@@ -128,7 +128,7 @@ def test_an_entry_rewritten_while_it_is_read_is_never_seen_half_replaced(tmp_pat
     import threading
     import warnings
 
-    from cinn import build
+    from cinn import build, trust
     from cinn.target import parse_target
 
     target = parse_target("llvm")
@@ -139,12 +139,13 @@ def test_an_entry_rewritten_while_it_is_read_is_never_seen_half_replaced(tmp_pat
         cinn.compile(b.build([b.relu(x)]), cache_dir=tmp_path / f"src{k}")
         libs.append(next((tmp_path / f"src{k}").glob("*.so")).read_bytes())
     path = str(tmp_path / "entry.so")
+    secret = trust.key()
     stop = threading.Event()
 
     def write() -> None:
         try:
             for k in range(200):
-                build._store(path, "source", lambda tmp, k=k: pathlib.Path(tmp).write_bytes(libs[k % 2]))
+                build._store(path, "source", lambda tmp, k=k: pathlib.Path(tmp).write_bytes(libs[k % 2]), secret)
         finally:
             stop.set()
 
