@@ -131,11 +131,11 @@ import os, sys, time
 import cinn, cinn.build
 from tests.test_cli import _model
 
-def slow_build(spec, target, path):  # a kernel that takes minutes to build, as a big one does
+def slow_build(spec, target, path, secret):  # a kernel that takes minutes to build, as a big one does
     os.write(1, b"building\n")  # one write: two workers' lines do not interleave
     time.sleep(3600)
 
-cinn.build.build_kernel = slow_build  # the workers are sent this function, by value
+cinn.build.build_cached = slow_build  # the workers are sent this function, by value
 cinn.compile(cinn.load_onnx(_model(sys.argv[1])), cache_dir=sys.argv[2], workers=2)
 """
 
