@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import sys
@@ -14,6 +15,8 @@ from tvm.support.popen_pool import PopenPoolExecutor
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
+# looked up before any fork: a preexec_fn runs between fork and exec, where little is safe
+_libc = ctypes.CDLL(None, use_errno=True)
 _pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 
 
@@ -61,9 +64,19 @@ def stop_all() -> None:
 def _die_with_parent(parent: int, initializer: Callable[[], None] | None) -> None:
     """Worker initializer: ask the kernel for SIGKILL when the parent ends. Linux sends it when the thread that
     started the worker ends; that is one of the pool's threads, which live as long as the pool."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the request: no signal will come
-            os._exit(1)
+    _ask_death_signal(parent)
     if initializer is not None:
         initializer()
+
+
+def child_dies_with_us() -> Callable[[], None]:
+    """A subprocess preexec_fn: the child (through its exec) gets SIGKILL when the thread that starts it ends, so
+    start it from a thread that lives as long as this process (the main thread)."""
+    return functools.partial(_ask_death_signal, os.getpid())
+
+
+def _ask_death_signal(parent: int) -> None:
+    if sys.platform == "linux":
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the request: no signal will come
+            os._exit(1)

@@ -159,3 +159,51 @@ def test_build_workers_die_with_a_killed_parent(tmp_path):
         for w in workers:  # those this test started, should it fail
             with contextlib.suppress(psutil.Error):
                 w.kill()
+
+
+def test_bench_engine_workers_die_with_a_killed_bench(tmp_path):
+    """cinn-bench killed with SIGKILL while its engines prepare takes its engine workers with it."""
+    bench = COMMANDS[-1]
+    proc = subprocess.Popen(_argv(bench, _model(tmp_path / "three.onnx"), tmp_path, *bench.busy),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(tmp_path))
+    workers: list[psutil.Process] = []
+    try:
+        _read_until(proc, bench.progress)
+        deadline = time.monotonic() + scaled(60)
+        while not workers and time.monotonic() < deadline:  # the line comes just before the worker starts
+            workers = psutil.Process(proc.pid).children()
+            time.sleep(0.1)
+        proc.kill()
+        proc.wait()
+        _, alive = psutil.wait_procs(workers, timeout=scaled(30))
+        assert workers and not alive, "engine workers outlived cinn-bench"
+    finally:
+        proc.kill()
+        for w in workers:
+            with contextlib.suppress(psutil.Error):
+                w.kill()
+
+
+_PARENT = r"""
+import subprocess, sys
+from cinn.worker_pool import child_dies_with_us
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], preexec_fn=child_dies_with_us())
+print(child.pid, flush=True)
+child.wait()
+"""
+
+
+def test_a_child_started_with_child_dies_with_us_dies_with_its_parent():
+    """What cinn-bench's engine workers are started with: SIGKILL to the parent ends a busy child too."""
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = psutil.Process(int(parent.stdout.readline()))
+    try:
+        parent.kill()
+        parent.wait()
+        _, alive = psutil.wait_procs([child], timeout=scaled(30))
+        assert not alive, "the child outlived its parent"
+    finally:
+        parent.kill()
+        with contextlib.suppress(psutil.Error):
+            child.kill()
