@@ -18,6 +18,7 @@ from cinn.benchmarks.real_models import MODELS, light_path  # noqa: E402
 from cinn.frontend.onnx import OnnxImportError  # noqa: E402
 from cinn.machine import Peaks  # noqa: E402
 from cinn.passes.pipeline import optimize  # noqa: E402
+from cinn.passes.simplify import simplify  # noqa: E402
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 RNG = np.random.default_rng(0)
@@ -392,6 +393,46 @@ def test_cnn_block_matches_onnxruntime(tmp_cache):
              ("v", RNG.uniform(0.5, 1, 4).astype("float32")), ("fc", rand(5, 4)), ("fcb", rand(5))]
     model = make_model(nodes, [("x", F32, (1, 3, 8, 8))], [("y", F32, None)], inits)
     assert_matches_ort(model, {"x": rand(1, 3, 8, 8)}, tmp_cache)
+
+
+# -- BatchNormalization after any producer: folded into a conv's or matmul's weights only where that is exact ----
+def _conv(inputs, out, **attrs):
+    return helper.make_node("Conv", inputs, [out], pads=[1, 1, 1, 1], **attrs)
+
+
+_BN_PRODUCERS = {  # name: (the nodes making "p" from x (1, 4, 6, 6) or, for matmul, x2 (5, 8); outputs besides y)
+    "relu": ([helper.make_node("Relu", ["x"], ["p"])], []),
+    "sigmoid": ([helper.make_node("Sigmoid", ["x"], ["p"])], []),
+    "max-pool": ([helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2])], []),
+    "transpose": ([helper.make_node("Transpose", ["x"], ["p"], perm=[0, 1, 3, 2])], []),
+    "conv-without-bias": ([_conv(["x", "w"], "p")], []),
+    "conv-with-bias": ([_conv(["x", "w", "wb"], "p")], []),
+    "conv-with-other-consumers": ([_conv(["x", "w"], "p"), helper.make_node("Relu", ["p"], ["z"])], ["z"]),
+    "grouped-conv": ([_conv(["x", "gw"], "p", group=2)], []),
+    "matmul": ([helper.make_node("MatMul", ["x2", "mw"], ["p"])], []),
+}
+_BN_FOLDED = ("conv-without-bias", "grouped-conv", "matmul")
+
+
+def _bn_model(producer: str) -> onnx.ModelProto:
+    nodes, extra = _BN_PRODUCERS[producer]
+    matmul = producer == "matmul"
+    bn = helper.make_node("BatchNormalization", ["p", "s", "bb", "m", "v"], ["y"], epsilon=1e-3)
+    c = 3 if matmul else 4
+    inits = [("s", rand(c) + 1.5), ("bb", rand(c)), ("m", rand(c)), ("v", RNG.uniform(0.5, 1, c).astype("float32")),
+             ("w", rand(4, 4, 3, 3)), ("wb", rand(4)), ("gw", rand(4, 2, 3, 3)), ("mw", rand(8, 3))]
+    x = ("x2", F32, (5, 8)) if matmul else ("x", F32, (1, 4, 6, 6))
+    used = {i for node in nodes for i in node.input} | {"s", "bb", "m", "v"}
+    return make_model(nodes + [bn], [x], [(o, F32, None) for o in ("y", *extra)], [i for i in inits if i[0] in used])
+
+
+@pytest.mark.parametrize("producer", list(_BN_PRODUCERS))
+def test_batchnorm_after_any_producer_matches_onnxruntime(producer, tmp_cache):
+    model = _bn_model(producer)
+    folded = "batchnorm" not in [n.op for n in simplify(cinn.load_onnx(model)).nodes]
+    assert folded == (producer in _BN_FOLDED)
+    feeds = {"x2": rand(5, 8)} if producer == "matmul" else {"x": rand(1, 4, 6, 6)}
+    assert_matches_ort(model, feeds, tmp_cache, rtol=1e-4)
 
 
 # -- inputs, initializers, errors ---------------------------------------------------------------
