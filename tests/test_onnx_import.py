@@ -683,12 +683,48 @@ def _dynamic_trip_count_model() -> onnx.ModelProto:
     (lambda: _loop_model(4, cond_on_data=True),
      r"Loop is unrolled when converting: its condition before iteration 1 must be a constant"),
     (lambda: _loop_model(3, scan_slice=True), r"Loop's scan output 'scan' changes shape between iterations"),
-    (lambda: _loop_model(1000), r"Loop's body 'body' \(5 nodes\) would be unrolled more than 819 times"),
+    (lambda: _loop_model(1000), r"node 'loop' \(Loop\): Loop's body 'body' \(5 nodes\) would take the nodes converted "
+                                r"from subgraphs over 4101 \(the model's 5 and 4096 more\)"),
     (lambda: _loop_model(0), r"runs no iteration, so its scan outputs \['scan'\] would be empty"),
 ], ids=["dynamic-trip-count", "data-dependent-condition", "changing-scan-shape", "too-many-iterations", "no-iteration"])
 def test_loop_refusals_say_why(model, message):
     with pytest.raises(OnnxImportError, match=message):
         cinn.load_onnx(model())
+
+
+def _nested_loops(depth: int, trips: int, inner: str = "Loop") -> onnx.ModelProto:
+    """y = x + trips**depth: `depth` Loops nested (named loop1, loop2, ... from the outside), the innermost body adding
+    1, or an If (named if) taking a branch that adds 1 when inner is "If"."""
+    n, vi = helper.make_node, helper.make_tensor_value_info
+    head = [vi("i", I64, ()), vi("c_in", TensorProto.BOOL, ()), vi("y_in", F32, (3,))]
+    tail = [vi("c_out", TensorProto.BOOL, ()), vi("y_out", F32, (3,))]
+    add = n("Add", ["y_in", "one"], ["y_out"])
+    if inner == "If":
+        branch = helper.make_graph([n("Add", ["y_in", "one"], ["y_if"])], "then", [], [vi("y_if", F32, (3,))])
+        add = n("If", ["yes"], ["y_out"], name="if", then_branch=branch, else_branch=branch)
+    body = helper.make_graph([add, n("Identity", ["c_in"], ["c_out"])], f"body{depth}", head, tail)
+    for d in range(depth - 1, 0, -1):
+        loop = n("Loop", ["m", "", "y_in"], ["y_out"], name=f"loop{d + 1}", body=body)
+        body = helper.make_graph([loop, n("Identity", ["c_in"], ["c_out"])], f"body{d}", head, tail)
+    inits = [("m", np.array(trips, np.int64)), ("one", np.ones(3, np.float32)), ("yes", np.array(True))]
+    return make_model([n("Loop", ["m", "", "x"], ["y"], name="loop1", body=body)], [("x", F32, (3,))],
+                      [("y", F32, (3,))], inits)
+
+
+@pytest.mark.parametrize("depth,trips,inner", [(3, 30, "Loop"), (2, 60, "Loop"), (2, 64, "If")])
+def test_nested_control_flow_is_limited_over_the_whole_model(depth, trips, inner):
+    # the limit was per Loop: 3 nested Loops of 30 iterations imported as 27,000 nodes, 2 of 60 compiled for minutes
+    outer = r"node 'loop1' \(Loop\): ONNX node 'loop2' \(Loop\): .*"
+    with pytest.raises(OnnxImportError, match=outer + r"would take the nodes converted from subgraphs over \d+ "
+                                              r"\(the model's \d+ and 4096 more\)"):
+        cinn.load_onnx(_nested_loops(depth, trips, inner))
+
+
+@pytest.mark.parametrize("inner", ["Loop", "If"])
+def test_nested_control_flow_within_the_limit_matches_onnxruntime(inner, tmp_cache):
+    model = _nested_loops(3, 4, inner)
+    assert {n.op for n in cinn.load_onnx(model).nodes} <= {"add", "identity"}
+    assert_matches_ort(model, {"x": rand(3)}, tmp_cache)
 
 
 def test_scan_cumulative_sums_both_directions(tmp_cache):

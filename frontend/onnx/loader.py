@@ -31,6 +31,7 @@ from cinn.frontend.onnx.registry import (
     NeedsConstant,
     NodeContext,
     OnnxImportError,
+    SubgraphBudget,
     converter,
     converter_key,
     onnx_dtype,
@@ -90,8 +91,9 @@ def _import(proto: onnx.ModelProto, opset: int, shapes: Mapping[str, Sequence[in
     graph = proto.graph
     b = FoldingBuilder(graph.name or "onnx_model")
     env = _graph_inputs(b, graph, shapes, values)
+    budget = SubgraphBudget(_subgraph_nodes(graph), MAX_UNROLLED_NODES)
     for node in graph.node:
-        _convert(b, node, env, opset)
+        _convert(b, node, env, opset, budget)
     missing = [o.name for o in graph.output if o.name not in env]
     if missing:
         raise OnnxImportError(f"graph outputs {missing} are not produced by any node")
@@ -226,13 +228,13 @@ def _input_dims(name: str, tensor: onnx.TypeProto.Tensor, given: Sequence[int] |
                  for k, d in enumerate(dims))
 
 
-def _convert(b: FoldingBuilder, node: onnx.NodeProto, env: dict[str, Value], opset: int) -> None:
+def _convert(b: FoldingBuilder, node: onnx.NodeProto, env: dict[str, Value], opset: int, budget: SubgraphBudget) -> None:
     """Convert one node, binding its outputs; errors name the node."""
     where = f"ONNX node {node.name or '(unnamed)'!r} ({node.op_type})"
     undefined = [n for n in node.input if n and n not in env]
     if undefined:
         raise OnnxImportError(f"{where}: reads undefined values {undefined}")
-    ctx = NodeContext(b, node, tuple(env[n] if n else None for n in node.input), opset, env)
+    ctx = NodeContext(b, node, tuple(env[n] if n else None for n in node.input), opset, env, budget)
     try:
         outputs = list(CONVERTERS[converter_key(node)](ctx))
     except (ValueError, TypeError, NotImplementedError) as e:
@@ -270,8 +272,15 @@ def _rename(program: Program, renames: dict[str, str]) -> Program:
     )
 
 
-# a Loop or Scan becomes one copy of its body per iteration: the converted graph grows with the trip count
+# a Loop or Scan becomes one copy of its body per iteration, and nested loops multiply: the nodes converted from
+# subgraphs may exceed those the model holds in subgraphs by this many, counted over the whole model
 MAX_UNROLLED_NODES = 4096
+
+
+def _subgraph_nodes(graph: onnx.GraphProto) -> int:
+    """The nodes of every subgraph in a graph, nested ones included."""
+    return sum(len(g.node) + _subgraph_nodes(g) for node in graph.node for a in node.attribute
+               for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs))
 
 
 class Direction(enum.IntEnum):
@@ -294,7 +303,6 @@ class _Body:
     graph: onnx.GraphProto
     what: str
     constants: Mapping[str, Value]
-    runs: int = 0
 
     @classmethod
     def of(cls, ctx: NodeContext, attr: str, what: str) -> _Body:
@@ -305,16 +313,12 @@ class _Body:
         return cls(ctx, graph, f"{what} {graph.name!r}", constants)
 
     def run(self, inputs: Sequence[Value]) -> list[Value]:
-        """The body's outputs, its inputs bound to `inputs`; repeated runs are limited to MAX_UNROLLED_NODES nodes."""
-        size = max(len(self.graph.node), 1)
-        if self.runs and (self.runs + 1) * size > MAX_UNROLLED_NODES:
-            raise OnnxImportError(f"{self.what} ({len(self.graph.node)} nodes) would be unrolled more than {self.runs} "
-                                  f"times, over {MAX_UNROLLED_NODES} nodes in all")
-        self.runs += 1
+        """The body's outputs, its inputs bound to `inputs`; each run is charged to the import's subgraph budget."""
+        self.ctx.budget.charge(len(self.graph.node), self.what)
         env = {**self.ctx.scope, **self.constants}
         env.update((i.name, v) for i, v in zip(self.graph.input, inputs, strict=True))
         for node in self.graph.node:
-            _convert(self.ctx.b, node, env, self.ctx.opset)
+            _convert(self.ctx.b, node, env, self.ctx.opset, self.ctx.budget)
         missing = [o.name for o in self.graph.output if o.name not in env]
         if missing:
             raise OnnxImportError(f"{self.what} does not produce its outputs {missing}")
