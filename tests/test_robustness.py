@@ -286,6 +286,52 @@ def test_huge_shapes_are_refused_where_they_are_made():
         b.conv2d(x, w, paddings=[10**6] * 2)
 
 
+def _const_node(op: str, inits: list, attrs: dict | None = None, inputs: list | None = None) -> onnx.ModelProto:
+    """A model of one node `n` over initializers (and graph inputs), its output y of an inferred shape."""
+    names = [name for name, _ in inits]
+    node = helper.make_node(op, [i[0] for i in inputs or []] + names, ["y"], name="n", **(attrs or {}))
+    return make_model([node], list(inputs or []), [("y", F32 if op != "Range" else T.INT64, None)], inits)
+
+
+HUGE_CONSTANTS = {  # sizes that numpy tried to allocate before any check (MemoryError), or whose element count
+    # overflowed int64 in the check itself (accepted)
+    "ConstantOfShape [2**31, 4]": _const_node("ConstantOfShape", [("s", np.array([2**31, 4], np.int64))]),
+    "ConstantOfShape [2**32, 2**32]": _const_node("ConstantOfShape", [("s", np.array([2**32, 2**32], np.int64))]),
+    "OneHot depth 2**33": _const_node("OneHot", [("d", np.array(2**33, np.int64)), ("v", np.array([0, 1], np.float32))],
+                                      inputs=[("i", T.INT64, [2])]),
+    "Range 0 to 2**40": _const_node("Range", [("a", np.array(0, np.int64)), ("b", np.array(2**40, np.int64)),
+                                              ("d", np.array(1, np.int64))]),
+    "Tile by [2**32, 2**32]": _const_node("Tile", [("r", np.array([2**32, 2**32], np.int64))], inputs=[("x", F32, [2, 3])]),
+    "Expand to [2**32, 2**32]": _const_node("Expand", [("s", np.array([2**32, 2**32], np.int64))], inputs=[("x", F32, [1, 1])]),
+    "Resize to sizes [2**40, 2**40]": make_model(
+        [helper.make_node("Resize", ["x", "", "", "s"], ["y"], name="n")], [("x", F32, [1, 1, 2, 2])], [("y", F32, None)],
+        [("s", np.array([1, 1, 2**40, 2**40], np.int64))]),
+}
+
+
+@pytest.mark.parametrize("case", list(HUGE_CONSTANTS))
+def test_huge_shapes_from_constants_are_refused_naming_the_node(case):
+    with pytest.raises(ShapeTooLarge, match=r"ONNX node 'n' \(\w+\): .*a tensor may have at most 2147483647"):
+        cinn.load_onnx(HUGE_CONSTANTS[case])
+
+
+def test_a_constant_too_large_to_fold_is_computed_at_run_time():
+    # a 128 MiB ConstantOfShape was allocated, filled and stored in the program at import
+    program = cinn.load_onnx(_const_node("ConstantOfShape", [("s", np.array([4096, 8192], np.int64))]))
+    assert sum(a.nbytes for a in program.constants.values()) < 1024
+    assert program.outputs[0].shape == (4096, 8192)
+
+
+def test_a_huge_paddle_fill_constant_is_refused_naming_the_op(tmp_path):
+    from tests.test_paddle_import import legacy_program
+
+    path = tmp_path / "fill.pdmodel"
+    legacy_program(path, {"x": (2,)}, [("fill_constant", {}, {"Out": ["y"]}, {"shape": [2**16, 2**16], "dtype": 5,
+                                                                              "value": 1.0})], ["y"])
+    with pytest.raises(ShapeTooLarge, match=r"Paddle op fill_constant 'y': .*a tensor may have at most 2147483647"):
+        cinn.load_paddle(path)
+
+
 # -- 8. tuning ------------------------------------------------------------------------------------------
 def test_cost_model_is_written_atomically(tmp_path, monkeypatch):
     path = tmp_path / "xgb.npz"

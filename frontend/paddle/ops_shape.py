@@ -129,7 +129,7 @@ def shape(ctx: OpContext):
 @converter("full")
 def full(ctx: OpContext):
     dtype = dtype_of_name(ctx.attr("dtype"), "full")
-    return [ctx.b.create_constant(np.full(ctx.attr("shape"), ctx.attr("value"), dtype), dtype=dtype)]
+    return [ctx.b.full(ctx.attr("shape"), np.array(ctx.attr("value"), dtype))]
 
 
 @converter("fill_constant")
@@ -139,7 +139,7 @@ def fill_constant(ctx: OpContext):
     # str_value keeps int64 values exactly (the float `value` may round them)
     value = (int(float(text)) if np.dtype(dtype).kind in "iu" else float(text)) if text else ctx.attr("value", 0.0)
     dims = ctx.int_array("shape", 0, "the shape", tensor_slots=("ShapeTensor", "ShapeTensorList"))
-    return [ctx.b.create_constant(np.full(dims, value, dtype), dtype=dtype)]
+    return [ctx.b.full(dims, np.array(value, dtype))]
 
 
 @converter("full_int_array")
