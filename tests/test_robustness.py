@@ -332,6 +332,55 @@ def test_a_huge_paddle_fill_constant_is_refused_naming_the_op(tmp_path):
         cinn.load_paddle(path)
 
 
+def _resize(scales, op: str = "Resize", opset: int = 17, **attrs) -> onnx.ModelProto:
+    """A Resize (or Upsample) node 'n' of a (1, 1, 4, 4) input by constant scales (Upsample-7: its attribute)."""
+    scales = np.array(scales, np.float32)
+    inputs = {"Resize": ["x", "", "s"], "Upsample": ["x", "s"]}[op]
+    if opset < 9:
+        inputs, attrs = ["x"], {**attrs, "scales": scales.tolist()}
+    node = helper.make_node(op, inputs, ["y"], name="n", **attrs)
+    return make_model([node], [("x", F32, [1, 1, 4, 4])], [("y", F32, None)], [("s", scales)] if opset >= 9 else [],
+                      opset=opset)
+
+
+NON_FINITE = {
+    "Resize scales inf": (_resize([1, 1, np.inf, np.inf]), r"scales \(1\.0, 1\.0, inf, inf\) must be finite and positive"),
+    "Resize scales nan": (_resize([1, 1, np.nan, 2]), r"scales \(1\.0, 1\.0, nan, 2\.0\) must be finite and positive"),
+    "Resize scales 1e30": (_resize([1, 1, 1e30, 1e30]), r"resize: output shape \(1, 1, 4\d+, 4\d+\) has 1\.6e\+61 elements"),
+    "Resize cubic_coeff_a nan": (_resize([1, 1, 2, 2], mode="cubic", cubic_coeff_a=float("nan")),
+                                 r"cubic_coeff_a \(nan,\) must be finite"),
+    "Upsample-9 scales inf": (_resize([1, 1, np.inf, 2], "Upsample", 9), r"scales \(1\.0, 1\.0, inf, 2\.0\) must be finite"),
+    "Upsample-7 scales nan": (_resize([1, 1, np.nan, 2], "Upsample", 7), r"scales \(1\.0, 1\.0, nan, 2\.0\) must be finite"),
+}
+
+
+@pytest.mark.parametrize("case", list(NON_FINITE))
+def test_non_finite_or_absurd_attributes_are_refused_naming_the_node(case):
+    model, message = NON_FINITE[case]
+    with pytest.raises(ValueError, match=r"ONNX node 'n' \((Resize|Upsample)\): " + message):
+        cinn.load_onnx(model)
+
+
+def test_non_finite_op_attributes_are_refused_naming_the_op():
+    b = cinn.NetBuilder("p")
+    x = b.create_input("float32", (1, 1, 4, 4), "x")
+    with pytest.raises(ValueError, match=r"resize: scales \(inf, 2\.0\) must be 2 positive finite factors"):
+        b.resize(x, out_shape=[8, 8], scales=[float("inf"), 2.0])
+    for end in (float("inf"), float("nan")):
+        with pytest.raises(ValueError, match=r"arange: start, end and step must be finite"):
+            b.arange(start=0, end=end)
+
+
+def test_a_non_finite_paddle_fill_value_for_integers_is_refused_naming_the_op(tmp_path):
+    from tests.test_paddle_import import legacy_program
+
+    path = tmp_path / "fill.pdmodel"
+    legacy_program(path, {"x": (2,)}, [("fill_constant", {}, {"Out": ["y"]}, {"shape": [2], "dtype": 3,
+                                                                              "str_value": "inf"})], ["y"])
+    with pytest.raises(ValueError, match=r"Paddle op fill_constant 'y': value 'inf' is not a finite number"):
+        cinn.load_paddle(path)
+
+
 # -- 8. tuning ------------------------------------------------------------------------------------------
 def test_cost_model_is_written_atomically(tmp_path, monkeypatch):
     path = tmp_path / "xgb.npz"
