@@ -456,6 +456,38 @@ def test_initializer_listed_as_input_is_a_constant():
     assert [v.name for v in program.outputs] == ["y"]
 
 
+def _ir3_model(listed: tuple[str, ...] = ()) -> onnx.ModelProto:
+    """y = relu(x @ w + b) at IR version 3 (opset 8), as old exporters and onnx's version converter write it: the
+    initializers w and b are graph inputs only where `listed` names them."""
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["a"]),
+                        helper.make_node("Relu", ["a"], ["y"])],
+                       [("x", F32, (2, 4))] + [(n, F32, (4, 3) if n == "w" else (3,)) for n in listed],
+                       [("y", F32, (2, 3))], [("w", rand(4, 3)), ("b", rand(3))], opset=8)
+    model.ir_version = 3
+    del model.opset_import[1:]  # IR 3 has no other domains
+    return model
+
+
+@pytest.mark.parametrize("listed", [(), ("b",), ("w", "b")], ids=["none-listed", "some-listed", "all-listed"])
+def test_ir3_initializers_missing_from_the_graph_inputs_are_constants(listed, tmp_cache):
+    # refused before: "w in initializer but not in graph input" (onnxruntime and OpenVINO run such files)
+    model = _ir3_model(listed)
+    program = cinn.load_onnx(model)
+    assert [v.name for v in program.inputs] == ["x"] and {"w", "b"} <= set(program.constants)
+    assert_matches_ort(model, {"x": rand(2, 4)}, tmp_cache)
+
+
+def test_ir3_initializers_are_still_checked():
+    model = _ir3_model()
+    model.graph.initializer[1].dims[:] = [4]  # b holds 3 values
+    with pytest.raises(OnnxImportError, match=r"invalid ONNX model: TensorProto \(tensor name: b\) raw_data size"):
+        cinn.load_onnx(model)
+    model = _ir3_model()
+    model.graph.node.append(helper.make_node("Neg", ["x"], ["w"]))  # a node output named like an initializer
+    with pytest.raises(OnnxImportError, match=r"invalid ONNX model: .*SSA.*'w' has been used as output names"):
+        cinn.load_onnx(model)
+
+
 def test_unsupported_ops_listed_in_one_error():
     n = helper.make_node
     nodes = [n("Relu", ["x"], ["a"]), n("Foo", ["a"], ["b"], name="foo1"), n("Bar", ["b"], ["c"], name="bar1"),

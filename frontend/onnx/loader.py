@@ -134,6 +134,7 @@ def _with_external_data(model: onnx.ModelProto, base_dir: str) -> onnx.ModelProt
 def _check(proto: onnx.ModelProto, source: str) -> None:
     """onnx.checker (schemas, SSA form) and strict type and shape inference, as onnxruntime refuses the
     same models; its messages name the node ('node name: n' or '==> Context: ... Name: n')."""
+    proto = _initializers_declared(proto)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
@@ -148,6 +149,21 @@ def _check(proto: onnx.ModelProto, source: str) -> None:
 
 
 _NO_SHAPE = "Field 'shape' of 'type' is required but missing"
+
+
+def _initializers_declared(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model to check: at IR < 4 the checker wants every initializer of the main graph to be a graph input too,
+    yet onnxruntime and OpenVINO read one that is not as a constant (as IR 4 does, and as the loader reads every
+    initializer), so a copy declares those as inputs. A subgraph's inputs are positional (a Loop body's iteration
+    number, condition, state): one of its initializers missing from them stays refused."""
+    listed = {i.name for i in proto.graph.input}
+    missing = [t for t in proto.graph.initializer if t.name not in listed]
+    if proto.ir_version >= 4 or not missing:
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    copy.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in missing)
+    return copy
 
 
 def _refuse(e: Exception, source: str) -> None:
