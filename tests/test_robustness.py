@@ -454,6 +454,29 @@ def test_feeds_given_as_a_list_get_a_clear_error(tmp_cache):
         exe.run([np.zeros(2, np.float32)])
 
 
+BAD_FEEDS = {  # numpy's own message (no input named), "has shape ()", "has dtype object"
+    "ragged": ([[1.0, 2.0], [3.0]], ValueError, r"run: input 'x' cannot be read as one array \(setting an array "
+                                                  r"element with a sequence.*\); expected float32 of shape \(2, 2\)"),
+    "None": (None, TypeError, r"run: input 'x' is None; expected float32 of shape \(2, 2\)"),
+    "huge int": (2**70, TypeError, r"run: input 'x' holds 1180591620717411303424, an integer that does not fit 64 bits"),
+    "None inside": ([[1.0, None], [2.0, 3.0]], TypeError, r"run: input 'x' holds None, which is not a number"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FEEDS))
+def test_feeds_numpy_cannot_read_as_numbers_are_named(case, tmp_cache):
+    feed, error, message = BAD_FEEDS[case]
+    b = cinn.NetBuilder("p")
+    exe = cinn.compile(b.build([b.relu(b.create_input("float32", (2, 2), "x"))]), cache_dir=tmp_cache)
+    with pytest.raises(error, match=message):
+        exe.run({"x": feed})
+    b = cinn.NetBuilder("p")
+    dynamic = cinn.compile(b.build_symbolic([b.relu(b.create_input("float32", ("n", 2), "x"))]), cache_dir=tmp_cache,
+                           shape_hints={"n": [2]}, symbolic_kernels=False)
+    with pytest.raises(error, match=message.replace(r"\(2, 2\)", r"\(n, 2\)")):
+        dynamic.run({"x": feed})
+
+
 @pytest.mark.parametrize("shape", [(2.5, 3), "34"])
 def test_non_integer_input_shapes_are_refused(shape):
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, ["n", 3])], [("y", F32, ["n", 3])])
