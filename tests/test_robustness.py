@@ -320,6 +320,10 @@ def test_a_constant_too_large_to_fold_is_computed_at_run_time():
     program = cinn.load_onnx(_const_node("ConstantOfShape", [("s", np.array([4096, 8192], np.int64))]))
     assert sum(a.nbytes for a in program.constants.values()) < 1024
     assert program.outputs[0].shape == (4096, 8192)
+    value = numpy_helper.from_array(np.array([0.1], np.float64))
+    program = cinn.load_onnx(make_model([helper.make_node("ConstantOfShape", ["s"], ["y"], value=value)], [],
+                                        [("y", T.DOUBLE, [2, 3])], [("s", np.array([2, 3], np.int64))]))
+    assert program.outputs[0].dtype == "float64" and program.constants[program.outputs[0].name].dtype == np.float64
 
 
 def test_a_huge_paddle_fill_constant_is_refused_naming_the_op(tmp_path):
@@ -371,13 +375,17 @@ def test_non_finite_op_attributes_are_refused_naming_the_op():
             b.arange(start=0, end=end)
 
 
-def test_a_non_finite_paddle_fill_value_for_integers_is_refused_naming_the_op(tmp_path):
+@pytest.mark.parametrize("text,dtype,message", [("inf", 3, r"value 'inf' is not a finite number, as a fill of int64"),
+                                                ("nan", 2, r"value 'nan' is not a finite number, as a fill of int32"),
+                                                ("1e30", 3, r"value '1e30' does not fit int64")])
+def test_a_paddle_integer_fill_value_that_is_not_an_integer_of_its_dtype_is_refused(text, dtype, message, tmp_path):
+    # int(float("inf")) raised a bare OverflowError
     from tests.test_paddle_import import legacy_program
 
     path = tmp_path / "fill.pdmodel"
-    legacy_program(path, {"x": (2,)}, [("fill_constant", {}, {"Out": ["y"]}, {"shape": [2], "dtype": 3,
-                                                                              "str_value": "inf"})], ["y"])
-    with pytest.raises(ValueError, match=r"Paddle op fill_constant 'y': value 'inf' is not a finite number"):
+    legacy_program(path, {"x": (2,)}, [("fill_constant", {}, {"Out": ["y"]}, {"shape": [2], "dtype": dtype,
+                                                                              "str_value": text})], ["y"])
+    with pytest.raises(ValueError, match=r"Paddle op fill_constant 'y': " + message):
         cinn.load_paddle(path)
 
 

@@ -145,7 +145,7 @@ def fill_constant(ctx: OpContext):
 
 
 def _fill_value(text: str, dtype: str) -> float | int:
-    """fill_constant's str_value as a number of its dtype; an integer fill must be a finite number."""
+    """fill_constant's str_value as a number of its dtype; an integer fill must be a finite number in its range."""
     try:
         value = float(text)
     except ValueError:
@@ -154,7 +154,11 @@ def _fill_value(text: str, dtype: str) -> float | int:
         return value
     if not math.isfinite(value):
         raise PaddleImportError(f"value {text!r} is not a finite number, as a fill of {dtype} must be")
-    return int(value)
+    exact = int(text) if text.lstrip("+-").isdigit() else int(value)  # int64 values beyond 2**53 stay exact
+    info = np.iinfo(dtype)
+    if not info.min <= exact <= info.max:
+        raise PaddleImportError(f"value {text!r} does not fit {dtype} [{info.min}, {info.max}]")
+    return exact
 
 
 @converter("full_int_array")
