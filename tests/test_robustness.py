@@ -389,6 +389,16 @@ def test_a_paddle_integer_fill_value_that_is_not_an_integer_of_its_dtype_is_refu
         cinn.load_paddle(path)
 
 
+def test_a_paddle_int64_fill_value_is_read_exactly(tmp_path):
+    from tests.test_paddle_import import legacy_program
+
+    path = tmp_path / "fill.pdmodel"
+    legacy_program(path, {"x": (2,)}, [("fill_constant", {}, {"Out": ["y"]}, {"shape": [2], "dtype": 3,
+                                                                              "str_value": str(2**53 + 1)})], ["y"])
+    program = cinn.load_paddle(path)
+    np.testing.assert_array_equal(program.constants[program.outputs[0].name], [2**53 + 1] * 2)
+
+
 # -- 8. tuning ------------------------------------------------------------------------------------------
 def test_cost_model_is_written_atomically(tmp_path, monkeypatch):
     path = tmp_path / "xgb.npz"
