@@ -759,6 +759,22 @@ def test_nested_control_flow_within_the_limit_matches_onnxruntime(inner, tmp_cac
     assert_matches_ort(model, {"x": rand(3)}, tmp_cache)
 
 
+def test_a_subgraph_initializer_becomes_one_constant_however_often_its_graph_runs(tmp_cache):
+    # an If branch's initializer was copied for every iteration of the enclosing Loop (memory grew with the trips)
+    n, vi = helper.make_node, helper.make_tensor_value_info
+    branch = helper.make_graph([n("Add", ["y_in", "big"], ["y_if"])], "then", [], [vi("y_if", F32, (3,))],
+                               [numpy_helper.from_array(np.array([0.25, 0.5, 0.75], np.float32), "big")])
+    body = helper.make_graph([n("If", ["yes"], ["y_out"], then_branch=branch, else_branch=branch),
+                              n("Identity", ["c_in"], ["c_out"])], "body",
+                             [vi("i", I64, ()), vi("c_in", TensorProto.BOOL, ()), vi("y_in", F32, (3,))],
+                             [vi("c_out", TensorProto.BOOL, ()), vi("y_out", F32, (3,))])
+    model = make_model([n("Loop", ["m", "", "x"], ["y"], body=body)], [("x", F32, (3,))], [("y", F32, (3,))],
+                       [("m", np.array(20, np.int64)), ("yes", np.array(True))])
+    program = cinn.load_onnx(model)
+    assert [a.tolist() for a in program.constants.values()].count([0.25, 0.5, 0.75]) == 1
+    assert_matches_ort(model, {"x": rand(3)}, tmp_cache)
+
+
 def test_scan_cumulative_sums_both_directions(tmp_cache):
     """Scan over axis 1 of x twice, forward and reverse: running sums (outputs written in the same directions, one
     along axis 1 and one along axis -1), and the totals as the final states."""

@@ -325,7 +325,8 @@ class _Body:
         """The node's graph attribute `attr`, refused up front when it uses an unsupported op."""
         graph = ctx.attr(attr, None)
         _check_supported(graph)
-        constants = {t.name: ctx.b.create_constant(tensor_to_array(t)) for t in graph.initializer}
+        constants = ctx.budget.constants(graph, lambda: {t.name: ctx.b.create_constant(tensor_to_array(t))
+                                                         for t in graph.initializer})
         return cls(ctx, graph, f"{what} {graph.name!r}", constants)
 
     def run(self, inputs: Sequence[Value]) -> list[Value]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,11 +39,19 @@ class NeedsConstant(OnnxImportError):
 class SubgraphBudget:
     """The nodes one import may convert from subgraphs (If's branches, Loop's and Scan's bodies, each run converting
     its nodes once more): those the model holds and `extra` more, shared by the whole model, so that nested loops
-    cannot multiply past it."""
+    cannot multiply past it. Each subgraph's initializers become constants once, however often it runs."""
 
     own: int
     extra: int
     converted: int = 0
+    # id of a subgraph -> (the subgraph, kept alive so that no other message takes its id; its constants)
+    _constants: dict[int, tuple[onnx.GraphProto, Mapping[str, Value]]] = field(default_factory=dict)
+
+    def constants(self, graph: onnx.GraphProto, make: Callable[[], Mapping[str, Value]]) -> Mapping[str, Value]:
+        """The subgraph's initializers as constants: made by `make` on its first run, the same values after."""
+        if id(graph) not in self._constants:
+            self._constants[id(graph)] = (graph, make())
+        return self._constants[id(graph)][1]
 
     def charge(self, nodes: int, what: str) -> None:
         """Count one run of a subgraph of `nodes` nodes, refused past the budget."""
