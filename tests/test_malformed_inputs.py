@@ -2,7 +2,8 @@
 
 The corpus is made from the repository's own valid models: each ONNX and Paddle file empty, as random bytes, and cut
 at several points (model and parameter files alike), plus the invalid-model cases of tests/test_robustness.py (huge
-or non-finite constants and attributes among them) and nested loops past the import limit. All
+or non-finite constants and attributes among them), nested loops past the import limit and causal attention over
+60000 positions. All
 files load in one subprocess, which prints each file's name before loading it: a crash fails the test and names the
 file that caused it.
 """
@@ -21,7 +22,7 @@ from onnx import helper
 
 from tests.test_onnx_import import _nested_loops, make_model
 from tests.test_paddle_import import legacy_program
-from tests.test_robustness import HUGE_CONSTANTS, INVALID, NON_FINITE
+from tests.test_robustness import HUGE_CONSTANTS, INVALID, NON_FINITE, _long_attention
 
 PADDLE = pathlib.Path(__file__).parent / "fixtures" / "paddle" / "mlp"
 CUTS = (0.0, 0.1, 0.37, 0.5, 0.83, 0.99)
@@ -74,7 +75,8 @@ def _corpus(tmp_path: pathlib.Path) -> list[pathlib.Path]:
             variants = _variants(PADDLE / fmt / name, tmp_path / fmt, rng)
             files += [v.parent / model for v in variants]  # a cut parameter file is read through its model
     models = [m for m, _ in INVALID.values()] + list(HUGE_CONSTANTS.values()) + [m for m, _ in NON_FINITE.values()]
-    for i, model in enumerate([*models, _nested_loops(3, 30)]):
+    models += [_nested_loops(3, 30), _long_attention(causal=1), _long_attention(causal=1, op="com.microsoft")]
+    for i, model in enumerate(models):
         onnx.save(model, tmp_path / f"invalid{i}.onnx")
         files.append(tmp_path / f"invalid{i}.onnx")
     fills = {"huge": {"shape": [2**16, 2**16], "dtype": 5, "value": 1.0}, "inf": {"shape": [2], "dtype": 3, "str_value": "inf"}}
@@ -92,7 +94,7 @@ def test_malformed_files_are_refused_without_a_crash(tmp_path):
     results = dict(json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT "))
     crashed_on = proc.stdout.strip().splitlines()[-1] if proc.returncode else ""
     assert proc.returncode == 0, f"status {proc.returncode} {crashed_on}: {proc.stderr[-2000:]}"
-    assert len(results) == len(files) == 59
+    assert len(results) == len(files) == 61
     accepted = [p for p, outcome in results.items() if outcome == "accepted"]
     assert not accepted, f"malformed files accepted: {accepted}"
     unclear = {p: o for p, o in results.items() if not o.startswith(EXPECTED) or len(o.split(": ", 1)[-1]) < 10}

@@ -315,6 +315,28 @@ def test_huge_shapes_from_constants_are_refused_naming_the_node(case):
         cinn.load_onnx(HUGE_CONSTANTS[case])
 
 
+def _long_attention(causal: int, op: str = "Attention") -> onnx.ModelProto:
+    """Attention of 60000 queries over as many keys (one head of 1 dim), causal or not."""
+    inputs = [(n, F32, [1, 1, 60000, 1]) for n in ("q", "k", "v")]
+    if op == "Attention":
+        node = helper.make_node("Attention", ["q", "k", "v"], ["y"], name="n", is_causal=causal)
+        return make_model([node], inputs, [("y", F32, None)], opset=23)
+    node = helper.make_node("Attention", ["x", "w", "b"], ["y"], name="n", domain="com.microsoft", num_heads=1,
+                            unidirectional=causal)
+    return make_model([node], [("x", F32, [1, 60000, 2])], [("y", F32, None)],
+                      [("w", np.ones((2, 6), np.float32)), ("b", np.zeros(6, np.float32))])
+
+
+def test_attention_position_masks_are_sized_before_they_are_made():
+    # the query-key position offsets ([queries, keys] int64: 29 GiB here) were computed for every Attention node,
+    # causal or not, before any size check
+    program = cinn.load_onnx(_long_attention(causal=0))
+    assert sum(a.nbytes for a in program.constants.values()) < 1024
+    for model in (_long_attention(causal=1), _long_attention(causal=1, op="com.microsoft")):
+        with pytest.raises(ShapeTooLarge, match=r"ONNX node 'n' \(Attention\): .*\(60000, 60000\) has 3\.6e\+09 elements"):
+            cinn.load_onnx(model)
+
+
 def test_a_constant_too_large_to_fold_is_computed_at_run_time():
     # a 128 MiB ConstantOfShape was allocated, filled and stored in the program at import
     program = cinn.load_onnx(_const_node("ConstantOfShape", [("s", np.array([4096, 8192], np.int64))]))
