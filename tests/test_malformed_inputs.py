@@ -3,9 +3,8 @@
 The corpus is made from the repository's own valid models: each ONNX and Paddle file empty, as random bytes, and cut
 at several points (model and parameter files alike), plus the invalid-model cases of tests/test_robustness.py (huge
 or non-finite constants and attributes among them), nested loops past the import limit and causal attention over
-60000 positions. All
-files load in one subprocess, which prints each file's name before loading it: a crash fails the test and names the
-file that caused it.
+60000 positions. All files load in one subprocess, which prints each file's name before loading it: a crash fails
+the test and names the file that caused it.
 """
 from __future__ import annotations
 
