@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -53,7 +54,7 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # exact: numpy's int64 product wraps (2**32 * 2**32 is 0)
 
     @property
     def nbytes(self) -> int:
