@@ -1,6 +1,9 @@
 """3-D Conv, ConvTranspose and pooling (decomposed onto the 2-D ops) against onnxruntime."""
 from __future__ import annotations
 
+import ctypes
+import mmap
+
 import numpy as np
 import pytest
 
@@ -10,7 +13,7 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 import cinn  # noqa: E402
-from tests.test_onnx_import import assert_matches_ort, make_model, rand  # noqa: E402
+from tests.test_onnx_import import assert_matches_ort, make_model, ort_run, rand  # noqa: E402
 
 F32 = TensorProto.FLOAT
 CONVS = [  # (input, weights, attributes)
@@ -92,3 +95,119 @@ def test_conv3d_runs_on_gpu(x_shape, w_shape, attrs, tmp_cache):
     model, x = _conv_model(x_shape, w_shape, attrs), rand(*x_shape)
     (got,) = cinn.compile(cinn.load_onnx(model), target="cuda", cache_dir=tmp_cache).run({"x": x})
     np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+# -- real sizes: the convs of an 18-layer R3D video network (input 1x3x8x112x112) --------------------------------
+R3D_CONVS = [  # (input, weights, strides, pads): the stem, then each stage's first conv; depth 8 -> 4 -> 2 -> 1
+    ((1, 3, 8, 112, 112), (64, 3, 3, 7, 7), (1, 2, 2), (1, 3, 3)),
+    ((1, 64, 8, 56, 56), (64, 64, 3, 3, 3), (1, 1, 1), (1, 1, 1)),
+    ((1, 64, 8, 56, 56), (128, 64, 3, 3, 3), (2, 2, 2), (1, 1, 1)),
+    ((1, 128, 4, 28, 28), (256, 128, 3, 3, 3), (2, 2, 2), (1, 1, 1)),
+    ((1, 256, 2, 14, 14), (512, 256, 3, 3, 3), (2, 2, 2), (1, 1, 1)),
+    ((1, 512, 1, 7, 7), (512, 512, 3, 3, 3), (1, 1, 1), (1, 1, 1)),
+    ((1, 256, 2, 14, 14), (512, 256, 1, 1, 1), (2, 2, 2), (0, 0, 0)),
+]
+
+
+PROT_NONE = 0  # mprotect's "no access" (the mmap module exports PROT_READ and PROT_WRITE only)
+
+
+def _guarded(shape, at_end: bool = False) -> np.ndarray:
+    """Random float32 data between two inaccessible regions as large as itself, against the first or the last: a
+    kernel that reads before or past the array (up to its size) dies at once, where a read out of bounds elsewhere
+    may go unseen or crash only sometimes."""
+    page, nbytes = mmap.PAGESIZE, int(np.prod(shape)) * 4
+    span = -(-nbytes // page) * page
+    buf = mmap.mmap(-1, 3 * span)
+    start = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    for guard in (start, start + 2 * span):
+        assert libc.mprotect(guard, span, PROT_NONE) == 0, ctypes.get_errno()
+    x = np.frombuffer(buf, np.float32, int(np.prod(shape)), span + (span - nbytes if at_end else 0)).reshape(shape)
+    x[...] = rand(*shape)
+    return x
+
+
+@pytest.mark.parametrize("at_end", [False, True])
+@pytest.mark.parametrize(("shape", "pads"), [((1, 3, 4, 64, 64), [0, 0, 1, 0, 0, 0, 0, 1, 0, 0]),
+                                             ((1, 3, 64, 64), [0, 0, 0, 2, 0, 0, 0, 3])])
+def test_pad_reads_only_inside_its_input(shape, pads, at_end, tmp_cache):
+    """A constant Pad loads its input only inside it: it read x[-1] and x[d] at the borders (a Select loads both
+    sides, and TVM had simplified the clamp of the index away), one plane beyond either end for a depth pad: the
+    SIGSEGV of an R3D video model."""
+    model = make_model([helper.make_node("Pad", ["x", "p"], ["y"])], [("x", F32, shape)], [("y", F32, None)],
+                       [("p", np.array(pads, np.int64))])
+    x = _guarded(shape, at_end)
+    (got,) = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache).run({"x": x})
+    np.testing.assert_array_equal(got, ort_run(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "strides", "pads"), R3D_CONVS)
+def test_r3d_convs_read_inside_their_input(x_shape, w_shape, strides, pads, tmp_cache):
+    """Each conv shape of the R3D network, its input between inaccessible pages, against onnxruntime."""
+    model = _conv_model(x_shape, w_shape, {"strides": list(strides), "pads": list(pads) * 2})
+    x = _guarded(x_shape)
+    (got,) = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache).run({"x": x})
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def _r3d18(x: np.ndarray) -> onnx.ModelProto:
+    """An 18-layer R3D video classifier (400 classes) with He-initialized convs, each normalized as batch norm
+    folded with the statistics its output really has on `x` (measured with onnxruntime, layer by layer), so
+    activations stay O(1) through all 18 layers."""
+    rng = np.random.default_rng(7)
+    nodes: list = []
+    inits: list = []
+
+    def measured(name: str) -> np.ndarray:
+        model = make_model(nodes, [("x", F32, x.shape)], [(name, F32, None)], inits)
+        return ort_run(model, {"x": x})[0]
+
+    def conv(src: str, cin: int, cout: int, kernel, stride, pad) -> str:
+        name = f"conv{len(nodes)}"
+        w = rng.standard_normal((cout, cin, *kernel)) * np.sqrt(2 / (cin * np.prod(kernel)))
+        inits.extend([(f"{name}_w", w.astype(np.float32)), (f"{name}_b", np.zeros(cout, np.float32))])
+        nodes.append(helper.make_node("Conv", [src, f"{name}_w", f"{name}_b"], [name], kernel_shape=list(kernel),
+                                      strides=list(stride), pads=list(pad) * 2))
+        y = measured(name)
+        mean, std = y.mean(axis=(0, 2, 3, 4)), y.std(axis=(0, 2, 3, 4)) + 1e-5
+        inits[-2:] = [(f"{name}_w", (w / std[:, None, None, None, None]).astype(np.float32)),
+                      (f"{name}_b", (-mean / std).astype(np.float32))]
+        return name
+
+    def op(kind: str, *srcs: str) -> str:
+        name = f"{kind.lower()}{len(nodes)}"
+        nodes.append(helper.make_node(kind, list(srcs), [name]))
+        return name
+
+    h, cin = op("Relu", conv("x", 3, 64, (3, 7, 7), (1, 2, 2), (1, 3, 3))), 64
+    for stage, cout in enumerate((64, 128, 256, 512)):
+        for block in range(2):
+            s = 2 if stage and not block else 1
+            branch = conv(op("Relu", conv(h, cin, cout, (3, 3, 3), (s,) * 3, (1,) * 3)), cout, cout, (3, 3, 3),
+                          (1,) * 3, (1,) * 3)
+            skip = conv(h, cin, cout, (1, 1, 1), (s,) * 3, (0,) * 3) if s != 1 or cin != cout else h
+            h, cin = op("Relu", op("Add", branch, skip)), cout
+    features = op("Flatten", op("GlobalAveragePool", h))
+    inits.extend([("fc_w", (rng.standard_normal((400, 512)) / np.sqrt(512)).astype(np.float32)),
+                  ("fc_b", np.zeros(400, np.float32))])
+    nodes.append(helper.make_node("Gemm", [features, "fc_w", "fc_b"], ["y"], transB=1))
+    return make_model(nodes, [("x", F32, x.shape)], [("y", F32, None)], inits)
+
+
+def test_r3d18_video_network_matches_onnxruntime(tmp_cache):
+    """Finding 15: an R3D-18 network at video size ran its depth pads' Selects out of bounds (SIGSEGV). It runs to
+    completion, matches onnxruntime, and its output follows its input (random weights must not saturate)."""
+    shape = (1, 3, 8, 112, 112)
+    x, other = _guarded(shape), rand(*shape)
+    model = _r3d18(x)
+    exe = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache)
+    (got,) = exe.run({"x": x})
+    want = ort_run(model, {"x": x})[0]
+    scale = np.abs(want).max()
+    assert 0.1 < scale < 100  # O(1) logits: the normalization held through all 18 layers
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale)
+    (moved,) = exe.run({"x": other})
+    assert np.abs(moved - got).max() > 0.1 * scale
+    np.testing.assert_allclose(moved, ort_run(model, {"x": other})[0], rtol=1e-4, atol=1e-4 * scale)

@@ -491,8 +491,11 @@ def _pad_compute(tensors, a, out_types):
         value = x(*(_pad_source(i, b, d, a.mode) for i, (b, _), d in zip(idx, a.paddings, shape, strict=False)))
         if a.mode != PadMode.CONSTANT:
             return value
-        inside = [tirx.all(i >= b, i < b + d) for i, (b, _), d in zip(idx, a.paddings, shape, strict=False)]
-        return tirx.Select(tirx.all(*inside), value, fill) if inside else value
+        # if_then_else, not Select: TVM simplifies the clamp of the source index away under the condition, and a
+        # Select loads its value at the borders too (a depth pad read a whole plane before and after the input)
+        inside = [cond for i, (b, e), d in zip(idx, a.paddings, shape, strict=False)
+                  for cond, needed in ((i >= b, b), (i < b + d, e)) if needed]
+        return tirx.if_then_else(tirx.all(*inside), value, fill) if inside else value
 
     return [te.compute(out_types[0].shape, body, name="pad", tag="injective")]
 
