@@ -1,8 +1,6 @@
 """3-D Conv, ConvTranspose and pooling (decomposed onto the 2-D ops) against onnxruntime."""
 from __future__ import annotations
 
-import ctypes
-import mmap
 import os
 import pathlib
 import signal
@@ -19,6 +17,7 @@ from onnx import TensorProto, helper  # noqa: E402
 
 import cinn  # noqa: E402
 from cinn.target import parse_target  # noqa: E402
+from tests.guarded import guarded  # noqa: E402
 from tests.test_onnx_import import assert_matches_ort, make_model, ort_run, rand  # noqa: E402
 
 F32 = TensorProto.FLOAT
@@ -116,26 +115,6 @@ R3D_CONVS = [  # (input, weights, strides, pads): the stem, then each stage's fi
 ]
 
 
-PROT_NONE = 0  # mprotect's "no access" (the mmap module exports PROT_READ and PROT_WRITE only)
-
-
-def _guarded(data: np.ndarray, at_end: bool = False) -> np.ndarray:
-    """A copy of `data` between two inaccessible regions as large as itself, against the first or the last: a kernel
-    that reads before or past the array (up to its size) dies at once, where a read out of bounds elsewhere may go
-    unseen or crash only sometimes."""
-    page, nbytes = mmap.PAGESIZE, data.nbytes
-    span = -(-nbytes // page) * page
-    buf = mmap.mmap(-1, 3 * span)
-    start = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    for guard in (start, start + 2 * span):
-        assert libc.mprotect(guard, span, PROT_NONE) == 0, ctypes.get_errno()
-    x = np.frombuffer(buf, data.dtype, data.size, span + (span - nbytes if at_end else 0)).reshape(data.shape)
-    x[...] = data
-    return x
-
-
 @pytest.mark.parametrize("at_end", [False, True])
 @pytest.mark.parametrize(("shape", "pads"), [((1, 3, 4, 64, 64), [0, 0, 1, 0, 0, 0, 0, 1, 0, 0]),
                                              ((1, 3, 64, 64), [0, 0, 0, 2, 0, 0, 0, 3])])
@@ -145,7 +124,7 @@ def test_pad_reads_only_inside_its_input(shape, pads, at_end, tmp_cache):
     SIGSEGV of an R3D video model."""
     model = make_model([helper.make_node("Pad", ["x", "p"], ["y"])], [("x", F32, shape)], [("y", F32, None)],
                        [("p", np.array(pads, np.int64))])
-    x = _guarded(rand(*shape), at_end)
+    x = guarded(rand(*shape), at_end)
     (got,) = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache).run({"x": x})
     np.testing.assert_array_equal(got, ort_run(model, {"x": x})[0])
 
@@ -154,7 +133,7 @@ def test_pad_reads_only_inside_its_input(shape, pads, at_end, tmp_cache):
 def test_r3d_convs_read_inside_their_input(x_shape, w_shape, strides, pads, tmp_cache):
     """Each conv shape of the R3D network, its input between inaccessible pages, against onnxruntime."""
     model = _conv_model(x_shape, w_shape, {"strides": list(strides), "pads": list(pads) * 2})
-    x = _guarded(rand(*x_shape))
+    x = guarded(rand(*x_shape))
     (got,) = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache).run({"x": x})
     np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
@@ -211,10 +190,10 @@ AVX2 = f"llvm -mcpu=haswell -num-cores={os.cpu_count() or 1}"
 _RUN_GUARDED = """
 import sys
 import numpy as np, onnx, cinn
-from tests.test_volumetric import _guarded
+from tests.guarded import guarded
 model, inputs, target, cache, outputs = sys.argv[1:]
 exe = cinn.compile(cinn.load_onnx(onnx.load(model)), target=target, cache_dir=cache)
-np.savez(outputs, **{name: exe.run({"x": _guarded(x)})[0] for name, x in np.load(inputs).items()})
+np.savez(outputs, **{name: exe.run({"x": guarded(x)})[0] for name, x in np.load(inputs).items()})
 """
 
 
