@@ -472,8 +472,11 @@ def _pad_reference(xs, a):
     return [np.pad(xs[0], a.paddings, mode=a.mode.value, **extra)]
 
 
-def _pad_source(i, before: int, d: int, mode: PadMode):
-    """The input index read for output index i along one dim (any index for constant-mode borders)."""
+def _pad_source(i, pads: tuple[int, int], d: int, mode: PadMode):
+    """The input index read for output index i along one dim (any index in bounds for constant-mode borders)."""
+    before, after = pads
+    if not before and not after:
+        return i  # the bare iterator: the schedules vectorize along unpadded inner axes (cpu_common._vector_suffix)
     j = i - before
     if mode == PadMode.REFLECT:
         j = (d - 1) - tirx.abs((d - 1) - tirx.abs(j))
@@ -488,11 +491,18 @@ def _pad_compute(tensors, a, out_types):
     fill = _scalar(a.pad_value, out_types[0].dtype)
 
     def body(*idx):
-        value = x(*(_pad_source(i, b, d, a.mode) for i, (b, _), d in zip(idx, a.paddings, shape, strict=False)))
+        value = x(*(_pad_source(i, p, d, a.mode) for i, p, d in zip(idx, a.paddings, shape, strict=False)))
         if a.mode != PadMode.CONSTANT:
             return value
-        inside = [tirx.all(i >= b, i < b + d) for i, (b, _), d in zip(idx, a.paddings, shape, strict=False)]
-        return tirx.Select(tirx.all(*inside), value, fill) if inside else value
+        inside = [cond for i, (b, e), d in zip(idx, a.paddings, shape, strict=False)
+                  for cond, needed in ((i >= b, b), (i < b + d, e)) if needed]
+        if not inside:
+            return value
+        # loaded outside the Select, which evaluates both sides: TVM simplifies a clamp away under a Select's (or an
+        # if_then_else's) condition, so a load there read past the input at the borders (a depth pad a whole plane
+        # before and after it); an if_then_else would keep the load inside but scalarize a vectorized loop
+        loaded = tirx.Var("loaded", out_types[0].dtype)
+        return tirx.Let(loaded, value, tirx.Select(tirx.all(*inside), loaded, fill))
 
     return [te.compute(out_types[0].shape, body, name="pad", tag="injective")]
 

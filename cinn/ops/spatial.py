@@ -36,7 +36,7 @@ def _ravel(idx: Sequence, shape: Sequence[int]):
 
 
 def _clamp(i, n: int):
-    """An index expression kept inside [0, n): the read a Select does not pick stays in bounds."""
+    """An index read from run-time data kept inside [0, n)."""
     return tirx.max(tirx.min(i, n - 1), 0)
 
 
@@ -58,7 +58,8 @@ class _Slide:
 
     def covering(self, o) -> list[tuple]:
         """(window, tap, condition) for each window that may cover position o, in ascending window order; the
-        condition says that it does. Window and tap are clamped into range, so a read at them stays in bounds."""
+        condition says that it does. Window and tap are in range only under it: read at them under an if_then_else,
+        not a Select (TVM would simplify a clamp away under the Select's condition, and a Select loads either way)."""
         span = (self.kernel - 1) * self.dilation + 1
         p = o + self.pad_begin
         out = []
@@ -68,7 +69,7 @@ class _Slide:
             conds = [window >= 0, window < self.count, offset < span]
             if self.dilation > 1:
                 conds.append(offset % self.dilation == 0)
-            out.append((_clamp(window, self.count), _clamp(offset // self.dilation, self.kernel), tirx.all(*conds)))
+            out.append((window, offset // self.dilation, tirx.all(*conds)))
         return out
 
 
@@ -155,7 +156,7 @@ def _col2im_compute(tensors, a: Col2ImAttrs, out_types: Sequence[TensorType]):
         for picks in itertools.product(*(s.covering(o) for s, o in zip(slides, pos, strict=True))):
             row = c * block + _ravel([tap for _, tap, _ in picks], a.block_shape)
             value = x[n, row, _ravel([window for window, _, _ in picks], counts)]
-            terms.append(tirx.Select(tirx.all(*(cond for _, _, cond in picks)), value, zero))
+            terms.append(tirx.if_then_else(tirx.all(*(cond for _, _, cond in picks)), value, zero))
         return sum(terms[1:], terms[0])
 
     return [te.compute(out_types[0].shape, body, name="col2im", tag="injective")]
@@ -247,8 +248,9 @@ def _unpool_compute(tensors, a: MaxUnpoolAttrs, out_types: Sequence[TensorType])
         # ascending pooled order: where two windows hold this position, the later one wins, as a scatter in order
         for picks in itertools.product(*(s.covering(o) for s, o in zip(slides, pos, strict=True))):
             src = (n, c, *(window for window, _, _ in picks))
-            hit = tirx.all(*(cond for _, _, cond in picks), index(*src) == flat)
-            value = tirx.Select(hit, x(*src), value)
+            # both loads lazily, under the window's condition (an `and` evaluates both sides too)
+            hit = tirx.if_then_else(tirx.all(*(cond for _, _, cond in picks)), index(*src) == flat, tirx.const(False))
+            value = tirx.if_then_else(hit, x(*src), value)
         return value
 
     return [te.compute(out.shape, body, name="max_unpool", tag="injective")]

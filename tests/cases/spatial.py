@@ -12,7 +12,7 @@ def _f(*shape):
     return (tuple(shape), F32)
 
 
-def _max_pooled(shape: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...],
+def max_pooled(shape: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...],
                 index_dtype: str = "int64"):
     """A max pooling of random data: its values and ONNX MaxPool's indices (flat over the whole input)."""
 
@@ -64,17 +64,17 @@ CASES = [
     Case("col2im", (_f(1, 24, 6),), {"image_shape": [4, 5, 3], "block_shape": [2, 2, 3], "strides": [1, 2, 1]},
          id="col2im-3d"),
     Case("col2im", (((2, 6, 6), "int32"),), {"image_shape": [3, 3], "block_shape": [2, 1]}, id="col2im:int32"),
-    Case("max_unpool", make=_max_pooled((2, 3, 4, 6), (2, 2), (2, 2), (0, 0, 0, 0)),
+    Case("max_unpool", make=max_pooled((2, 3, 4, 6), (2, 2), (2, 2), (0, 0, 0, 0)),
          attrs={"kernel_size": [2, 2], "strides": [2, 2]}, id="max_unpool"),
     # overlapping windows: a value two windows picked is found in both
-    Case("max_unpool", make=_max_pooled((1, 2, 5, 7), (3, 3), (2, 2), (1, 1, 1, 1)),
+    Case("max_unpool", make=max_pooled((1, 2, 5, 7), (3, 3), (2, 2), (1, 1, 1, 1)),
          attrs={"kernel_size": [3, 3], "strides": [2, 2], "paddings": [1, 1, 1, 1]}, id="max_unpool-overlapping-pads"),
     # an odd input pooled by 2: out_shape restores its size, past the default (pooled - 1) * 2 + 2
-    Case("max_unpool", make=_max_pooled((1, 2, 5, 5), (2, 2), (2, 2), (0, 0, 0, 0), "int32"),
+    Case("max_unpool", make=max_pooled((1, 2, 5, 5), (2, 2), (2, 2), (0, 0, 0, 0), "int32"),
          attrs={"kernel_size": [2, 2], "strides": [2, 2], "out_shape": [5, 5]}, id="max_unpool-out_shape:int32"),
-    Case("max_unpool", make=_max_pooled((2, 2, 9), (3,), (3,), (0, 0)), attrs={"kernel_size": [3], "strides": [3]},
+    Case("max_unpool", make=max_pooled((2, 2, 9), (3,), (3,), (0, 0)), attrs={"kernel_size": [3], "strides": [3]},
          id="max_unpool-1d"),
-    Case("max_unpool", make=_max_pooled((1, 1, 4, 4, 6), (2, 2, 2), (2, 2, 2), (0,) * 6),
+    Case("max_unpool", make=max_pooled((1, 1, 4, 4, 6), (2, 2, 2), (2, 2, 2), (0,) * 6),
          attrs={"kernel_size": [2, 2, 2], "strides": [2, 2, 2]}, id="max_unpool-3d"),
     # a roi partly outside the map (samples beyond it read 0, within a pixel of it the edge)
     _roi_align("roi_align-half_pixel-ratio2", _rois((10, 12), 5, 0.5, [[-3, -4, 30, 9]], 2, "int64"),
