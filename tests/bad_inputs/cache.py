@@ -1,0 +1,165 @@
+"""Cache tampering: the tiny model compiled again over a copy of the warm cache that someone else wrote to.
+
+Every case's folder holds cache/ (the warm cache, copied: its whole-compile entries name the warm cache's libraries,
+so cases that swap a library drop those entries and the kernel is loaded from the copy), and cinn runs with
+CINN_CACHE_DIR pointing at it. What passes: the model runs with the right result, no payload runs; a cache that
+others can write is named in a warning.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import shutil
+from collections.abc import Callable, Iterator
+
+from tests.bad_inputs import payloads
+from tests.bad_inputs.core import MARKER, Action, Api, Case, Category, Expect, Want
+
+OTHER_UID = 65534  # nobody
+
+
+def _cache(d: pathlib.Path) -> pathlib.Path:
+    return d / "cache"
+
+
+def _kernels(cache: pathlib.Path) -> list[pathlib.Path]:
+    return [p for p in cache.glob("*.so") if not p.name.startswith("thread-pool")]
+
+
+def _compiled(cache: pathlib.Path) -> Iterator[pathlib.Path]:
+    return (p for p in (cache / "compiled").rglob("*") if p.is_file())
+
+
+def _digest_beside(lib: pathlib.Path) -> None:
+    """Rewrite the digest stored beside a library to match its bytes."""
+    lib.with_suffix(".sha256").write_text(hashlib.sha256(lib.read_bytes()).hexdigest())
+
+
+def _drop_compiled(cache: pathlib.Path) -> None:
+    shutil.rmtree(cache / "compiled", ignore_errors=True)
+
+
+def _swap(select: Callable[[pathlib.Path], list[pathlib.Path]], digest: bool) -> Callable[[pathlib.Path], None]:
+    """Replace the selected libraries by one whose constructor creates the marker (with a matching digest)."""
+    def make(d: pathlib.Path) -> None:
+        cache = _cache(d)
+        _drop_compiled(cache)
+        evil = payloads.constructor_library(d / "evil.so", d / MARKER)
+        for lib in select(cache):
+            shutil.copyfile(evil, lib)
+            if digest:
+                _digest_beside(lib)
+
+    return make
+
+
+def _symlink_kernel(d: pathlib.Path) -> None:
+    cache = _cache(d)
+    _drop_compiled(cache)
+    evil = payloads.constructor_library(d / "evil.so", d / MARKER)
+    for lib in _kernels(cache):
+        lib.unlink()
+        lib.symlink_to(evil)
+        _digest_beside(lib)
+
+
+def _pool(cache: pathlib.Path) -> list[pathlib.Path]:
+    return list(cache.glob("thread-pool-*.so"))
+
+
+def _entries(content: Callable[[pathlib.Path, pathlib.Path], bytes]) -> Callable[[pathlib.Path], None]:
+    """Overwrite every whole-compile entry with content(case folder, entry)."""
+    def make(d: pathlib.Path) -> None:
+        for entry in _compiled(_cache(d)):
+            entry.write_bytes(content(d, entry))
+
+    return make
+
+
+def _truncate_kernel(digest: bool) -> Callable[[pathlib.Path], None]:
+    def make(d: pathlib.Path) -> None:
+        cache = _cache(d)
+        _drop_compiled(cache)
+        for lib in _kernels(cache):
+            lib.write_bytes(lib.read_bytes()[:4096])
+            if digest:
+                _digest_beside(lib)
+
+    return make
+
+
+def _each(select: Callable[[pathlib.Path], list[pathlib.Path]], change: Callable[[pathlib.Path], None],
+          drop_compiled: bool = True) -> Callable[[pathlib.Path], None]:
+    def make(d: pathlib.Path) -> None:
+        cache = _cache(d)
+        if drop_compiled:
+            _drop_compiled(cache)
+        for p in select(cache):
+            change(p)
+
+    return make
+
+
+def _chmod_tree(mode: int) -> Callable[[pathlib.Path], None]:
+    return lambda d: os.chmod(_cache(d), mode)
+
+
+def _chown_tree(d: pathlib.Path) -> None:
+    for root, dirs, files in os.walk(_cache(d)):
+        for name in [*dirs, *files]:
+            os.lchown(os.path.join(root, name), OTHER_UID, OTHER_UID)
+    os.chown(_cache(d), OTHER_UID, OTHER_UID)
+
+
+def _entry_writable(d: pathlib.Path) -> None:
+    for entry in _compiled(_cache(d)):
+        entry.chmod(0o666)
+
+
+def _lock_folder(d: pathlib.Path) -> None:
+    lock = _cache(d) / ".lock"
+    lock.unlink(missing_ok=True)
+    lock.mkdir()
+
+
+def _cache_is_file(d: pathlib.Path) -> None:
+    shutil.rmtree(_cache(d))
+    _cache(d).write_text("not a folder")
+
+
+def _garbage(_: pathlib.Path, __: pathlib.Path) -> bytes:
+    return b"\x80\x04\x95garbage" * 10
+
+
+RUNS = Expect(Want.RESULT)
+NAMED = Expect(Want.RESULT, warns="{dir}/cache")
+
+
+def cases() -> list[Case]:
+    # alone: a case whose payload may run, whose library may crash the process, or that needs the process's first load
+    # of the thread pool, or whose warning cinn may give once per process
+    specs: list[tuple[str, Callable[[pathlib.Path], object], Expect, bool]] = [
+        ("a whole-compile entry replaced by a pickle payload", _entries(lambda d, _: payloads.pickle_bytes(d / MARKER)), RUNS, True),
+        ("a whole-compile entry of garbage bytes", _entries(_garbage), RUNS, False),
+        ("a whole-compile entry of garbage JSON", _entries(lambda *_: b'{"program": [1, 2,'), RUNS, False),
+        ("an empty whole-compile entry", _entries(lambda *_: b""), RUNS, False),
+        ("a whole-compile entry cut in half", _entries(lambda _, p: p.read_bytes()[: p.stat().st_size // 2]), RUNS, False),
+        ("a kernel library swapped with its digest", _swap(_kernels, digest=True), RUNS, True),
+        ("a kernel library swapped without its digest", _swap(_kernels, digest=False), RUNS, False),
+        ("a kernel library symlinked to a payload with its digest", _symlink_kernel, RUNS, True),
+        ("the thread-pool library swapped with its digest", _swap(_pool, digest=True), RUNS, True),
+        ("the thread-pool library swapped without its digest", _swap(_pool, digest=False), RUNS, True),
+        ("a kernel library truncated", _truncate_kernel(digest=False), RUNS, False),
+        ("a kernel library truncated with a matching digest", _truncate_kernel(digest=True), RUNS, True),
+        ("a kernel digest of garbage", _each(_kernels, lambda p: p.with_suffix(".sha256").write_text("zz\0")), RUNS, False),
+        ("a kernel without its source", _each(_kernels, lambda p: p.with_suffix(".src").unlink()), RUNS, False),
+        ("a kernel library that is a folder", _each(_kernels, lambda p: (p.unlink(), p.mkdir())), RUNS, False),
+        ("the cache folder of mode 0777", _chmod_tree(0o777), NAMED, True),
+        ("the cache folder of mode 0775", _chmod_tree(0o775), NAMED, True),
+        ("the cache owned by another user", _chown_tree, NAMED, True),
+        ("a whole-compile entry of mode 0666", _entry_writable, NAMED, True),
+        ("the cache lock is a folder", _lock_folder, Expect(Want.EITHER), False),
+        ("the cache folder is a file", _cache_is_file, Expect(Want.EITHER, names="{dir}/cache"), False),
+    ]
+    return [Case(Category.CACHE, name, Api(Action.COMPILE_TINY), make, expect, alone) for name, make, expect, alone in specs]

@@ -1,0 +1,283 @@
+"""Run the corpus: make each case's input in its own folder, feed it to cinn in a subprocess, classify what happened,
+and tabulate the outcomes per category."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import pathlib
+import queue
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from tests.bad_inputs import cache, cli, feeds, models, tiny, tuning, worker
+from tests.bad_inputs.core import KEY_FILE_VARIABLE, MARKER, Api, Case, Category, Cli, Expect, Outcome, Want, timeout_s
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MEMORY_VARIABLE = "CINN_BAD_INPUTS_MEMORY_GIB"  # each case's address-space limit: a model that allocates 32 GiB fails fast
+BATCH = 25  # cases per worker process, where they cannot crash it or run code
+TRACEBACK = "Traceback (most recent call last)"
+
+
+@dataclass(frozen=True)
+class Result:
+    """A case's outcome, with what it printed or raised."""
+
+    case: Case
+    outcome: Outcome
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.OK
+
+
+def corpus() -> list[Case]:
+    """Every case; names are unique."""
+    cases = models.cases() + cache.cases() + tuning.cases() + cli.cases() + feeds.cases()
+    names = [c.name for c in cases]
+    assert len(set(names)) == len(names), sorted(n for n in names if names.count(n) > 1)
+    return cases
+
+
+# -- running -----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Prepared:
+    case: Case
+    dir: pathlib.Path
+
+
+def run_corpus(cases: Sequence[Case], work: pathlib.Path, jobs: int = 2) -> list[Result]:
+    """Run the cases (in `jobs` parallel processes), in the corpus' order."""
+    env = _environment(work)
+    warm = _warm(work, env)
+    units = _units([_Prepared(case, work / f"{i:03d}") for i, case in enumerate(cases)])
+    with cf.ThreadPoolExecutor(jobs) as pool:  # each unit makes its inputs, then runs: the making overlaps the runs
+        done = [r for rs in pool.map(lambda u: _run_unit([_prepare(p, warm) for p in u], env), units) for r in rs]
+    order = {c.name: i for i, c in enumerate(cases)}
+    return sorted(done, key=lambda r: order[r.case.name])
+
+
+def _environment(work: pathlib.Path) -> dict[str, str]:
+    """What every case process runs with: this checkout importable, a home and a cache key of the run's own."""
+    home = work / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CINN_CACHE")}
+    path = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env | {"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "XDG_CONFIG_HOME": str(home / ".config"),
+                  KEY_FILE_VARIABLE: str(home / "cinn-key"), "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _warm(work: pathlib.Path, env: dict[str, str]) -> pathlib.Path:
+    """A folder with the tiny model and a cache holding its compile."""
+    warm = work / "warm"
+    warm.mkdir(parents=True, exist_ok=True)
+    tiny.write(warm / tiny.NAME)
+    subprocess.run([sys.executable, "-m", "tests.bad_inputs.worker", "--warm", str(warm)], check=True, capture_output=True,
+                   env=env | {"CINN_CACHE_DIR": str(warm / "cache")}, timeout=timeout_s() * 2)
+    return warm
+
+
+_MAKING = threading.Lock()  # the makers share files (the malformed corpus) and TVM state (tuning records)
+
+
+def _prepare(p: _Prepared, warm: pathlib.Path) -> _Prepared:
+    """The case's folder: the tiny model, a copy of the warm cache, the case's input."""
+    p.dir.mkdir(parents=True)
+    shutil.copyfile(warm / tiny.NAME, p.dir / tiny.NAME)
+    shutil.copytree(warm / "cache", p.dir / "cache", symlinks=True)
+    with _MAKING:
+        p.case.make(p.dir)
+    return p
+
+
+def _units(prepared: Sequence[_Prepared]) -> list[list[_Prepared]]:
+    """What each process runs: a case that may crash, hang or run code alone, the others in batches. The alone cases
+    go first (they may take their whole timeout), the CLIs last."""
+    alone = [[p] for p in prepared if p.case.alone or isinstance(p.case.call, Cli)]
+    alone.sort(key=lambda u: isinstance(u[0].case.call, Cli))
+    batched: list[list[_Prepared]] = []
+    for category in Category:
+        group = [p for p in prepared if p.case.category is category and not p.case.alone and isinstance(p.case.call, Api)]
+        batched += [group[i : i + BATCH] for i in range(0, len(group), BATCH)]
+    api_alone = [u for u in alone if isinstance(u[0].case.call, Api)]
+    return api_alone + batched + [u for u in alone if isinstance(u[0].case.call, Cli)]
+
+
+def _bound_memory(pid: int) -> None:
+    """Bound a case process's address space, so a huge allocation fails instead of taking the machine (set just after
+    it starts: it imports for seconds before it reads its input)."""
+    limit = int(float(os.environ.get(MEMORY_VARIABLE) or 8) * 2**30)
+    resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
+
+
+def _run_unit(unit: list[_Prepared], env: dict[str, str]) -> list[Result]:
+    first = unit[0]
+    if isinstance(first.case.call, Cli):
+        return [_run_cli(first, first.case.call, env)]
+    return _run_batch(unit, env)
+
+
+def _popen(cmd: list[str], cwd: pathlib.Path, env: dict[str, str], stdout, stderr) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env | {"CINN_CACHE_DIR": str(cwd / "cache")}, stdout=stdout, stderr=stderr,
+                            stdin=subprocess.DEVNULL, start_new_session=True, text=True, errors="replace")
+    _bound_memory(proc.pid)
+    return proc
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """The process and everything it started (TVM's build workers)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _run_cli(p: _Prepared, call: Cli, env: dict[str, str]) -> Result:
+    args = [a.replace("{dir}", str(p.dir)) for a in call.args]
+    proc = _popen([sys.executable, "-m", call.entry.value, *args], p.dir, env, subprocess.PIPE, subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=timeout_s())
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        return _marked(p) or Result(p.case, Outcome.HANG, f"no exit after {timeout_s():.0f} s")
+    return _marked(p) or Result(p.case, *classify_cli(p.case.expect, proc.returncode, out, err, p.dir))
+
+
+def _run_batch(unit: list[_Prepared], env: dict[str, str]) -> list[Result]:
+    """Run the unit's API cases in worker processes: one dies or hangs, that case is classified so, and a new worker
+    takes the rest."""
+    pending, results = list(unit), []
+    while pending:
+        jobs = pending[0].dir / "jobs.json"
+        jobs.write_text(json.dumps([{"name": p.case.name, "dir": str(p.dir), "action": p.case.call.action.name,  # type: ignore[union-attr]
+                                     "path": p.case.call.path, "arg": p.case.call.arg} for p in pending]))  # type: ignore[union-attr]
+        with open(pending[0].dir / "worker.err", "w+") as err:
+            proc = _popen([sys.executable, "-m", "tests.bad_inputs.worker", str(jobs)], pending[0].dir, env, subprocess.PIPE, err)
+            results += _collect(proc, pending, err)
+    return results
+
+
+def _collect(proc: subprocess.Popen, pending: list[_Prepared], err) -> list[Result]:
+    """Read a worker's results; removes the cases answered (or that killed it) from `pending`."""
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=lambda: ([lines.put(line) for line in proc.stdout], lines.put(None)), daemon=True).start()  # type: ignore[union-attr]
+    results = []
+    while True:
+        try:
+            line = lines.get(timeout=timeout_s())
+        except queue.Empty:
+            _kill(proc)
+            p = pending.pop(0)
+            return results + [_marked(p) or Result(p.case, Outcome.HANG, f"no answer after {timeout_s():.0f} s")]
+        if line is None:
+            proc.wait()
+            p = pending.pop(0)
+            err.seek(0)
+            return results + [_marked(p) or Result(p.case, Outcome.CRASH, f"{_status(proc.returncode)}: {err.read()[-600:]}")]
+        if line.startswith(worker.RESULT):
+            p = pending.pop(0)
+            results.append(_marked(p) or Result(p.case, *classify_api(p.case.expect, json.loads(line[len(worker.RESULT):]), p.dir)))
+            if not pending:
+                proc.wait()
+                return results
+
+
+def _status(code: int) -> str:
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+
+
+def _marked(p: _Prepared) -> Result | None:
+    """Code execution, if the case's payload left its marker."""
+    return Result(p.case, Outcome.CODE_EXECUTION, f"{p.dir / MARKER} exists") if (p.dir / MARKER).exists() else None
+
+
+# -- classifying ------------------------------------------------------------------------------------------------
+def _text(pattern: str, d: pathlib.Path) -> str:
+    return pattern.replace("{dir}", str(d))
+
+
+def classify_api(expect: Expect, got: dict, d: pathlib.Path) -> tuple[Outcome, str]:
+    """A worker's answer (tests.bad_inputs.worker.run_job) judged."""
+    error = f"{got['error']}: {got['message']}"
+    if got["error"]:
+        if expect.want is Want.RESULT:
+            return Outcome.REFUSED, error
+        if not got["clear"]:
+            return Outcome.BAD_MESSAGE, error
+        problem = _message_problem(expect, got["message"], d)
+        if problem:
+            return Outcome.BAD_MESSAGE, f"{problem}: {error}"
+    elif expect.want is Want.ERROR:
+        return Outcome.ACCEPTED, "no error"
+    elif got["wrong"]:
+        return Outcome.WRONG_RESULT, got["wrong"]
+    if expect.warns and not any(_text(expect.warns, d) in w for w in got["warnings"]):
+        warned = f"no warning naming {_text(expect.warns, d)!r}; warnings: {got['warnings']}"
+        return Outcome.BAD_MESSAGE, f"{warned} {error}" if got["error"] else warned
+    return Outcome.OK, error if got["error"] else ""
+
+
+def _message_problem(expect: Expect, message: str, d: pathlib.Path) -> str:
+    if len(message.strip()) < 10:
+        return "a message of a few characters"
+    if expect.names and _text(expect.names, d) not in message:
+        return f"the message does not name {_text(expect.names, d)!r}"
+    if expect.forbid and expect.forbid in message:
+        return f"the message says {expect.forbid!r}"
+    return ""
+
+
+def classify_cli(expect: Expect, status: int, out: str, err: str, d: pathlib.Path) -> tuple[Outcome, str]:
+    """A CLI's exit status and output judged."""
+    tail = err.strip()[-600:]
+    if status < 0:
+        return Outcome.CRASH, f"{_status(status)}: {tail}"
+    if TRACEBACK in out + err:
+        return Outcome.TRACEBACK, f"exit status {status}: {tail}"
+    if status == 0:
+        if expect.want is Want.ERROR:
+            return Outcome.ACCEPTED, "exit status 0"
+    elif expect.want is Want.RESULT:
+        return Outcome.REFUSED, f"exit status {status}: {tail}"
+    elif status not in expect.status:
+        return Outcome.WRONG_STATUS, f"exit status {status}, expected {sorted(expect.status)}: {tail}"
+    elif not err.strip():
+        return Outcome.BAD_MESSAGE, f"exit status {status} without a message"
+    elif problem := _message_problem(expect, err, d):
+        return Outcome.BAD_MESSAGE, f"{problem}: {tail}"
+    if expect.warns and _text(expect.warns, d) not in err:
+        return Outcome.BAD_MESSAGE, f"no warning naming {_text(expect.warns, d)!r}: {tail}"
+    return Outcome.OK, tail
+
+
+# -- reporting ---------------------------------------------------------------------------------------------------
+def table(results: Iterable[Result], markdown: bool = False) -> str:
+    """category | tried | failed, then each failure with its outcome."""
+    results = list(results)
+    rows = [(c.value, str(sum(r.case.category is c for r in results)), str(sum(r.case.category is c and not r.ok for r in results)))
+            for c in Category if any(r.case.category is c for r in results)]
+    rows.append(("total", str(len(results)), str(sum(not r.ok for r in results))))
+    failures = [r for r in results if not r.ok]
+    if markdown:
+        lines = ["| category | tried | failed |", "|---|---:|---:|", *(f"| {a} | {b} | {c} |" for a, b, c in rows)]
+        lines += ["", "| category | case | outcome | detail |", "|---|---|---|---|"] if failures else []
+        lines += [f"| {r.case.category.value} | {r.case.name} | {r.outcome.value} | {_one_line(r.detail)} |" for r in failures]
+        return "\n".join(lines)
+    width = max(len(a) for a, _, _ in rows)
+    lines = [f"{'category'.ljust(width)}  tried  failed", *(f"{a.ljust(width)}  {b:>5}  {c:>6}" for a, b, c in rows)]
+    lines += ["\nfailures:"] if failures else []
+    lines += [f"  [{r.case.category.value}] {r.case.name}: {r.outcome.value} -- {_one_line(r.detail)}" for r in failures]
+    return "\n".join(lines)
+
+
+def _one_line(text: str, limit: int = 240) -> str:
+    flat = " ".join(text.split()).replace("|", "/")
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
