@@ -21,6 +21,10 @@ def timeout_s() -> float:
     return CASE_TIMEOUT_S * float(os.environ.get(TIMEOUT_FACTOR_VARIABLE) or 1)
 
 
+class Unavailable(Exception):
+    """A case's input cannot be made on this machine (no C compiler, not root, not x86-64): the case is skipped."""
+
+
 class Category(enum.Enum):
     """What kind of bad input a case is."""
 
@@ -39,6 +43,7 @@ class Outcome(enum.Enum):
     """How cinn answered a case; only OK passes."""
 
     OK = "ok"
+    SKIPPED = "skipped"  # its input cannot be made here (Unavailable)
     CODE_EXECUTION = "code-execution"  # the payload's marker file appeared
     CRASH = "crash"  # the process was killed by a signal
     HANG = "hang"  # past the timeout

@@ -4,10 +4,13 @@ from __future__ import annotations
 import io
 import pathlib
 import pickle
+import platform
 import shutil
 import subprocess
 
 import numpy as np
+
+from tests.bad_inputs.core import Unavailable
 
 
 class Touch:
@@ -42,7 +45,7 @@ def constructor_library(path: pathlib.Path, marker: pathlib.Path) -> pathlib.Pat
     source.write_text(c_constructor(marker))
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        raise OSError("no C compiler for the payload library")
+        raise Unavailable("no C compiler for the payload library")
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(path), str(source)], check=True, capture_output=True)
     return path
 
@@ -54,6 +57,8 @@ def llvm_constructor(marker: pathlib.Path) -> str:
     lines = [".text", ".p2align 4", ".globl cinn_bad_input_ctor", ".hidden cinn_bad_input_ctor", "cinn_bad_input_ctor:",
              "lea cinn_bad_input_path(%rip), %rdi", "mov $420, %esi", "mov $85, %eax", "syscall", "ret",
              "cinn_bad_input_path:", f".asciz \\22{marker}\\22"]
+    if platform.machine() != "x86_64":
+        raise Unavailable(f"the LLVM payload is x86-64 assembly; this machine is {platform.machine()}")
     return ("".join(f'module asm "{line}"\n' for line in lines) + "declare void @cinn_bad_input_ctor()\n"
             "@llvm.global_ctors = appending global [1 x { i32, ptr, ptr }] "
             "[{ i32, ptr, ptr } { i32 65535, ptr @cinn_bad_input_ctor, ptr null }]\n")

@@ -17,7 +17,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tests.bad_inputs import cache, cli, feeds, models, tiny, tuning, worker
-from tests.bad_inputs.core import KEY_FILE_VARIABLE, MARKER, Api, Case, Category, Cli, Expect, Outcome, Want, timeout_s
+from tests.bad_inputs.core import (
+    KEY_FILE_VARIABLE,
+    MARKER,
+    Api,
+    Case,
+    Category,
+    Cli,
+    Expect,
+    Outcome,
+    Unavailable,
+    Want,
+    timeout_s,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MEMORY_VARIABLE = "CINN_BAD_INPUTS_MEMORY_GIB"  # each case's address-space limit: a model that allocates 32 GiB fails fast
@@ -35,7 +47,7 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return self.outcome is Outcome.OK
+        return self.outcome in (Outcome.OK, Outcome.SKIPPED)
 
 
 def corpus() -> list[Case]:
@@ -59,7 +71,7 @@ def run_corpus(cases: Sequence[Case], work: pathlib.Path, jobs: int = 2) -> list
     warm = _warm(work, env)
     units = _units([_Prepared(case, work / f"{i:03d}") for i, case in enumerate(cases)])
     with cf.ThreadPoolExecutor(jobs) as pool:  # each unit makes its inputs, then runs: the making overlaps the runs
-        done = [r for rs in pool.map(lambda u: _run_unit([_prepare(p, warm) for p in u], env), units) for r in rs]
+        done = [r for rs in pool.map(lambda u: _run_unit(u, warm, env), units) for r in rs]
     order = {c.name: i for i, c in enumerate(cases)}
     return sorted(done, key=lambda r: order[r.case.name])
 
@@ -87,14 +99,18 @@ def _warm(work: pathlib.Path, env: dict[str, str]) -> pathlib.Path:
 _MAKING = threading.Lock()  # the makers share files (the malformed corpus) and TVM state (tuning records)
 
 
-def _prepare(p: _Prepared, warm: pathlib.Path) -> _Prepared:
-    """The case's folder: the tiny model, a copy of the warm cache, the case's input."""
+def _prepare(p: _Prepared, warm: pathlib.Path) -> Result | None:
+    """Make the case's folder: the tiny model, a copy of the warm cache, the case's input; a result (skipped) when the
+    input cannot be made here."""
     p.dir.mkdir(parents=True)
     shutil.copyfile(warm / tiny.NAME, p.dir / tiny.NAME)
     shutil.copytree(warm / "cache", p.dir / "cache", symlinks=True)
-    with _MAKING:
-        p.case.make(p.dir)
-    return p
+    try:
+        with _MAKING:
+            p.case.make(p.dir)
+    except Unavailable as why:
+        return Result(p.case, Outcome.SKIPPED, str(why))
+    return None
 
 
 def _units(prepared: Sequence[_Prepared]) -> list[list[_Prepared]]:
@@ -117,11 +133,16 @@ def _bound_memory(pid: int) -> None:
     resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
 
 
-def _run_unit(unit: list[_Prepared], env: dict[str, str]) -> list[Result]:
+def _run_unit(unit: list[_Prepared], warm: pathlib.Path, env: dict[str, str]) -> list[Result]:
+    """Make the unit's inputs, then run them."""
+    skipped = [r for r in (_prepare(p, warm) for p in unit) if r is not None]
+    unit = [p for p in unit if p.case not in {r.case for r in skipped}]
+    if not unit:
+        return skipped
     first = unit[0]
     if isinstance(first.case.call, Cli):
-        return [_run_cli(first, first.case.call, env)]
-    return _run_batch(unit, env)
+        return skipped + [_run_cli(first, first.case.call, env)]
+    return skipped + _run_batch(unit, env)
 
 
 def _popen(cmd: list[str], cwd: pathlib.Path, env: dict[str, str], stdout, stderr) -> subprocess.Popen:
@@ -260,21 +281,24 @@ def classify_cli(expect: Expect, status: int, out: str, err: str, d: pathlib.Pat
 
 # -- reporting ---------------------------------------------------------------------------------------------------
 def table(results: Iterable[Result], markdown: bool = False) -> str:
-    """category | tried | failed, then each failure with its outcome."""
+    """category | tried | failed, then each failure with its outcome (and the cases that could not be made here)."""
     results = list(results)
-    rows = [(c.value, str(sum(r.case.category is c for r in results)), str(sum(r.case.category is c and not r.ok for r in results)))
-            for c in Category if any(r.case.category is c for r in results)]
-    rows.append(("total", str(len(results)), str(sum(not r.ok for r in results))))
+    tried = [r for r in results if r.outcome is not Outcome.SKIPPED]
+    rows = [(c.value, str(sum(r.case.category is c for r in tried)), str(sum(r.case.category is c and not r.ok for r in tried)))
+            for c in Category if any(r.case.category is c for r in tried)]
+    rows.append(("total", str(len(tried)), str(sum(not r.ok for r in tried))))
     failures = [r for r in results if not r.ok]
     if markdown:
         lines = ["| category | tried | failed |", "|---|---:|---:|", *(f"| {a} | {b} | {c} |" for a, b, c in rows)]
         lines += ["", "| category | case | outcome | detail |", "|---|---|---|---|"] if failures else []
         lines += [f"| {r.case.category.value} | {r.case.name} | {r.outcome.value} | {_one_line(r.detail)} |" for r in failures]
-        return "\n".join(lines)
-    width = max(len(a) for a, _, _ in rows)
-    lines = [f"{'category'.ljust(width)}  tried  failed", *(f"{a.ljust(width)}  {b:>5}  {c:>6}" for a, b, c in rows)]
-    lines += ["\nfailures:"] if failures else []
-    lines += [f"  [{r.case.category.value}] {r.case.name}: {r.outcome.value} -- {_one_line(r.detail)}" for r in failures]
+    else:
+        width = max(len(a) for a, _, _ in rows)
+        lines = [f"{'category'.ljust(width)}  tried  failed", *(f"{a.ljust(width)}  {b:>5}  {c:>6}" for a, b, c in rows)]
+        lines += ["", "failures:"] if failures else []
+        lines += [f"  [{r.case.category.value}] {r.case.name}: {r.outcome.value} -- {_one_line(r.detail)}" for r in failures]
+    skipped = [f"{r.case.name} ({r.detail})" for r in results if r.outcome is Outcome.SKIPPED]
+    lines += ["", f"skipped, their input cannot be made here: {'; '.join(skipped)}"] if skipped else []
     return "\n".join(lines)
 
 
