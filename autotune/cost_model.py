@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import xgboost as xgb
+from numpy.lib import format as npy
 
 from cinn.utils import atomic_write
 
@@ -30,6 +31,30 @@ class CostModelConfig:
     min_child_weight: float = 1.0
     pairs_per_sample: int = 32  # random pairs per candidate for the pairwise loss
     nthread: int = 1  # the training sets are small: one thread is enough, and leaves the cores to measurement
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value, (low, high) = getattr(self, f.name), _RANGES[f.name]
+            exact = type(value) is int if isinstance(low, int) else type(value) in (int, float)
+            if not (exact and low <= value <= high):
+                raise ValueError(f"cost model setting {f.name} = {value!r} is not in [{low}, {high}]")
+
+
+# the range of each setting (ints where the bounds are): what trains in bounded time and memory
+_RANGES: dict[str, tuple[float, float]] = {
+    "warmup_samples": (1, 1 << 20), "retrain_growth": (1e-3, 1e3), "retrain_every": (1, 1 << 20),
+    "num_boost_round": (1, 10_000), "max_depth": (1, 32), "eta": (1e-6, 1.0), "min_child_weight": (0.0, 1e6),
+    "pairs_per_sample": (1, 1024), "nthread": (1, 1024),
+}
+
+
+class NotACostModel(ValueError):
+    """A file that is not a cost model saved by cinn, or one that would not load in bounded memory."""
+
+
+# the arrays of a saved model and their dtypes (text: any length); per workload i, rows_i and costs_i
+_ARRAYS = {"meta": (np.dtype("U"), 0), "workloads": (np.dtype("U"), 1), "booster": (np.dtype(np.uint8), 1),
+           "rows": (np.dtype(np.float32), 2), "costs": (np.dtype(np.float64), 1)}
 
 
 class CostModel:
@@ -99,21 +124,25 @@ class CostModel:
     def load(cls, path: str | os.PathLike) -> CostModel:
         """A model saved by save(): it predicts as before and keeps learning from further updates."""
         try:
-            return cls._load(path)
-        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, xgb.core.XGBoostError) as e:
-            raise ValueError(f"cost model {os.fspath(path)}: not a cinn cost model file ({type(e).__name__}: {e})") from None
+            return cls._load(read_arrays(path))
+        except (OSError, EOFError, ValueError, KeyError, TypeError, RecursionError, zipfile.BadZipFile,
+                xgb.core.XGBoostError) as e:
+            raise NotACostModel(f"not a cinn cost model file: {os.fspath(path)} ({type(e).__name__}: {e})") from None
 
     @classmethod
-    def _load(cls, path: str | os.PathLike) -> CostModel:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            model = cls(meta["seed"], CostModelConfig(**meta["config"]))
-            model._rng.bit_generator.state = meta["rng"]
-            model._fitted_samples = meta["fitted_samples"]
-            for i, w in enumerate(z["workloads"]):
-                model._data[str(w)] = _WorkloadData(z[f"rows_{i}"], z[f"costs_{i}"])
-            if z["booster"].size:
-                model._booster = xgb.Booster(model_file=bytearray(z["booster"].tobytes()))
+    def _load(cls, z: dict[str, np.ndarray]) -> CostModel:
+        meta = json.loads(str(z["meta"]))
+        if type(meta["fitted_samples"]) is not int or meta["fitted_samples"] < 0:
+            raise ValueError(f"fitted_samples {meta['fitted_samples']!r} is not a count")
+        model = cls(meta["seed"], CostModelConfig(**meta["config"]))
+        model._rng.bit_generator.state = meta["rng"]
+        model._fitted_samples = meta["fitted_samples"]
+        for i, w in enumerate(z["workloads"]):
+            model._data[str(w)] = _WorkloadData.checked(z[f"rows_{i}"], z[f"costs_{i}"])
+        if len({d.rows.shape[1] for d in model._data.values()}) > 1:
+            raise ValueError("workloads with different feature widths")
+        if z["booster"].size:
+            model._booster = xgb.Booster(model_file=bytearray(z["booster"].tobytes()))
         return model
 
     def _meta(self) -> dict:
@@ -172,6 +201,13 @@ class _WorkloadData:
         """Per-store feature count the rows were aggregated from (see aggregate)."""
         return (self.rows.shape[1] - 1) // 2
 
+    @classmethod
+    def checked(cls, rows: np.ndarray, costs: np.ndarray) -> _WorkloadData:
+        """Data read from a file: one positive cost (seconds, or inf) per row."""
+        if len(rows) != len(costs) or not np.all(costs > 0):
+            raise ValueError(f"{len(rows)} feature rows but {len(costs)} costs, or a cost not positive")
+        return cls(rows, costs)
+
     def extended(self, rows: np.ndarray, costs: Sequence[float]) -> _WorkloadData:
         return _WorkloadData(np.concatenate([self.rows, rows]), np.concatenate([self.costs, np.asarray(costs, np.float64)]))
 
@@ -190,3 +226,32 @@ def aggregate(features: Sequence[np.ndarray]) -> np.ndarray:
         if f.ndim != 2 or f.shape[0] == 0 or f.shape[1] != features[0].shape[1]:
             raise ValueError(f"cost model: per-store features must be non-empty 2-D arrays of one width, got shape {f.shape}")
     return np.stack([np.concatenate([f.sum(0), f.max(0), [math.log2(1 + len(f))]]) for f in features]).astype(np.float32)
+
+
+def read_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The arrays of a saved model (np.savez: an uncompressed zip of .npy files), each checked against _ARRAYS by its
+    header before its data is read, which must fit in its zip member: a header cannot make it allocate more than the
+    file holds (np.load trusts a declared shape)."""
+    arrays = {}
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            name = info.filename.removesuffix(".npy")
+            dtype, ndim = _ARRAYS.get(name.rsplit("_", 1)[0] if name[-1:].isdigit() else name, (None, 0))
+            if dtype is None or info.compress_type != zipfile.ZIP_STORED or info.file_size > os.path.getsize(path):
+                raise ValueError(f"unexpected member {info.filename!r} (or compressed, or larger than the file)")
+            with z.open(info) as f:
+                version = npy.read_magic(f)
+                if version not in ((1, 0), (2, 0)):
+                    raise ValueError(f"{info.filename}: .npy format version {version}")
+                header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+                shape, fortran, found = header(f)
+                nbytes = math.prod(shape) * found.itemsize
+                if found.kind != dtype.kind or (dtype.kind != "U" and found != dtype) or len(shape) != ndim \
+                        or fortran or nbytes > info.file_size:
+                    raise ValueError(f"{info.filename}: {found} {shape} where {dtype} with {ndim} axes is expected "
+                                     f"in {info.file_size} bytes")
+                data = f.read(nbytes)
+            if len(data) != nbytes:
+                raise ValueError(f"{info.filename}: truncated")
+            arrays[name] = np.frombuffer(data, found).reshape(shape)
+    return arrays

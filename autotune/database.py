@@ -12,6 +12,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
 
+from cinn.passes.winograd import ALGORITHM_FAMILY
+from cinn.schedules import replay
 from cinn.target import Target
 
 
@@ -58,6 +60,11 @@ class Record:
     @property
     def failed(self) -> bool:
         return self.failure is not None
+
+    @property
+    def schedule_trace(self) -> bool:
+        """Whether the trace is a schedule to replay: not the default schedule's, nor a conv algorithm's choice."""
+        return self.trace != DEFAULT_TRACE and not self.workload.startswith(ALGORITHM_FAMILY)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -106,7 +113,8 @@ def _ends_torn(path: str | os.PathLike) -> bool:
 
 
 def read_records(path: str | os.PathLike) -> Iterator[Record]:
-    """Records of a log; corrupt or torn lines are skipped with a warning naming the line."""
+    """Records of a log; corrupt or torn lines, and records whose trace holds anything cinn's schedules never emit
+    (cinn.schedules.replay: a trace could link code into a kernel), are skipped with a warning naming the line."""
     if not os.path.exists(path):
         return
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -114,9 +122,18 @@ def read_records(path: str | os.PathLike) -> Iterator[Record]:
             if not line.strip():
                 continue
             try:
-                yield Record.from_json(line)
-            except (ValueError, KeyError, TypeError) as err:
+                rec = Record.from_json(line)
+            except (ValueError, KeyError, TypeError, RecursionError) as err:
                 warnings.warn(f"{path}:{lineno}: skipping corrupt tuning record ({err})", stacklevel=2)
+                continue
+            try:
+                if rec.schedule_trace:
+                    replay.check(rec.trace)
+            except replay.TraceRefused as err:
+                warnings.warn(f"{path}:{lineno}: skipping a tuning record whose trace cinn's schedules never emit "
+                              f"({err})", stacklevel=2)
+                continue
+            yield rec
 
 
 class TracePool:

@@ -24,7 +24,6 @@ import numpy as np
 import tvm
 from tvm import rpc
 from tvm.s_tir import Schedule
-from tvm.support.popen_pool import PopenPoolExecutor
 
 from cinn.autotune.database import FailureKind
 from cinn.autotune.task import Task
@@ -33,6 +32,7 @@ from cinn.cuda_module import require_device
 from cinn.machine import configure_threads
 from cinn.target import Target
 from cinn.utils import random_arrays
+from cinn.worker_pool import WorkerPool
 
 T = TypeVar("T")
 
@@ -274,7 +274,7 @@ class _Stage(enum.Enum):
     RUN = (FailureKind.RUN_ERROR, FailureKind.RUN_TIMEOUT, FailureKind.RUN_CRASH)
 
 
-def _collect(future, stage: _Stage, timeout: float, grace: float, pool: PopenPoolExecutor) -> _Outcome:
+def _collect(future, stage: _Stage, timeout: float, grace: float, pool: WorkerPool) -> _Outcome:
     """A pool future's outcome, its failure given the stage's kind. A worker that does not answer `grace` seconds
     past its own timeout is killed (a candidate that corrupted its heap left it deadlocked in malloc, the worker's
     timeout thread with it, and the tuner waiting for ever)."""
@@ -283,7 +283,7 @@ def _collect(future, stage: _Stage, timeout: float, grace: float, pool: PopenPoo
         out = future.result(timeout=timeout + grace)
     except TimeoutError:
         if not future.done():
-            _kill_workers(pool)
+            pool.kill_workers()
             with contextlib.suppress(Exception):  # the blocked receive now fails: the worker restarts on demand
                 future.result(timeout=grace)
             return _Outcome(None, timed_out, f"no answer after {timeout + grace:g} s: the worker was killed")
@@ -293,15 +293,6 @@ def _collect(future, stage: _Stage, timeout: float, grace: float, pool: PopenPoo
     except Exception as err:
         return _Outcome(None, error, _short(err))
     return out if out.failure is None else _Outcome(None, error, out.detail)
-
-
-def _kill_workers(pool: PopenPoolExecutor) -> None:
-    """Kill a pool's worker processes; each is started again at its next task."""
-    for worker in list(pool._worker_map.values()):  # TVM's pool has no public way to stop a worker that hangs
-        process = worker._proc
-        if process is not None:
-            with contextlib.suppress(OSError):
-                process.kill()
 
 
 def _import_compiler() -> None:
@@ -330,8 +321,8 @@ class _PoolRunner:
         self._build_fn = build_fn
         self._run_fn = run_fn
         self._remote = remote
-        self._build_pool: PopenPoolExecutor | None = None
-        self._run_pool: PopenPoolExecutor | None = None
+        self._build_pool: WorkerPool | None = None
+        self._run_pool: WorkerPool | None = None
         self._args: dict[str, tuple[ArgInfo, ...]] = {}
         self._refs: dict[tuple[Target, str], _Reference] = {}  # by target and workload
 
@@ -390,7 +381,7 @@ class _PoolRunner:
     def _build(self, specs: list[KernelSpec], target: Target, tmp: str) -> dict[KernelSpec, _Outcome[str]]:
         """Build every spec in parallel workers, each into its own file under tmp."""
         if self._build_pool is None:
-            self._build_pool = PopenPoolExecutor(
+            self._build_pool = WorkerPool(
                 max_workers=self.config.build_workers, timeout=self.config.build_timeout, initializer=_import_compiler
             )
         futures = {
@@ -403,7 +394,7 @@ class _PoolRunner:
     def _run(self, spec: KernelSpec, lib: str, target: Target, timing: Timing, fetch: bool) -> _Outcome[RunOutput]:
         """Run one built candidate in the run worker (restarted by the pool after a crash or timeout)."""
         if self._run_pool is None:
-            self._run_pool = PopenPoolExecutor(max_workers=1, timeout=self.config.run_timeout, initializer=_import_runtime)
+            self._run_pool = WorkerPool(max_workers=1, timeout=self.config.run_timeout, initializer=_import_runtime)
         c = self.config
         args = self._args[spec.workload]
         request = RunRequest(lib, args, target, timing, c.seed, fetch, spec.trace, self._remote)

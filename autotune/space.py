@@ -14,11 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import tvm
-from tvm.s_tir import Schedule, Trace
+from tvm.s_tir import Schedule
 
 from cinn.autotune.task import Task
 from cinn.schedules import apply_default
 from cinn.schedules.knobs import Knob
+from cinn.schedules.replay import replay as checked_replay
 from cinn.target import Target
 
 DecisionKey = tuple[Knob, int]  # a knob and how many times the schedule had asked for it before
@@ -238,6 +239,6 @@ def decisions_of_trace(trace_text: str) -> list[DecisionValue]:
 def replay(task: Task, target: Target, trace_text: str) -> Schedule:
     """Apply a logged trace to the task's func."""
     sch = Schedule(task.module())
-    Trace.apply_json_to_schedule(json.loads(trace_text), sch)
+    checked_replay(sch, trace_text)
     return sch
 

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from cinn import __version__
 from cinn.benchmarks.harness import BenchConfig, run_benchmarks
 from cinn.benchmarks.report import format_table, write_csv, write_plot
-from cinn.frontend.loading import parse_input_shapes
+from cinn.command import ExitStatus, command, reading_arguments
+from cinn.frontend.loading import load_model, parse_input_shapes
 from cinn.frontend.zoo import MODELS, is_model_name
 from cinn.target import parse_target
 
@@ -55,8 +56,17 @@ def _model_names(args: argparse.Namespace, p: argparse.ArgumentParser) -> list[s
     return list(dict.fromkeys(names))
 
 
+def _check_model_files(names: Sequence[str], shapes: dict[str, tuple[int, ...]]) -> None:
+    """Import each model file once here: one that cannot be read is a usage error, not a failure of every engine."""
+    with reading_arguments():
+        for name in names:
+            if is_model_name(name):
+                load_model(name, shapes)
+
+
+@command("cinn-bench")
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark; the exit status is 1 when an engine failed or outputs disagree."""
+    """Run the benchmark; exit status: see cinn.command.ExitStatus (1: an engine failed or outputs disagree)."""
     p = _parser()
     args = p.parse_args(argv)
     if args.repeat < 1 or args.warmup < 0 or args.rounds < 1:
@@ -68,12 +78,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         p.error(f"--target: {err}")
     try:
-        shapes = tuple(parse_input_shapes(args.input_shape).items())
+        shapes = parse_input_shapes(args.input_shape)
     except ValueError as err:
         p.error(str(err))
+    names = _model_names(args, p)
+    _check_model_files(names, shapes)
     config = BenchConfig(target=args.target, repeat=args.repeat, warmup=args.warmup, rounds=args.rounds, tuning_log=args.log,
-                         small=args.small, timeout=args.timeout, input_shapes=shapes)
-    results = run_benchmarks(_model_names(args, p), config)
+                         small=args.small, timeout=args.timeout, input_shapes=tuple(shapes.items()))
+    results = run_benchmarks(names, config)
     tuned = args.log is not None
     print(format_table(results, tuned))
     if args.csv:
@@ -83,5 +95,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = [r.model for r in results if r.failed]
     if failed:
         print(f"cinn-bench: FAILED for {', '.join(failed)} (see messages above)", file=sys.stderr)
-        return 1
-    return 0
+        return ExitStatus.FAILED
+    return ExitStatus.OK

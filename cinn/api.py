@@ -1,7 +1,6 @@
 """cinn.compile: Program -> passes -> fusion -> lowering -> build -> Executable."""
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import warnings
@@ -10,7 +9,7 @@ from dataclasses import dataclass
 from typing import overload
 
 import tvm
-from tvm.s_tir import Schedule, Trace
+from tvm.s_tir import Schedule
 
 from cinn import compiled_cache, symbolic_kernels
 from cinn.autotune.algorithms import winograd_choices
@@ -31,6 +30,7 @@ from cinn.lower import LoweredGroup, lower_program
 from cinn.passes.views import find_views
 from cinn.runtime import ConstantPool, Executable, Kernel
 from cinn.schedules.analysis import PLAIN_SCHEDULE
+from cinn.schedules.replay import replay
 from cinn.symbolic import Binding, SymbolicProgram, bindings_of
 from cinn.symbolic_kernels import NotSymbolic
 from cinn.target import Target, parse_target
@@ -249,7 +249,7 @@ def _applicable(trace: str | None, lg: LoweredGroup) -> str | None:
         return None
     try:
         sch = Schedule(tvm.IRModule({"main": lg.func}))
-        Trace.apply_json_to_schedule(json.loads(trace), sch)
+        replay(sch, trace)
         check_in_bounds(sch, lg.group.name)
     except (RuntimeError, ValueError, TypeError, KeyError, IndexError) as err:  # TVM raises RuntimeError subclasses
         warnings.warn(f"cinn: the tuned schedule of kernel {lg.group.name} does not apply ({type(err).__name__}); "

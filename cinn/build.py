@@ -4,27 +4,27 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import hashlib
-import json
 import os
 import pathlib
+import shutil
 import tempfile
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import tvm
 import tvm_ffi
-from tvm.s_tir import Schedule, Trace
-from tvm.support.popen_pool import PopenPoolExecutor
+from tvm.s_tir import Schedule
 
-from cinn import cuda_module, disk_cache, schedules, thread_pool
+from cinn import cuda_module, disk_cache, schedules, thread_pool, trust
 from cinn.ops import PatternKind
 from cinn.schedules import apply_default, cpu_attention
 from cinn.schedules.analysis import NOMINAL_SIZES, PLAIN_SCHEDULE, blocks
 from cinn.schedules.cpu_common import parallel_outer
 from cinn.schedules.cuda_common import unbound_blocks
+from cinn.schedules.replay import replay
 from cinn.target import NO_PARTIAL_UNROLL, Target
-from cinn.utils import digest_path, file_digest
+from cinn.worker_pool import WorkerPool
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,40 @@ def cache_key(spec: KernelSpec, target: Target) -> str:
 
 def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
     """Schedule and compile one kernel to a shared library at `path` (atomically); returns `path`."""
+    _store(path, *_built(spec, target), secret=None)
+    return path
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Where a built kernel's library lies: its place in the cache, or, where the cache could not be written (a full
+    disk), a temporary folder's, with what failed."""
+
+    path: str
+    failure: str = ""
+
+
+def build_cached(spec: KernelSpec, target: Target, path: str, secret: bytes | None) -> Stored:
+    """build_kernel into the cache, with the library's digest keyed by `secret` (none: a folder that is no cache).
+    Where the library cannot be written there (a full disk fails as ENOSPC, or in the linker), it is written to a
+    temporary folder instead; a failure there too is the kernel's own, and raised."""
+    source, export = _built(spec, target)
+    try:
+        _store(path, source, export, secret)
+        return Stored(path)
+    except Exception as err:
+        folder = tempfile.mkdtemp(prefix="cinn-uncached-")
+        try:
+            elsewhere = os.path.join(folder, os.path.basename(path))
+            _store(elsewhere, source, export, secret=None)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        return Stored(elsewhere, f"{type(err).__name__}: {str(err).strip()[-300:]}")
+
+
+def _built(spec: KernelSpec, target: Target) -> tuple[str, Callable[[str], object]]:
+    """A kernel scheduled and compiled: its source and the function that writes its library to a path."""
     mod = _module(spec.func, target)
     try:
         sch, ex = _scheduled(mod, spec, target)
@@ -87,8 +121,7 @@ def build_kernel(spec: KernelSpec, target: Target, path: str) -> str:
         sch = Schedule(tvm.IRModule({"main": mod["main"].with_attr(PLAIN_SCHEDULE, True)}))
         parallel_outer(sch)
         ex = _compiled(sch, target)
-    _store(path, kernel_source(sch.mod, ex), lambda tmp: _export(ex, tmp, target))
-    return path
+    return kernel_source(sch.mod, ex), lambda tmp: _export(ex, tmp, target)
 
 
 def default_fingerprint(func, kind: PatternKind, target: Target) -> str:
@@ -110,7 +143,7 @@ def _scheduled(mod: tvm.IRModule, spec: KernelSpec, target: Target) -> tuple[Sch
     if spec.trace is None:
         apply_default(sch, spec.kind, target)
     else:
-        Trace.apply_json_to_schedule(json.loads(spec.trace), sch)
+        replay(sch, spec.trace)  # only what cinn's schedules emit: a log's trace could link in code
         check_in_bounds(sch, spec.workload)
     if target.is_cuda:
         _check_bound(sch, spec)
@@ -130,26 +163,14 @@ def _annotated(sch: Schedule, key: str) -> bool:
     return any(key in sch.get(b).annotations for b in blocks(sch))
 
 
-def _store(path: str, source: str, export: Callable[[str], object]) -> None:
-    """Write a cache entry: the library, its source and its digest are made beside it, then renamed into place
-    together under the cache's lock (two processes building one kernel write different bytes: a digest of one
-    library beside the other would make readers throw the entry away)."""
-    made: list[str] = []
-    try:
-        for suffix in (".so", ".src", ".sha256"):
-            fd, tmp = tempfile.mkstemp(suffix=suffix, dir=os.path.dirname(path))
-            os.close(fd)
-            made.append(tmp)
-        lib, src, digest = made
-        export(lib)
-        pathlib.Path(src).write_text(source)
-        pathlib.Path(digest).write_text(file_digest(lib))
-        with _cache_lock(path, exclusive=True):
-            for tmp, final in zip(made, (path, source_path(path), digest_path(path)), strict=True):
-                os.replace(tmp, final)
-    finally:
-        for tmp in made:
-            pathlib.Path(tmp).unlink(missing_ok=True)
+def _store(path: str, source: str, export: Callable[[str], object], secret: bytes | None) -> None:
+    """Write a cache entry: the library, its source and its digest keyed by `secret` (cinn.disk_cache.write_entry)."""
+
+    def write(made: list[str]) -> None:
+        export(made[0])
+        pathlib.Path(made[1]).write_text(source)
+
+    disk_cache.write_entry([path, source_path(path)], write, secret)
 
 
 def _cache_lock(path: str, exclusive: bool):
@@ -228,20 +249,26 @@ def build_all(
     progress: Callable[[int, int], None] | None = None,
 ) -> list[BuiltKernel]:
     """Build (or load from cache) one kernel per spec; identical specs are built once. A cache directory that cannot
-    be written (read-only) is passed by: the kernels are built in a temporary one, with a warning."""
+    be written (read-only) or may not be trusted (cinn.trust) is passed by: the kernels are built in a temporary one,
+    with a warning; so are those whose libraries cannot be written to the cache (a full disk)."""
     if cache_dir.exists() and not cache_dir.is_dir():
         raise NotADirectoryError(f"cinn: the kernel cache {cache_dir} is not a directory (it comes from cache_dir= or "
                                  "$CINN_CACHE_DIR; point it at a directory)")
-    if _writable(cache_dir):
-        return _build_all(specs, target, cache_dir, workers, progress)
-    warnings.warn(f"cinn: the kernel cache {cache_dir} cannot be written; building without it", stacklevel=3)
+    if not _writable(cache_dir):
+        warnings.warn(f"cinn: the kernel cache {cache_dir} cannot be written; building without it", stacklevel=3)
+        secret = None
+    else:
+        secret = trust.usable(cache_dir, stacklevel=3)
+    if secret is not None:
+        return _build_all(specs, target, cache_dir, workers, progress, secret)
     with tempfile.TemporaryDirectory(prefix="cinn-uncached-") as tmp:  # loaded libraries outlive their files
-        return _build_all(specs, target, pathlib.Path(tmp), workers, progress)
+        return _build_all(specs, target, pathlib.Path(tmp), workers, progress, None)
 
 
 def _writable(cache_dir: pathlib.Path) -> bool:
+    """Whether files can be made in the cache directory (made if missing, writable by none but its user)."""
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
+        cache_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
         fd, probe = tempfile.mkstemp(dir=cache_dir, prefix=".probe-")
     except OSError:
         return False
@@ -251,22 +278,33 @@ def _writable(cache_dir: pathlib.Path) -> bool:
 
 
 def _build_all(specs: Sequence[KernelSpec], target: Target, cache_dir: pathlib.Path, workers: int,
-               progress: Callable[[int, int], None] | None) -> list[BuiltKernel]:
+               progress: Callable[[int, int], None] | None, secret: bytes | None) -> list[BuiltKernel]:
+    """build_all in cache_dir, a cache when there is a secret to key its digests with, else a temporary folder."""
     paths = {s: str(cache_dir / f"{cache_key(s, target)}.so") for s in dict.fromkeys(specs)}
     modules: dict[KernelSpec, BuiltKernel] = {}
     missing = []
     for spec, path in paths.items():
-        mod = load_cached(path, target)
+        mod = load_cached(path, target) if secret is not None else None
         if mod is None:
             missing.append(spec)
         else:
             modules[spec] = mod
     done = len(modules)
-    for spec in _build_missing(missing, target, paths, workers):
-        modules[spec] = _read(paths[spec], target)
-        done += 1
-        if progress:
-            progress(done, len(paths))
+    elsewhere: list[Stored] = []
+    try:
+        for spec, stored in _build_missing(missing, target, paths, workers, secret):
+            modules[spec] = _read(stored.path, target)
+            if stored.failure:
+                elsewhere.append(stored)
+            done += 1
+            if progress:
+                progress(done, len(paths))
+    finally:
+        for stored in elsewhere:  # loaded libraries outlive their files
+            shutil.rmtree(os.path.dirname(stored.path), ignore_errors=True)
+    if elsewhere:
+        warnings.warn(f"cinn: could not write the kernel cache {cache_dir} ({elsewhere[0].failure}); built "
+                      f"{len(elsewhere)} kernels in a temporary folder instead", stacklevel=4)
     if missing:
         disk_cache.prune(cache_dir)
     return [modules[s] for s in specs]
@@ -288,49 +326,54 @@ def load_library(path: str, target: Target) -> tvm.runtime.Module:
 
 
 def load_cached(path: str, target: Target) -> BuiltKernel | None:
-    """A cached kernel, or None when absent; a corrupt entry is deleted (and rebuilt by the caller)."""
-    files = (path, source_path(path), digest_path(path))
+    """A cached kernel, or None when absent (or when the user's cache key cannot be had); an entry that is not whole
+    or not this user's (cinn.trust) is deleted with a warning, never loaded (and rebuilt by the caller)."""
+    files = (path, source_path(path), disk_cache.digest_path(path))
+    try:
+        secret = trust.key()
+    except (trust.Untrusted, OSError):  # the cache's users warn of it
+        return None
     with _cache_lock(path, exclusive=False):
         if not all(os.path.exists(f) for f in files):
             return None
         try:
-            built = _verified(path, target)
+            built = _verified(path, target, secret)
             disk_cache.touch(path)
             return built
         except Exception as err:
             warnings.warn(f"cinn: corrupt cache entry {path} ({type(err).__name__}: {err}); rebuilding", stacklevel=3)
     with _cache_lock(path, exclusive=True):
         try:  # another process may have put a whole entry in place since
-            return _verified(path, target)
+            return _verified(path, target, secret)
         except Exception:
             for f in files:
                 pathlib.Path(f).unlink(missing_ok=True)
     return None
 
 
-def _verified(path: str, target: Target) -> BuiltKernel:
-    """Load a cached library whose bytes match its digest (loading a truncated one can kill the process)."""
-    if pathlib.Path(digest_path(path)).read_text().strip() != file_digest(path):
-        raise ValueError("the library does not match its digest (truncated or overwritten)")
+def _verified(path: str, target: Target, secret: bytes) -> BuiltKernel:
+    """Load a cached library whose files are this user's alone and whose bytes match their keyed digest (loading a
+    truncated library can kill the process; loading one that another wrote runs their code)."""
+    disk_cache.check_entry([path, source_path(path)], secret)
     return _read(path, target)
 
 
-def _build_missing(missing: list[KernelSpec], target: Target, paths: dict, workers: int):
-    """Yield specs as their libraries are written, using worker processes when it pays."""
+def _build_missing(missing: list[KernelSpec], target: Target, paths: dict, workers: int, secret: bytes | None
+                   ) -> Iterator[tuple[KernelSpec, Stored]]:
+    """Yield specs with where their libraries were written, as they are, using worker processes when it pays (the
+    key travels to them with each task: a worker started before $CINN_CACHE_KEY changed would read another)."""
     if workers <= 1 or len(missing) <= 1:
         for spec in missing:
-            build_kernel(spec, target, paths[spec])
-            yield spec
+            yield spec, build_cached(spec, target, paths[spec], secret)
         return
     pool = _pool(workers)
-    futures = {pool.submit(build_kernel, s, target, paths[s]): s for s in missing}
+    futures = {pool.submit(build_cached, s, target, paths[s], secret): s for s in missing}
     for fut in cf.as_completed(futures):
-        fut.result()
-        yield futures[fut]
+        yield futures[fut], fut.result()
 
 
 @functools.cache
 def _pool(workers: int):
     """Worker processes kept for the life of the process (fresh interpreters: no fork of TVM's threads,
-    and no re-import of the user's __main__)."""
-    return PopenPoolExecutor(max_workers=workers)
+    and no re-import of the user's __main__); they die with it."""
+    return WorkerPool(max_workers=workers)

@@ -2,19 +2,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
 
 from cinn import __version__, api
 from cinn.build import default_cache_dir
-from cinn.frontend.loading import UnsupportedModelFormat, load_model, parse_input_shapes
+from cinn.command import ExitStatus, UsageError, command, reading_arguments
+from cinn.cuda_module import device_present
+from cinn.frontend.loading import load_model, parse_input_shapes
+from cinn.ir import Program
 from cinn.machine import machine_peaks
 from cinn.symbolic import require_static
-from cinn.target import parse_target
+from cinn.target import Target, parse_target
 from cinn.utils import SETTLE_S, median_seconds, random_feeds
-
-USER_ERRORS = (ValueError, TypeError, NotImplementedError, OSError)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,13 +38,25 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _progress(done: int, total: int) -> None:
-    end = "\n" if done == total else ""
-    print(f"\rcompiling: {done}/{total} kernels", end=end, file=sys.stderr, flush=True)
+    tty = sys.stderr.isatty()  # redrawn in place on a terminal, a line each in a log
+    print(("\r" if tty else "") + f"compiling: {done}/{total} kernels", end="" if tty and done < total else "\n",
+          file=sys.stderr, flush=True)
+
+
+def _read_arguments(args: argparse.Namespace) -> tuple[Target, Program]:
+    """The target and the model; UsageError for a bad argument or a file that is missing or cannot be read."""
+    with reading_arguments():
+        target = parse_target(args.target)
+        if target.is_cuda and not device_present():  # found now, not after the kernels are built
+            raise UsageError("--target cuda: no CUDA device present on this machine")
+        if args.log is not None and not os.path.isfile(args.log):
+            raise UsageError(f"--log {args.log}: no such schedule log")
+        return target, require_static(load_model(args.model, parse_input_shapes(args.input_shape)),
+                                      "pass --input-shape NAME=D0,D1,... for each")
 
 
 def run(args: argparse.Namespace) -> int:
-    program = require_static(load_model(args.model, parse_input_shapes(args.input_shape)),
-                             "pass --input-shape NAME=D0,D1,... for each")
+    target, program = _read_arguments(args)
     start = time.perf_counter()
     exe = api.compile(program, target=args.target, fuse=not args.no_fuse, tuning_log=args.log, progress=_progress)
     compile_s = time.perf_counter() - start
@@ -55,26 +69,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"median latency: {seconds * 1e3:.3f} ms over {args.repeat} runs")
     print(f"memory: {exe.workspace_bytes / 2**20:.1f} MiB workspace per run + {exe.constant_bytes / 2**20:.1f} MiB constants")
     if args.profile:
-        target = parse_target(args.target)
         peaks = None if target.is_cuda else machine_peaks(target, default_cache_dir())
         print(exe.profile(feeds, args.repeat, peaks).table())
-    return 0
+    return ExitStatus.OK
 
 
+@command("cinn-run")
 def main(argv: Sequence[str] | None = None) -> int:
-    """Exit status: 0 success, 1 the model failed to load, compile or run, 2 bad usage or unsupported format."""
+    """Exit status: see cinn.command.ExitStatus."""
     p = _parser()
     args = p.parse_args(argv)
     if args.repeat < 1:
         p.error("--repeat must be >= 1")
-    try:
-        return run(args)
-    except UnsupportedModelFormat as e:
-        print(f"cinn-run: error: {e}", file=sys.stderr)
-        return 2
-    except USER_ERRORS as e:
-        print(f"cinn-run: error: {e}", file=sys.stderr)
-        return 1
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import numpy as np
 
 from cinn.ir import Program
 from cinn.machine import Peaks
-from cinn.runtime import Executable, Profile
+from cinn.runtime import Executable, Profile, feed_as_array
 from cinn.symbolic import Binding, ShapeBindingError, SymbolicProgram
 
 # executables built at run time before a warning says so: each holds its kernels and workspace for good (a serving
@@ -45,6 +45,8 @@ class DynamicExecutable:
         self._served: collections.OrderedDict[Binding, Executable] = collections.OrderedDict()
         self._by_shapes: dict[tuple, Executable] = {}  # the feeds' shapes seen -> their executable: runs skip binding
         self._names = [i.name for i in program.inputs]
+        # what each input takes, for the messages of feeds that are not arrays of numbers
+        self._expected = {i.name: f"{i.dtype} of shape ({', '.join(map(str, i.dims))})" for i in program.inputs}
         self._by_value = [i.name for i in program.inputs if i.by_value]  # constants of each executable, not its inputs
         for b in bindings:
             self._executables[b] = build(program.specialize(b))
@@ -104,11 +106,20 @@ class DynamicExecutable:
 
     def run(self, feeds: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         """Execute with named input arrays of any shapes the program takes (see Executable.run)."""
+        feeds = self._arrays(feeds)
         return self._executable_of(feeds).run(self._runtime_feeds(feeds), out)
 
     def profile(self, feeds: Mapping[str, np.ndarray], repeat: int = 20, peaks: Peaks | None = None) -> Profile:
         """Profile the executable of the feeds' binding (see Executable.profile)."""
+        feeds = self._arrays(feeds)
         return self._executable_of(feeds).profile(self._runtime_feeds(feeds), repeat, peaks)
+
+    def _arrays(self, feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        """The feeds of the program's inputs as arrays (arrays as they are), before their shapes are read; anything
+        else is left to the executable's checks (which name a missing input or feeds that are not a mapping)."""
+        if not isinstance(feeds, Mapping):
+            return feeds
+        return {k: feed_as_array(k, v, self._expected[k]) if k in self._expected else v for k, v in feeds.items()}
 
     def _runtime_feeds(self, feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         return {k: v for k, v in feeds.items() if k not in self._by_value} if self._by_value else feeds

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -53,7 +54,7 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # exact: numpy's int64 product wraps (2**32 * 2**32 is 0)
 
     @property
     def nbytes(self) -> int:
@@ -97,14 +98,14 @@ class Attrs:
         def __getattr__(self, name: str) -> Any: ...
 
     def __post_init__(self):
-        hints = _field_types(type(self))
+        hints = field_types(type(self))
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if isinstance(v, list):
                 v = _freeze(v)
                 object.__setattr__(self, f.name, v)
-            if not _conforms(v, hints[f.name]):
-                raise TypeError(f"{type(self).__name__}: attribute {f.name!r} must be {_type_name(hints[f.name])}, "
+            if not conforms(v, hints[f.name]):
+                raise TypeError(f"{type(self).__name__}: attribute {f.name!r} must be {type_name(hints[f.name])}, "
                                 f"got {v!r}")
 
 
@@ -113,22 +114,23 @@ def _freeze(v):
 
 
 @functools.cache
-def _field_types(cls: type) -> dict[str, Any]:
+def field_types(cls: type) -> dict[str, Any]:
+    """The resolved type hints of a dataclass's fields, by name."""
     return typing.get_type_hints(cls)
 
 
-def _conforms(value: Any, hint: Any) -> bool:
+def conforms(value: Any, hint: Any) -> bool:
     """Whether an attribute value has its declared type: ints for int (not bools), numbers for float, tuples of the
     element type, one of a union's members; an enum field also takes its values' strings (ops convert them)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (types.UnionType, typing.Union):
-        return any(_conforms(value, a) for a in args)
+        return any(conforms(value, a) for a in args)
     if origin is tuple:
         if not isinstance(value, tuple):
             return False
         if len(args) == 2 and args[1] is Ellipsis:
-            return all(_conforms(x, args[0]) for x in value)
-        return len(value) == len(args) and all(_conforms(x, a) for x, a in zip(value, args, strict=True))
+            return all(conforms(x, args[0]) for x in value)
+        return len(value) == len(args) and all(conforms(x, a) for x, a in zip(value, args, strict=True))
     if hint is Any or origin is not None:
         return True
     if hint is float:
@@ -142,7 +144,8 @@ def _conforms(value: Any, hint: Any) -> bool:
     return isinstance(value, hint) if isinstance(hint, type) else True
 
 
-def _type_name(hint: Any) -> str:
+def type_name(hint: Any) -> str:
+    """A type hint as messages show it."""
     return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
 
 
@@ -176,6 +179,7 @@ class Program:
         object.__setattr__(self, "constants", MappingProxyType(dict(self.constants)))
 
     def __reduce__(self):
+        # (for the worker transport and users' own processes: cinn keeps no pickle on disk, cinn.ir_json is its format)
         # pickle cannot take the read-only mapping proxy: the constants travel as a plain dict
         return Program, (self.name, self.inputs, self.nodes, self.outputs, dict(self.constants))
 

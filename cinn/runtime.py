@@ -537,11 +537,30 @@ def _output_sources(program: Program, kernels: Sequence[Kernel]) -> tuple[Output
     return tuple(sources)
 
 
+def feed_as_array(name: str, feed, expected: str) -> np.ndarray:
+    """A feed as an array of numbers (an array passes as it is); None, a ragged nested sequence and what numpy keeps
+    only as Python objects (an integer over 64 bits) are refused naming the input. `expected`: what the input takes
+    ("float32 of shape (2, 2)")."""
+    if feed is None:
+        raise TypeError(f"run: input {name!r} is None; expected {expected}")
+    try:
+        arr = np.asarray(feed)
+    except ValueError as e:  # rows of different lengths
+        raise ValueError(f"run: input {name!r} cannot be read as one array ({e}); expected {expected}") from None
+    if arr.dtype == object:
+        bad = [v for v in arr.flat if np.asarray(v).dtype == object][:1]
+        if not bad:  # numbers in an array made with dtype=object
+            raise TypeError(f"run: input {name!r} is an array of Python objects (dtype object); expected {expected}")
+        why = "an integer that does not fit 64 bits" if isinstance(bad[0], int) else "which is not a number"
+        raise TypeError(f"run: input {name!r} holds {bad[0]!r}, {why}; expected {expected}")
+    return arr
+
+
 def _feed_array(name: str, feed, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """One feed checked against its input: float64 for float32 is accepted (numpy's default), as are integers of any
     signedness that fit (a list fed to a uint8 input is int64); a change of kind and integers that do not fit are
     errors."""
-    arr = np.asarray(feed)
+    arr = feed_as_array(name, feed, f"{dtype} of shape {shape}")
     if arr.shape != shape:
         raise ValueError(f"run: input {name!r} has shape {tuple(arr.shape)}, expected {shape}")
     if arr.dtype != dtype:

@@ -1,13 +1,15 @@
 """cinn's thread pool for the parallel loops of its CPU kernels, in place of TVM's (thread_pool.c says how and why).
 
 The pool is built from thread_pool.c with the system's C compiler (`$CC`, else `cc`) the first time a process loads
-a kernel, into the kernel cache, once per version of the source. Each loaded kernel library's parallel-launch pointer
+a kernel, into the kernel cache, once per version of the source, with its keyed digest (cinn.trust): a library there
+that this user's cinn did not build is refused, with a warning, and built again. Each loaded kernel library's parallel-launch pointer
 is then pointed at it. Where it cannot be built or loaded (no C compiler, not Linux), kernels keep TVM's pool, with one
 warning; `CINN_THREAD_POOL=tvm` keeps TVM's pool on purpose.
 """
 from __future__ import annotations
 
 import _ctypes
+import contextlib
 import ctypes
 import enum
 import os
@@ -18,10 +20,13 @@ import tempfile
 import threading
 import warnings
 
-from cinn.utils import atomic_write, digest_path, file_digest
+from cinn import disk_cache, trust
+from cinn.utils import file_digest
 
 SOURCE = pathlib.Path(__file__).with_name("thread_pool.c")
 LAUNCH_POINTER = "__TVMBackendParallelLaunch"  # the variable a TVM kernel library calls its parallel loops through
+# the pool's own lock: it is loaded while a kernel's load holds the cache's lock shared, and may have to be written
+LOCK = ".thread-pool.lock"
 
 
 class Pool(enum.Enum):
@@ -87,42 +92,62 @@ def _library(directory: pathlib.Path) -> ctypes.CDLL | None:
 
 
 def _load(directory: pathlib.Path) -> ctypes.CDLL:
-    name = f"thread-pool-{file_digest(SOURCE)[:16]}.so"
-    path = directory / name
-    if not _intact(path):
-        try:
-            _compile(path)
-        except OSError:  # a read-only cache
-            path = pathlib.Path(tempfile.mkdtemp(prefix="cinn-pool-")) / name
-            _compile(path)
+    """Load the pool from directory (the kernel cache), built there first unless it is there, whole and this user's."""
+    path = directory / f"thread-pool-{file_digest(SOURCE)[:16]}.so"
+    try:
+        secret: bytes | None = trust.key()
+    except (trust.Untrusted, OSError):  # the kernel cache warns of it
+        secret = None
+    if secret is None or not _intact(path, secret):
+        path = _built(path, secret)
     library = ctypes.CDLL(str(path))
     library.cinn_pool_set_threads.argtypes = [ctypes.c_int]
     library.cinn_pool_set_threads(_State.threads or _default_threads())
     return library
 
 
-def _intact(path: pathlib.Path) -> bool:
-    """Whether the built pool is there and whole (a library cut short kills dlopen with SIGBUS)."""
+def _built(path: pathlib.Path, secret: bytes | None) -> pathlib.Path:
+    """Build the pool at path; where it cannot be built there (a read-only or full cache) or the user has no cache
+    key, in a fresh folder. Returns where it was built."""
+    if secret is not None:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            _compile(path, secret)
+            return path
+    elsewhere = pathlib.Path(tempfile.mkdtemp(prefix="cinn-pool-")) / path.name
+    _compile(elsewhere, None)
+    return elsewhere
+
+
+def _intact(path: pathlib.Path, secret: bytes) -> bool:
+    """Whether the built pool is there, whole (a library cut short kills dlopen with SIGBUS) and built by this user's
+    cinn (loading another's runs their code); one there whose checks fail is refused with a warning."""
     try:
-        return file_digest(path) == pathlib.Path(digest_path(path)).read_text()
-    except OSError:
-        return False
+        with disk_cache.lock(path.parent, exclusive=False, name=LOCK):
+            if not (path.exists() and os.path.exists(disk_cache.digest_path(path))):
+                return False
+            disk_cache.check_entry([str(path)], secret)
+            return True
+    except trust.Untrusted as err:
+        warnings.warn(f"cinn: refused the thread pool library {path} ({err}); building it again", stacklevel=5)
+    except OSError:  # a folder without the lock that cannot be written, or a library pruned meanwhile
+        pass
+    return False
 
 
-def _compile(path: pathlib.Path) -> None:
-    """Compile the pool to path, with its digest beside it, atomically (processes may race to build it)."""
+def _compile(path: pathlib.Path, secret: bytes | None) -> None:
+    """Compile the pool to path, with its digest keyed by `secret` beside it (none without one), put in place together
+    under the cache's lock (processes may race to build it)."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise OSError("no C compiler: set CC")
 
-    def build(tmp: str) -> None:
-        done = subprocess.run([cc, "-O2", "-std=c11", "-shared", "-fPIC", "-pthread", "-o", tmp, str(SOURCE)],
+    def build(made: list[str]) -> None:
+        done = subprocess.run([cc, "-O2", "-std=c11", "-shared", "-fPIC", "-pthread", "-o", made[0], str(SOURCE)],
                               capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise subprocess.SubprocessError(f"{cc} failed: {done.stderr.strip()[-400:]}")
-        pathlib.Path(digest_path(path)).write_text(file_digest(tmp))
 
-    atomic_write(str(path), build)
+    disk_cache.write_entry([str(path)], build, secret, LOCK)
 
 
 def _default_threads() -> int:

@@ -13,6 +13,7 @@ from cinn.autotune.cost_model import CostModel
 from cinn.autotune.measure import LocalRunner, MeasureConfig, RpcRunner
 from cinn.autotune.task import extract_tasks
 from cinn.autotune.tuner import Progress, TaskSummary, TuneConfig, tune
+from cinn.command import ExitStatus, UsageError, command, reading_arguments
 from cinn.frontend.loading import load_model, parse_input_shapes
 from cinn.frontend.zoo import MODELS, get_model, is_model_name
 from cinn.in_model import Verdict, judge_in_model
@@ -21,8 +22,7 @@ from cinn.passes.winograd import ALGORITHM_PREFIX, DIRECT, ConvShape
 from cinn.symbolic import SymbolicProgram, bindings_of
 from cinn.target import parse_target
 
-EXIT_FAILED = 1  # a task has no working schedule
-EXIT_USAGE = 2  # bad arguments or an unreadable model
+INTERRUPTED = "interrupted; the log is consistent; continue with --resume"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,26 +62,12 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+@command("cinn-tune", INTERRUPTED)
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit status: see cinn.command.ExitStatus (1: a task that was measured has no working schedule)."""
     args = _parser().parse_args(argv)
-    if bool(args.rpc_tracker) != bool(args.rpc_key):
-        print("cinn-tune: --rpc-tracker and --rpc-key go together", file=sys.stderr)
-        return EXIT_USAGE
-    log_dir = os.path.dirname(os.path.abspath(args.log))
-    if not os.path.isdir(log_dir):  # checked now, not after the first round's measurements are lost
-        print(f"cinn-tune: --log {args.log}: no such directory {log_dir}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.repeat is None:
-        args.repeat = 10 if args.cache_flush else 3
-    if min(args.trials, args.batch, args.repeat) < 1 or args.timeout <= 0 or args.verify < 0:
-        print("cinn-tune: --trials, --batch, --repeat and --timeout must be positive, --verify not negative",
-              file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        summaries, verdicts = _tune(args)
-    except (ValueError, TypeError, NotImplementedError, OSError) as err:
-        print(f"cinn-tune: {err}", file=sys.stderr)
-        return EXIT_USAGE
+    _check(args)
+    summaries, verdicts = _tune(args)
     print(format_summary(summaries))
     if verdicts:
         print(format_verdicts(verdicts))
@@ -92,17 +78,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = [s.task.name for s in summaries if s.trials and not math.isfinite(s.best_cost)]
     if failed:
         print(f"cinn-tune: no working schedule measured for {', '.join(failed)}", file=sys.stderr)
-        return EXIT_FAILED
-    return 0
+        return ExitStatus.FAILED
+    return ExitStatus.OK
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Raise UsageError for arguments that do not go together or are out of range (sets the default --repeat)."""
+    if bool(args.rpc_tracker) != bool(args.rpc_key):
+        raise UsageError("--rpc-tracker and --rpc-key go together")
+    log_dir = os.path.dirname(os.path.abspath(args.log))
+    if not os.path.isdir(log_dir):  # checked now, not after the first round's measurements are lost
+        raise UsageError(f"--log {args.log}: no such directory {log_dir}")
+    if args.repeat is None:
+        args.repeat = 10 if args.cache_flush else 3
+    if min(args.trials, args.batch, args.repeat) < 1 or args.timeout <= 0 or args.verify < 0:
+        raise UsageError("--trials, --batch, --repeat and --timeout must be positive, --verify not negative")
 
 
 def _tune(args) -> tuple[list[TaskSummary], list[Verdict]]:
     """Load the model, extract its tasks and tune them; then judge the tuned kernels inside the model."""
-    target = parse_target(args.target)
-    programs = _load(args.model, args.input_shape, args.shape_hint)
-    measure = MeasureConfig(run_timeout=args.timeout, repeat=args.repeat, cache_flush=args.cache_flush)
-    runner = RpcRunner(args.rpc_tracker, args.rpc_key, measure) if args.rpc_tracker else LocalRunner(measure)
-    model = CostModel.load(args.cost_model) if args.cost_model and os.path.exists(args.cost_model) else CostModel(seed=args.seed)
+    with reading_arguments():
+        target = parse_target(args.target)
+        programs = _load(args.model, args.input_shape, args.shape_hint)
+        # a bad --cost-model file is a usage error (NotACostModel, a ValueError): before any worker starts
+        model = CostModel.load(args.cost_model) if args.cost_model and os.path.exists(args.cost_model) else CostModel(seed=args.seed)
+        measure = MeasureConfig(run_timeout=args.timeout, repeat=args.repeat, cache_flush=args.cache_flush)
+        runner = RpcRunner(args.rpc_tracker, args.rpc_key, measure) if args.rpc_tracker else LocalRunner(measure)
     config = TuneConfig(trials=args.trials, batch=args.batch, seed=args.seed, verify=args.verify)
     try:
         # the conv algorithms first: they decide which kernels there are to tune

@@ -86,11 +86,5 @@ def atomic_write(path: str, write: Callable[[str], object]) -> None:
 
 
 def file_digest(path: str | os.PathLike) -> str:
-    """The SHA-256 of a file's bytes."""
+    """The SHA-256 of a file's bytes (a name for what it holds; cinn.trust's keyed digests say who wrote it)."""
     return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
-
-
-def digest_path(lib_path: str | os.PathLike) -> str:
-    """The SHA-256 of a built library, written beside it: loading a truncated library can kill the process (SIGBUS
-    in dlopen), so a library is loaded only when its bytes match."""
-    return os.fspath(lib_path)[: -len(".so")] + ".sha256"

@@ -33,6 +33,12 @@ class FoldingBuilder(NetBuilder):
             return super().op(name, inputs, attrs)
         return tuple(self._add_constant(r, self._names.fresh(name)) for r in results)
 
+    def full(self, shape: Sequence[int], value: np.ndarray) -> Value:
+        """A tensor of one value (a 0-d array, of the tensor's dtype): its size is checked before anything is
+        allocated, and it is a constant only where it folds (MAX_FOLDED_BYTES), else broadcast at run time."""
+        scalar = self.create_constant(value, dtype=str(value.dtype))  # float64 stays float64
+        return self.broadcast_to(scalar, out_shape=list(shape)) if len(shape) else scalar
+
     def constant_of(self, v: Value | None) -> np.ndarray | None:
         """The data of a constant value (None for anything computed at run time)."""
         return None if v is None else self._constants.get(v.name)

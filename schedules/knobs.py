@@ -12,7 +12,8 @@ from typing import Protocol
 
 from tvm.s_tir import Schedule
 
-UNROLL_STEPS = (0, 16, 64, 512)  # candidate pragma_auto_unroll_max_step values, as MetaSchedule's CPU rule
+AUTO_UNROLL, EXPLICIT_UNROLL = "pragma_auto_unroll_max_step", "pragma_unroll_explicit"  # TVM's unroll annotations
+UNROLL_STEPS = (0, 16, 64, 512)  # candidate AUTO_UNROLL values, as MetaSchedule's CPU rule
 # over an explicitly unrolled register tile, a larger budget unrolls the reduction and the per-tile copies around it:
 # on a 64->64 3x3 conv, 512 steps outlasted the 30 s build timeout and 64 took 6-20 s to build, for at most 2%
 TILED_UNROLL_STEPS = (0, 16)
@@ -82,5 +83,5 @@ def unroll(sch: Schedule, knobs: Knobs, loop, steps: Sequence[int] = UNROLL_STEP
     """Let LLVM's pre-unroll of small loops be tuned: an auto-unroll budget on the outermost loop."""
     step = knobs.choose(sch, Knob.UNROLL, steps, 0)
     if step:
-        sch.annotate(loop, "pragma_auto_unroll_max_step", step)
-        sch.annotate(loop, "pragma_unroll_explicit", 1)
+        sch.annotate(loop, AUTO_UNROLL, step)
+        sch.annotate(loop, EXPLICIT_UNROLL, 1)

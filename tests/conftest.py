@@ -1,7 +1,23 @@
-"""Shared fixtures: one kernel cache per test session, so repeated kernels compile once."""
+"""Shared fixtures: one kernel cache per test session, so repeated kernels compile once; the timeout scale."""
 from __future__ import annotations
 
+import os
+
 import pytest
+
+from tests.timeouts import SCALE_ENV, timeout_scale
+
+
+def pytest_configure(config):
+    """Measure the timeout scale once, before xdist's workers start: they and the tests' subprocesses inherit it."""
+    try:
+        os.environ[SCALE_ENV] = f"{timeout_scale():.2f}"
+    except ValueError as err:
+        raise pytest.UsageError(str(err)) from None
+
+
+def pytest_report_header(config):
+    return f"timeouts scaled by {os.environ[SCALE_ENV]} (${SCALE_ENV})"
 
 
 @pytest.fixture(scope="session")

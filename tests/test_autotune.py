@@ -38,9 +38,10 @@ from cinn.in_model import ROUNDS as ROUNDS_IN_MODEL
 from cinn.schedules import apply_default
 from cinn.schedules.knobs import Knob
 from cinn.target import parse_target
+from tests.timeouts import scaled
 
 TARGET = parse_target("llvm")
-FAST = MeasureConfig(repeat=1, min_repeat_ms=1, run_timeout=20.0)
+FAST = MeasureConfig(repeat=1, min_repeat_ms=1, build_timeout=scaled(30.0), run_timeout=scaled(20.0))
 
 
 def _matmul_relu(m=32, k=48, n=64):
@@ -449,10 +450,10 @@ def test_concurrent_appends_do_not_interleave(tmp_path):
     code = (
         "import sys; from autotune.database import Record, append_records\n"
         "for i in range(150):\n"
-        "    append_records(sys.argv[1], [Record(sys.argv[2] + str(i), 'llvm', 'x' * 3000, (1.0,))])\n"
+        "    append_records(sys.argv[1], [Record(sys.argv[2] + str(i), 'llvm', '[[],' + ' ' * 3000 + '[]]', (1.0,))])\n"
     )
     procs = [subprocess.Popen([sys.executable, "-c", code, str(log), tag]) for tag in ("p", "q")]
-    assert all(p.wait(timeout=120) == 0 for p in procs)
+    assert all(p.wait(timeout=scaled(120)) == 0 for p in procs)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         records = list(read_records(log))
@@ -540,5 +541,5 @@ def test_cinn_tune_usage_errors(tmp_path, capsys):
 
     assert cli.main([str(tmp_path / "missing.onnx"), "--log", str(tmp_path / "l.jsonl")]) == 2
     assert cli.main(["encoder", "--log", "l", "--rpc-key", "k"]) == 2
-    proc = subprocess.run([sys.executable, "-m", "cinn.autotune", "--help"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "cinn.autotune", "--help"], capture_output=True, text=True, timeout=scaled(120))
     assert proc.returncode == 0 and "--trials" in proc.stdout

@@ -12,6 +12,7 @@ from cinn.builder import Names, new_node
 from cinn.frontend.folding import FoldingBuilder
 from cinn.passes.fold_constants import fold_constants
 from cinn.passes.rewrite import rewrite
+from tests.timeouts import scaled
 
 
 def _relu_program(name: str):
@@ -102,7 +103,7 @@ def test_version_is_exported():
 @pytest.mark.parametrize("module", ["cinn.cli", "cinn.tune_cli", "cinn.benchmarks.cli"])
 def test_clis_answer_version(module):
     code = f"import sys; from {module} import main; sys.exit(main(['--version']))"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(120))
     assert proc.returncode == 0, proc.stderr
     assert cinn.__version__ in proc.stdout
 
@@ -111,7 +112,7 @@ def test_importing_cinn_is_cheap():
     """`import cinn` loads neither TVM nor the importers: the public names are resolved on first use."""
     code = ("import sys, cinn; assert 'tvm' not in sys.modules and 'onnx' not in sys.modules; cinn.NetBuilder; "
             "assert 'cinn.api' not in sys.modules")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(120))
     assert proc.returncode == 0, proc.stderr
 
 

@@ -37,6 +37,24 @@ def test_a_second_compile_takes_the_cached_one(tmp_path, lowerings):
     assert second.kernel_sources() == first.kernel_sources()
 
 
+def test_an_int8_compile_comes_back_from_the_cache(tmp_path, lowerings):
+    """A quantized matmul (on a VNNI host: an integer kernel over int8 constants) is kept and read back whole."""
+    from cinn.target import parse_target
+    from tests.test_integer_kernels import _quantized_matmul, _weights
+
+    if not parse_target("llvm").has_vnni:
+        pytest.skip("the integer kernels need a VNNI host")
+    program = _quantized_matmul(_weights(32, 48, True), 7)
+    x = np.random.default_rng(2).uniform(-6, 6, (6, 32)).astype(np.float32)
+    first = cinn.compile(program, cache_dir=tmp_path)
+    second = cinn.compile(program, cache_dir=tmp_path)
+    assert len(lowerings) == 1 and "matmul_u8i8" in [n.op for n in second.program.nodes]
+    (entry,) = (tmp_path / compiled_cache.FOLDER).iterdir()
+    cached = compiled_cache.load(entry)
+    assert cached is not None and any(a.dtype == np.int8 for a in cached.program.constants.values())
+    np.testing.assert_array_equal(second.run({"x": x})[0], first.run({"x": x})[0])
+
+
 def test_other_constants_or_options_compile_again(tmp_path, lowerings):
     program, feeds = _mlp(0)
     other, _ = _mlp(1)  # the same graph with other weights

@@ -1,7 +1,15 @@
 """Auto-tuner cost model: per-store features of scheduled kernels, and an XGBoost ranker that learns from measurements."""
 from __future__ import annotations
 
+import io
+import json
 import math
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -10,7 +18,7 @@ from tvm.s_tir import Schedule
 
 import cinn
 from cinn.autotune import features
-from cinn.autotune.cost_model import CostModel, CostModelConfig
+from cinn.autotune.cost_model import CostModel, CostModelConfig, NotACostModel
 from cinn.frontend import NetBuilder
 from cinn.machine import configure_threads
 from cinn.target import parse_target
@@ -165,6 +173,112 @@ def test_save_load_round_trip(tmp_path):
     loaded.update("c", more, more_costs)
     assert loaded.num_samples == 70 and loaded.fitted_samples == 70
 
+
+
+# -- bad model files (issue 49, finding 8): "not a cinn cost model file", never a traceback or a huge allocation ---
+
+
+def _saved(tmp_path) -> pathlib.Path:
+    """A small trained model, saved."""
+    feats, costs = synthetic(np.random.default_rng(0), 20)
+    model = CostModel(seed=3, config=CostModelConfig(warmup_samples=16, num_boost_round=5))
+    model.update("a", feats, costs)
+    model.save(tmp_path / "model.npz")
+    return tmp_path / "model.npz"
+
+
+def _members(path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as z:
+        return {name: z.read(name) for name in z.namelist()}
+
+
+def _rewritten(path, out, **changes: bytes):
+    """A copy of a saved model's zip with some members' bytes replaced."""
+    members = {**_members(path), **changes}
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return out
+
+
+def _written(path: pathlib.Path, data: bytes) -> pathlib.Path:
+    path.write_bytes(data)
+    return path
+
+
+def _npy(descr: str, shape: tuple, data: bytes = b"") -> bytes:
+    """A .npy file's bytes: a header declaring `descr` and `shape`, then `data`."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False, "shape": shape})
+    return buf.getvalue() + data
+
+
+def _meta(path, **config) -> bytes:
+    """The meta member of a saved model with config values replaced."""
+    with np.load(path) as z:
+        meta = json.loads(str(z["meta"]))
+    meta["config"].update(config)
+    buf = io.BytesIO()
+    np.save(buf, np.array(json.dumps(meta)))
+    return buf.getvalue()
+
+
+BAD_FILES = {
+    "empty": lambda good, out: _written(out, b""),
+    "random bytes": lambda good, out: _written(out, np.random.default_rng(0).bytes(4096)),
+    "truncated zip": lambda good, out: _written(out, good.read_bytes()[: good.stat().st_size // 2]),
+    "huge declared shape": lambda good, out: _rewritten(good, out, **{"rows_0.npy": _npy("<f4", (1, 2**40), b"0" * 64)}),
+    "wrong dtype": lambda good, out: _rewritten(good, out, **{"costs_0.npy": _npy("<i8", (20,), bytes(160))}),
+    "pickled objects": lambda good, out: _rewritten(good, out, **{"workloads.npy": _npy("|O", (1,), b"x" * 64)}),
+    "unknown member": lambda good, out: _rewritten(good, out, **{"extra.npy": _npy("<f4", (1,), bytes(4))}),
+    "costs not positive": lambda good, out: _rewritten(good, out, **{"costs_0.npy": _npy("<f8", (20,), bytes(160))}),
+    "depth out of range": lambda good, out: _rewritten(good, out, **{"meta.npy": _meta(good, max_depth=10**6)}),
+    "eta not a number": lambda good, out: _rewritten(good, out, **{"meta.npy": _meta(good, eta=float("nan"))}),
+    "rounds negative": lambda good, out: _rewritten(good, out, **{"meta.npy": _meta(good, num_boost_round=-1)}),
+    "threads a string": lambda good, out: _rewritten(good, out, **{"meta.npy": _meta(good, nthread="8")}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_a_bad_model_file_is_not_a_cost_model(case, tmp_path):
+    bad = BAD_FILES[case](_saved(tmp_path), tmp_path / "bad.npz")
+    with pytest.raises(NotACostModel, match=rf"^not a cinn cost model file: {re.escape(str(bad))} \("):
+        CostModel.load(bad)
+
+
+def test_a_rewritten_valid_file_still_loads(tmp_path):
+    """The checks refuse only what is wrong: the same members written again load, and predict alike."""
+    good = _saved(tmp_path)
+    again = CostModel.load(_rewritten(good, tmp_path / "again.npz"))
+    feats, _ = synthetic(np.random.default_rng(1), 5)
+    assert np.array_equal(again.predict("a", feats), CostModel.load(good).predict("a", feats))
+
+
+def test_settings_out_of_range_are_refused():
+    with pytest.raises(ValueError, match=r"max_depth = 0 is not in \[1, 32\]"):
+        CostModelConfig(max_depth=0)
+    with pytest.raises(ValueError, match="eta"):
+        CostModelConfig(eta=math.inf)
+    with pytest.raises(ValueError, match="warmup_samples"):
+        CostModelConfig(warmup_samples=True)
+
+
+@pytest.mark.parametrize("case", ["empty", "huge declared shape"])
+def test_cinn_tune_exits_2_on_a_bad_cost_model(case, tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    model = tmp_path / "tiny.onnx"
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), model)
+    bad = BAD_FILES[case](_saved(tmp_path), tmp_path / "bad.npz")
+    done = subprocess.run([sys.executable, "-m", "cinn.autotune", str(model), "--cost-model", str(bad), "--trials", "1",
+                           "--log", str(tmp_path / "log.jsonl")], capture_output=True, text=True,
+                          env={**os.environ, "CINN_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 2, done.stderr
+    assert f"not a cinn cost model file: {bad}" in done.stderr and "Traceback" not in done.stderr
 
 # -- model quality on measured schedules ----------------------------------------------------------------
 

@@ -37,15 +37,16 @@ def test_the_least_recently_used_entries_go_down_to_the_low_water_mark(tmp_path)
     for i in range(10):  # entry i used at time 1000 + i
         _kernel(tmp_path, f"{i:032x}", 100, 1000.0 + i)
     (tmp_path / "compiled").mkdir()
-    whole = tmp_path / "compiled" / f"{KERNEL}.pkl"
+    whole = tmp_path / "compiled" / f"{KERNEL}{disk_cache.COMPILED_SUFFIX}"
     whole.write_bytes(b"y" * 300)
     os.utime(whole, (1004.5, 1004.5))
     keep = [tmp_path / ".lock", tmp_path / "peaks-znver3-2.json", tmp_path / "tmpab12cd.so"]  # not entries
     for path in keep:
         path.write_bytes(b"z" * 1000)
-    assert disk_cache.prune(tmp_path, bound=2000) == 0  # 1330 bytes of entries: within the bound
+    kernel = 100 + len(disk_cache.KERNEL_SUFFIXES) - 1
+    assert disk_cache.prune(tmp_path, bound=2000) == 0  # 10 kernels of 103 bytes and the compile: within the bound
     freed = disk_cache.prune(tmp_path, bound=1000)  # down to 800: the five oldest kernels and the compile go
-    assert freed == 5 * 102 + 300
+    assert freed == 5 * kernel + 300
     left = {p.name[:32] for p in tmp_path.glob("*.so") if p.name[0] != "t"}
     assert left == {f"{i:032x}" for i in range(5, 10)} and not whole.exists()
     assert all(p.exists() for p in keep) and len(list(tmp_path.glob("*.src"))) == 5
@@ -55,7 +56,7 @@ def test_a_load_marks_the_entry_used(tmp_path):
     program, _ = _mlp(0)
     cinn.compile(program, cache_dir=tmp_path)
     # the kernel's library and the whole compile (the thread pool's library beside them is no entry)
-    files = [f for entry in disk_cache.entries(tmp_path) for f in entry.files if f.suffix in (".so", ".pkl")]
+    files = [f for entry in disk_cache.entries(tmp_path) for f in entry.files if f.suffix in (".so", disk_cache.COMPILED_SUFFIX)]
     assert len(files) == 2
     for path in files:
         os.utime(path, (1000.0, 1000.0))

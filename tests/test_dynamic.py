@@ -11,6 +11,7 @@ import cinn
 from cinn.frontend.zoo import symbolic_encoder
 from cinn.symbolic import ShapeBindingError, SymbolicProgram
 from tests.test_passes import evaluate
+from tests.timeouts import scaled
 
 RNG = np.random.default_rng(7)
 
@@ -216,7 +217,7 @@ def test_dynamic_benchmark_smoke(tmp_path):
     csv = tmp_path / "dyn.csv"
     args = ["--small", "--size", "batch=1,2", "--size", "seq=3", "--repeat", "1", "--csv", str(csv)]
     result = subprocess.run([sys.executable, "-m", "cinn.benchmarks.dynamic", *args], capture_output=True, text=True,
-                            timeout=600)
+                            timeout=scaled(600))
     assert result.returncode == 0, result.stderr
     assert "0 built after it, 0 sizes on its symbolic kernels" in result.stdout  # cinn-dynamic: every size hinted
     assert "0 built after it, 2 sizes on its symbolic kernels" in result.stdout  # cinn-symbolic: none
@@ -224,7 +225,7 @@ def test_dynamic_benchmark_smoke(tmp_path):
     assert csv.read_text().splitlines()[0].startswith(
         "batch,seq,cinn-dynamic ms,cinn-symbolic ms,cinn-static ms,onnxruntime ms")
     bad = subprocess.run([sys.executable, "-m", "cinn.benchmarks.dynamic", "--small", "--size", "nope=1"],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=scaled(600))
     assert bad.returncode == 2 and "unknown ['nope']" in bad.stderr and "Traceback" not in bad.stderr
 
 

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+from tests.timeouts import scaled
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -28,7 +30,7 @@ def test_imports_follow_the_layers(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(layout))
     lint = pathlib.Path(sys.executable).with_name("lint-imports")
     proc = subprocess.run([str(lint), str(ROOT / "setup.cfg")], cwd=layout, env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=scaled(300))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 kept, 0 broken" in proc.stdout
 

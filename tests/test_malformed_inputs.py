@@ -1,9 +1,10 @@
 """A corpus of malformed model files: every one is refused with a clear error, none crashes the process.
 
 The corpus is made from the repository's own valid models: each ONNX and Paddle file empty, as random bytes, and cut
-at several points (model and parameter files alike), plus the invalid-model cases of tests/test_robustness.py. All
-files load in one subprocess, which prints each file's name before loading it: a crash fails the test and names the
-file that caused it.
+at several points (model and parameter files alike), plus the invalid-model cases of tests/test_robustness.py (huge
+or non-finite constants and attributes among them), nested loops past the import limit and causal attention over
+60000 positions. All files load in one subprocess, which prints each file's name before loading it: a crash fails
+the test and names the file that caused it.
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ import onnx
 from onnx import TensorProto as T
 from onnx import helper
 
-from tests.test_onnx_import import make_model
-from tests.test_robustness import INVALID
+from tests.test_onnx_import import _nested_loops, make_model
+from tests.test_paddle_import import legacy_program
+from tests.test_robustness import HUGE_CONSTANTS, INVALID, NON_FINITE, _long_attention
+from tests.timeouts import scaled
 
 PADDLE = pathlib.Path(__file__).parent / "fixtures" / "paddle" / "mlp"
 CUTS = (0.0, 0.1, 0.37, 0.5, 0.83, 0.99)
@@ -71,9 +74,15 @@ def _corpus(tmp_path: pathlib.Path) -> list[pathlib.Path]:
         for name in (model, "inference.pdiparams"):
             variants = _variants(PADDLE / fmt / name, tmp_path / fmt, rng)
             files += [v.parent / model for v in variants]  # a cut parameter file is read through its model
-    for i, (model, _) in enumerate(INVALID.values()):
+    models = [m for m, _ in INVALID.values()] + list(HUGE_CONSTANTS.values()) + [m for m, _ in NON_FINITE.values()]
+    models += [_nested_loops(3, 30), _long_attention(causal=1), _long_attention(causal=1, op="com.microsoft")]
+    for i, model in enumerate(models):
         onnx.save(model, tmp_path / f"invalid{i}.onnx")
         files.append(tmp_path / f"invalid{i}.onnx")
+    fills = {"huge": {"shape": [2**16, 2**16], "dtype": 5, "value": 1.0}, "inf": {"shape": [2], "dtype": 3, "str_value": "inf"}}
+    for name, attrs in fills.items():
+        legacy_program(tmp_path / f"fill-{name}.pdmodel", {"x": (2,)}, [("fill_constant", {}, {"Out": ["y"]}, attrs)], ["y"])
+        files.append(tmp_path / f"fill-{name}.pdmodel")
     (tmp_path / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
     files.append(tmp_path / "deep.json")
     return files
@@ -81,11 +90,11 @@ def _corpus(tmp_path: pathlib.Path) -> list[pathlib.Path]:
 
 def test_malformed_files_are_refused_without_a_crash(tmp_path):
     files = _corpus(tmp_path / "corpus")
-    proc = subprocess.run([sys.executable, "-c", _LOADER, *map(str, files)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", _LOADER, *map(str, files)], capture_output=True, text=True, timeout=scaled(600))
     results = dict(json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT "))
     crashed_on = proc.stdout.strip().splitlines()[-1] if proc.returncode else ""
     assert proc.returncode == 0, f"status {proc.returncode} {crashed_on}: {proc.stderr[-2000:]}"
-    assert len(results) == len(files) == 43
+    assert len(results) == len(files) == 61
     accepted = [p for p, outcome in results.items() if outcome == "accepted"]
     assert not accepted, f"malformed files accepted: {accepted}"
     unclear = {p: o for p, o in results.items() if not o.startswith(EXPECTED) or len(o.split(": ", 1)[-1]) < 10}

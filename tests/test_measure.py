@@ -31,11 +31,14 @@ from cinn.autotune.task import Task
 from cinn.build import KernelSpec, build_kernel
 from cinn.lower import lower_program
 from cinn.target import Target, parse_target
+from tests.timeouts import FOREVER_S, scaled
 
 # the workers unpickle this module's injected build/run functions: ship them by value, whatever the cwd
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-FAST = MeasureConfig(repeat=2, min_repeat_ms=1, build_workers=2, run_timeout=3.0, hang_grace=2.0)
+# a run's timeout covers a fresh worker's start (import tvm): a loaded machine needs longer
+FAST = MeasureConfig(repeat=2, min_repeat_ms=1, build_workers=2, build_timeout=scaled(30.0), run_timeout=scaled(3.0),
+                     hang_grace=scaled(2.0))
 FAULT = "measure_test.fault"  # block annotation naming the failure the injected functions simulate
 NO_DEFAULT = "workload-without-default"  # a workload whose default schedule fails to build
 
@@ -79,9 +82,9 @@ def _faulty_run(request: RunRequest) -> RunOutput:
     if fault == "crash":
         os.abort()
     if fault == "hang":
-        time.sleep(30)
+        time.sleep(FOREVER_S)
     if fault == "deadlock":  # libc's sleep called holding the GIL: the worker's own timeout thread never runs
-        ctypes.PyDLL(None).sleep(30)
+        ctypes.PyDLL(None).sleep(int(FOREVER_S))
     out = run_kernel(request)
     if fault == "perturb":
         return RunOutput(out.costs, tuple(o + 1 for o in out.outputs))
@@ -180,6 +183,7 @@ def test_different_func_under_same_workload_is_wrong(runner, task, target):
         ("perturb", FailureKind.WRONG_RESULT, "max abs err 1 at"),
         ("build_crash", FailureKind.BUILD_CRASH, "the worker process died"),
     ],
+    ids=["crash", "hang", "deadlock", "perturb", "build_crash"],  # the same in every xdist worker, whatever the scale
 )
 def test_failed_candidate_does_not_stop_the_next(runner, task, target, fault, failure, detail):
     bad, good = runner.measure([MeasureInput(task, _trace(task, fault)), MeasureInput(task, _trace(task))], target)
@@ -190,7 +194,7 @@ def test_failed_candidate_does_not_stop_the_next(runner, task, target, fault, fa
 def test_candidates_are_timed_in_interleaved_passes(task, target):
     """Each candidate's repeats are split over passes that take the candidates in turn, alternating order, so a slow
     stretch of the machine spoils one pass of a candidate and not all its repeats."""
-    config = dataclasses.replace(FAST, repeat=5, passes=2, run_timeout=30.0)  # a fresh worker starts under the first run
+    config = dataclasses.replace(FAST, repeat=5, passes=2, run_timeout=scaled(30.0))  # a fresh worker starts under the first run
     with LocalRunner(config, build_fn=_faulty_build, run_fn=_clocked_run) as r:
         a, b, c = (res.costs for res in r.measure([MeasureInput(task, _trace(task))] * 3, target))
     assert len(a) == len(b) == len(c) == 5  # 3 repeats in the first pass, 2 in the second

@@ -18,6 +18,7 @@ from cinn.benchmarks.real_models import MODELS, light_path  # noqa: E402
 from cinn.frontend.onnx import OnnxImportError  # noqa: E402
 from cinn.machine import Peaks  # noqa: E402
 from cinn.passes.pipeline import optimize  # noqa: E402
+from cinn.passes.simplify import simplify  # noqa: E402
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 RNG = np.random.default_rng(0)
@@ -394,6 +395,46 @@ def test_cnn_block_matches_onnxruntime(tmp_cache):
     assert_matches_ort(model, {"x": rand(1, 3, 8, 8)}, tmp_cache)
 
 
+# -- BatchNormalization after any producer: folded into a conv's or matmul's weights only where that is exact ----
+def _conv(inputs, out, **attrs):
+    return helper.make_node("Conv", inputs, [out], pads=[1, 1, 1, 1], **attrs)
+
+
+_BN_PRODUCERS = {  # name: (the nodes making "p" from x (1, 4, 6, 6) or, for matmul, x2 (5, 8); outputs besides y)
+    "relu": ([helper.make_node("Relu", ["x"], ["p"])], []),
+    "sigmoid": ([helper.make_node("Sigmoid", ["x"], ["p"])], []),
+    "max-pool": ([helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2])], []),
+    "transpose": ([helper.make_node("Transpose", ["x"], ["p"], perm=[0, 1, 3, 2])], []),
+    "conv-without-bias": ([_conv(["x", "w"], "p")], []),
+    "conv-with-bias": ([_conv(["x", "w", "wb"], "p")], []),
+    "conv-with-other-consumers": ([_conv(["x", "w"], "p"), helper.make_node("Relu", ["p"], ["z"])], ["z"]),
+    "grouped-conv": ([_conv(["x", "gw"], "p", group=2)], []),
+    "matmul": ([helper.make_node("MatMul", ["x2", "mw"], ["p"])], []),
+}
+_BN_FOLDED = ("conv-without-bias", "grouped-conv", "matmul")
+
+
+def _bn_model(producer: str) -> onnx.ModelProto:
+    nodes, extra = _BN_PRODUCERS[producer]
+    matmul = producer == "matmul"
+    bn = helper.make_node("BatchNormalization", ["p", "s", "bb", "m", "v"], ["y"], epsilon=1e-3)
+    c = 3 if matmul else 4
+    inits = [("s", rand(c) + 1.5), ("bb", rand(c)), ("m", rand(c)), ("v", RNG.uniform(0.5, 1, c).astype("float32")),
+             ("w", rand(4, 4, 3, 3)), ("wb", rand(4)), ("gw", rand(4, 2, 3, 3)), ("mw", rand(8, 3))]
+    x = ("x2", F32, (5, 8)) if matmul else ("x", F32, (1, 4, 6, 6))
+    used = {i for node in nodes for i in node.input} | {"s", "bb", "m", "v"}
+    return make_model(nodes + [bn], [x], [(o, F32, None) for o in ("y", *extra)], [i for i in inits if i[0] in used])
+
+
+@pytest.mark.parametrize("producer", list(_BN_PRODUCERS))
+def test_batchnorm_after_any_producer_matches_onnxruntime(producer, tmp_cache):
+    model = _bn_model(producer)
+    folded = "batchnorm" not in [n.op for n in simplify(cinn.load_onnx(model)).nodes]
+    assert folded == (producer in _BN_FOLDED)
+    feeds = {"x2": rand(5, 8)} if producer == "matmul" else {"x": rand(1, 4, 6, 6)}
+    assert_matches_ort(model, feeds, tmp_cache, rtol=1e-4)
+
+
 # -- inputs, initializers, errors ---------------------------------------------------------------
 def _relu_model(shape=("batch", 3)) -> onnx.ModelProto:
     return make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, shape)], [("y", F32, None)])
@@ -413,6 +454,38 @@ def test_initializer_listed_as_input_is_a_constant():
     program = cinn.load_onnx(model)
     assert [v.name for v in program.inputs] == ["x"] and "w" in program.constants
     assert [v.name for v in program.outputs] == ["y"]
+
+
+def _ir3_model(listed: tuple[str, ...] = ()) -> onnx.ModelProto:
+    """y = relu(x @ w + b) at IR version 3 (opset 8), as old exporters and onnx's version converter write it: the
+    initializers w and b are graph inputs only where `listed` names them."""
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["a"]),
+                        helper.make_node("Relu", ["a"], ["y"])],
+                       [("x", F32, (2, 4))] + [(n, F32, (4, 3) if n == "w" else (3,)) for n in listed],
+                       [("y", F32, (2, 3))], [("w", rand(4, 3)), ("b", rand(3))], opset=8)
+    model.ir_version = 3
+    del model.opset_import[1:]  # IR 3 has no other domains
+    return model
+
+
+@pytest.mark.parametrize("listed", [(), ("b",), ("w", "b")], ids=["none-listed", "some-listed", "all-listed"])
+def test_ir3_initializers_missing_from_the_graph_inputs_are_constants(listed, tmp_cache):
+    # refused before: "w in initializer but not in graph input" (onnxruntime and OpenVINO run such files)
+    model = _ir3_model(listed)
+    program = cinn.load_onnx(model)
+    assert [v.name for v in program.inputs] == ["x"] and {"w", "b"} <= set(program.constants)
+    assert_matches_ort(model, {"x": rand(2, 4)}, tmp_cache)
+
+
+def test_ir3_initializers_are_still_checked():
+    model = _ir3_model()
+    model.graph.initializer[1].dims[:] = [4]  # b holds 3 values
+    with pytest.raises(OnnxImportError, match=r"invalid ONNX model: TensorProto \(tensor name: b\) raw_data size"):
+        cinn.load_onnx(model)
+    model = _ir3_model()
+    model.graph.node.append(helper.make_node("Neg", ["x"], ["w"]))  # a node output named like an initializer
+    with pytest.raises(OnnxImportError, match=r"invalid ONNX model: .*SSA.*'w' has been used as output names"):
+        cinn.load_onnx(model)
 
 
 def test_unsupported_ops_listed_in_one_error():
@@ -480,11 +553,12 @@ def test_cinn_run_profile_prints_rates_and_percent_of_peak(tmp_path, monkeypatch
 @pytest.mark.parametrize(
     ("args", "status", "message"),
     [
-        (["model.pdmodel"], 1, "no such Paddle model file"),
+        (["model.pdmodel"], 2, "no such Paddle model file"),
         (["model.txt"], 2, "unknown model format"),
-        (["missing.onnx"], 1, "no such ONNX file"),
-        (["tiny.onnx"], 1, "inputs %x:float32[batch, 3] have symbolic dims; pass --input-shape"),
-        (["tiny.onnx", "--input-shape", "x=2,a"], 1, "expected NAME=D0,D1"),
+        (["missing.onnx"], 2, "no such ONNX file"),
+        (["tiny.onnx"], 2, "inputs %x:float32[batch, 3] have symbolic dims; pass --input-shape"),
+        (["tiny.onnx", "--input-shape", "x=2,a"], 2, "expected NAME=D0,D1"),
+        (["tiny.onnx", "--input-shape", "x=2,3", "--log", "missing.jsonl"], 2, "no such schedule log"),
     ],
 )
 def test_cinn_run_user_errors(args, status, message, tmp_path, monkeypatch, capsys):
@@ -642,12 +716,64 @@ def _dynamic_trip_count_model() -> onnx.ModelProto:
     (lambda: _loop_model(4, cond_on_data=True),
      r"Loop is unrolled when converting: its condition before iteration 1 must be a constant"),
     (lambda: _loop_model(3, scan_slice=True), r"Loop's scan output 'scan' changes shape between iterations"),
-    (lambda: _loop_model(1000), r"Loop's body 'body' \(5 nodes\) would be unrolled more than 819 times"),
+    (lambda: _loop_model(1000), r"node 'loop' \(Loop\): Loop's body 'body' \(5 nodes\) would take the nodes converted "
+                                r"from subgraphs over 4101 \(the model's 5 and 4096 more\)"),
     (lambda: _loop_model(0), r"runs no iteration, so its scan outputs \['scan'\] would be empty"),
 ], ids=["dynamic-trip-count", "data-dependent-condition", "changing-scan-shape", "too-many-iterations", "no-iteration"])
 def test_loop_refusals_say_why(model, message):
     with pytest.raises(OnnxImportError, match=message):
         cinn.load_onnx(model())
+
+
+def _nested_loops(depth: int, trips: int, inner: str = "Loop") -> onnx.ModelProto:
+    """y = x + trips**depth: `depth` Loops nested (named loop1, loop2, ... from the outside), the innermost body adding
+    1, or an If (named if) taking a branch that adds 1 when inner is "If"."""
+    n, vi = helper.make_node, helper.make_tensor_value_info
+    head = [vi("i", I64, ()), vi("c_in", TensorProto.BOOL, ()), vi("y_in", F32, (3,))]
+    tail = [vi("c_out", TensorProto.BOOL, ()), vi("y_out", F32, (3,))]
+    add = n("Add", ["y_in", "one"], ["y_out"])
+    if inner == "If":
+        branch = helper.make_graph([n("Add", ["y_in", "one"], ["y_if"])], "then", [], [vi("y_if", F32, (3,))])
+        add = n("If", ["yes"], ["y_out"], name="if", then_branch=branch, else_branch=branch)
+    body = helper.make_graph([add, n("Identity", ["c_in"], ["c_out"])], f"body{depth}", head, tail)
+    for d in range(depth - 1, 0, -1):
+        loop = n("Loop", ["m", "", "y_in"], ["y_out"], name=f"loop{d + 1}", body=body)
+        body = helper.make_graph([loop, n("Identity", ["c_in"], ["c_out"])], f"body{d}", head, tail)
+    inits = [("m", np.array(trips, np.int64)), ("one", np.ones(3, np.float32)), ("yes", np.array(True))]
+    return make_model([n("Loop", ["m", "", "x"], ["y"], name="loop1", body=body)], [("x", F32, (3,))],
+                      [("y", F32, (3,))], inits)
+
+
+@pytest.mark.parametrize("depth,trips,inner", [(3, 30, "Loop"), (2, 60, "Loop"), (2, 64, "If")])
+def test_nested_control_flow_is_limited_over_the_whole_model(depth, trips, inner):
+    # the limit was per Loop: 3 nested Loops of 30 iterations imported as 27,000 nodes, 2 of 60 compiled for minutes
+    outer = r"node 'loop1' \(Loop\): ONNX node 'loop2' \(Loop\): .*"
+    with pytest.raises(OnnxImportError, match=outer + r"would take the nodes converted from subgraphs over \d+ "
+                                              r"\(the model's \d+ and 4096 more\)"):
+        cinn.load_onnx(_nested_loops(depth, trips, inner))
+
+
+@pytest.mark.parametrize("inner", ["Loop", "If"])
+def test_nested_control_flow_within_the_limit_matches_onnxruntime(inner, tmp_cache):
+    model = _nested_loops(3, 4, inner)
+    assert {n.op for n in cinn.load_onnx(model).nodes} <= {"add", "identity"}
+    assert_matches_ort(model, {"x": rand(3)}, tmp_cache)
+
+
+def test_a_subgraph_initializer_becomes_one_constant_however_often_its_graph_runs(tmp_cache):
+    # an If branch's initializer was copied for every iteration of the enclosing Loop (memory grew with the trips)
+    n, vi = helper.make_node, helper.make_tensor_value_info
+    branch = helper.make_graph([n("Add", ["y_in", "big"], ["y_if"])], "then", [], [vi("y_if", F32, (3,))],
+                               [numpy_helper.from_array(np.array([0.25, 0.5, 0.75], np.float32), "big")])
+    body = helper.make_graph([n("If", ["yes"], ["y_out"], then_branch=branch, else_branch=branch),
+                              n("Identity", ["c_in"], ["c_out"])], "body",
+                             [vi("i", I64, ()), vi("c_in", TensorProto.BOOL, ()), vi("y_in", F32, (3,))],
+                             [vi("c_out", TensorProto.BOOL, ()), vi("y_out", F32, (3,))])
+    model = make_model([n("Loop", ["m", "", "x"], ["y"], body=body)], [("x", F32, (3,))], [("y", F32, (3,))],
+                       [("m", np.array(20, np.int64)), ("yes", np.array(True))])
+    program = cinn.load_onnx(model)
+    assert [a.tolist() for a in program.constants.values()].count([0.25, 0.5, 0.75]) == 1
+    assert_matches_ort(model, {"x": rand(3)}, tmp_cache)
 
 
 def test_scan_cumulative_sums_both_directions(tmp_cache):

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import cinn
+from tests.timeouts import scaled
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPTS = ("cinn-run", "cinn-tune", "cinn-bench")
@@ -22,13 +23,13 @@ def installed(tmp_path_factory) -> pathlib.Path:
     tmp = tmp_path_factory.mktemp("wheel")
     dist = tmp / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(ROOT)],
-                   check=True, timeout=600)
+                   check=True, timeout=scaled(600))
     (wheel,) = dist.glob("cinn-*.whl")
     venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=scaled(120))
     python = venv / "bin" / "python"
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", str(wheel)],
-                   check=True, timeout=600)
+                   check=True, timeout=scaled(600))
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              capture_output=True, text=True, check=True).stdout.strip()
     (pathlib.Path(purelib) / "test-deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
@@ -37,7 +38,7 @@ def installed(tmp_path_factory) -> pathlib.Path:
 
 def _run(venv: pathlib.Path, *argv: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=scaled(300), cwd=cwd, env=env)
 
 
 def test_the_wheel_installs_one_top_level_package(installed, tmp_path):

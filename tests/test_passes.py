@@ -174,6 +174,17 @@ def test_batchnorm_stays_when_conv_output_has_other_users():
     assert ops(check_pass(program, feeds, simplify))["batchnorm"] == 1
 
 
+@pytest.mark.parametrize("channels", [6, 5], ids=["channels-equal-height", "channels-differ"])
+def test_batchnorm_over_a_channels_last_conv_output_axis_1_stays(channels):
+    # batchnorm's NCHW channel axis 1 is the height of an NHWC conv's output: scaling the conv's output channels
+    # instead gave wrong numbers (or failed to broadcast)
+    b = cinn.NetBuilder("nhwc_conv_bn")
+    x = b.create_input("float32", (1, 6, 6, 4), "x")
+    conv = b.conv2d(x, b.create_constant(rand(channels, 4, 3, 3), "w"), paddings=[1, 1], data_format="NHWC")
+    program = b.build([b.batchnorm(conv, *_bn_params(b, 6))])
+    assert ops(check_pass(program, {"x": rand(1, 6, 6, 4)}, simplify))["batchnorm"] == 1
+
+
 @pytest.mark.parametrize("trans_y", [False, True])
 def test_batchnorm_folds_into_matmul(trans_y, tmp_cache):
     b = cinn.NetBuilder("matmul_bn")

@@ -21,13 +21,14 @@ from cinn.autotune.cost_model import CostModel
 from cinn.frontend.onnx import OnnxImportError
 from cinn.ir import ShapeTooLarge
 from tests.test_onnx_import import make_model
+from tests.timeouts import scaled
 
 F32 = T.FLOAT
 INT32_MIN = np.iinfo(np.int32).min
 
 
 def _in_subprocess(code: str, tmp_path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=scaled(300),
                           cwd=tmp_path)
 
 
@@ -286,6 +287,141 @@ def test_huge_shapes_are_refused_where_they_are_made():
         b.conv2d(x, w, paddings=[10**6] * 2)
 
 
+def _const_node(op: str, inits: list, attrs: dict | None = None, inputs: list | None = None) -> onnx.ModelProto:
+    """A model of one node `n` over initializers (and graph inputs), its output y of an inferred shape."""
+    names = [name for name, _ in inits]
+    node = helper.make_node(op, [i[0] for i in inputs or []] + names, ["y"], name="n", **(attrs or {}))
+    return make_model([node], list(inputs or []), [("y", F32 if op != "Range" else T.INT64, None)], inits)
+
+
+HUGE_CONSTANTS = {  # sizes that numpy tried to allocate before any check (MemoryError), or whose element count
+    # overflowed int64 in the check itself (accepted)
+    "ConstantOfShape [2**31, 4]": _const_node("ConstantOfShape", [("s", np.array([2**31, 4], np.int64))]),
+    "ConstantOfShape [2**32, 2**32]": _const_node("ConstantOfShape", [("s", np.array([2**32, 2**32], np.int64))]),
+    "OneHot depth 2**33": _const_node("OneHot", [("d", np.array(2**33, np.int64)), ("v", np.array([0, 1], np.float32))],
+                                      inputs=[("i", T.INT64, [2])]),
+    "Range 0 to 2**40": _const_node("Range", [("a", np.array(0, np.int64)), ("b", np.array(2**40, np.int64)),
+                                              ("d", np.array(1, np.int64))]),
+    "Tile by [2**32, 2**32]": _const_node("Tile", [("r", np.array([2**32, 2**32], np.int64))], inputs=[("x", F32, [2, 3])]),
+    "Expand to [2**32, 2**32]": _const_node("Expand", [("s", np.array([2**32, 2**32], np.int64))], inputs=[("x", F32, [1, 1])]),
+    "Resize to sizes [2**40, 2**40]": make_model(
+        [helper.make_node("Resize", ["x", "", "", "s"], ["y"], name="n")], [("x", F32, [1, 1, 2, 2])], [("y", F32, None)],
+        [("s", np.array([1, 1, 2**40, 2**40], np.int64))]),
+}
+
+
+@pytest.mark.parametrize("case", list(HUGE_CONSTANTS))
+def test_huge_shapes_from_constants_are_refused_naming_the_node(case):
+    with pytest.raises(ShapeTooLarge, match=r"ONNX node 'n' \(\w+\): .*a tensor may have at most 2147483647"):
+        cinn.load_onnx(HUGE_CONSTANTS[case])
+
+
+def _long_attention(causal: int, op: str = "Attention") -> onnx.ModelProto:
+    """Attention of 60000 queries over as many keys (one head of 1 dim), causal or not."""
+    inputs = [(n, F32, [1, 1, 60000, 1]) for n in ("q", "k", "v")]
+    if op == "Attention":
+        node = helper.make_node("Attention", ["q", "k", "v"], ["y"], name="n", is_causal=causal)
+        return make_model([node], inputs, [("y", F32, None)], opset=23)
+    node = helper.make_node("Attention", ["x", "w", "b"], ["y"], name="n", domain="com.microsoft", num_heads=1,
+                            unidirectional=causal)
+    return make_model([node], [("x", F32, [1, 60000, 2])], [("y", F32, None)],
+                      [("w", np.ones((2, 6), np.float32)), ("b", np.zeros(6, np.float32))])
+
+
+def test_attention_position_masks_are_sized_before_they_are_made():
+    # the query-key position offsets ([queries, keys] int64: 29 GiB here) were computed for every Attention node,
+    # causal or not, before any size check
+    program = cinn.load_onnx(_long_attention(causal=0))
+    assert sum(a.nbytes for a in program.constants.values()) < 1024
+    for model in (_long_attention(causal=1), _long_attention(causal=1, op="com.microsoft")):
+        with pytest.raises(ShapeTooLarge, match=r"ONNX node 'n' \(Attention\): .*\(60000, 60000\) has 3\.6e\+09 elements"):
+            cinn.load_onnx(model)
+
+
+def test_a_constant_too_large_to_fold_is_computed_at_run_time():
+    # a 128 MiB ConstantOfShape was allocated, filled and stored in the program at import
+    program = cinn.load_onnx(_const_node("ConstantOfShape", [("s", np.array([4096, 8192], np.int64))]))
+    assert sum(a.nbytes for a in program.constants.values()) < 1024
+    assert program.outputs[0].shape == (4096, 8192)
+    value = numpy_helper.from_array(np.array([0.1], np.float64))
+    program = cinn.load_onnx(make_model([helper.make_node("ConstantOfShape", ["s"], ["y"], value=value)], [],
+                                        [("y", T.DOUBLE, [2, 3])], [("s", np.array([2, 3], np.int64))]))
+    assert program.outputs[0].dtype == "float64" and program.constants[program.outputs[0].name].dtype == np.float64
+
+
+def test_a_huge_paddle_fill_constant_is_refused_naming_the_op(tmp_path):
+    from tests.test_paddle_import import legacy_program
+
+    path = tmp_path / "fill.pdmodel"
+    legacy_program(path, {"x": (2,)}, [("fill_constant", {}, {"Out": ["y"]}, {"shape": [2**16, 2**16], "dtype": 5,
+                                                                              "value": 1.0})], ["y"])
+    with pytest.raises(ShapeTooLarge, match=r"Paddle op fill_constant 'y': .*a tensor may have at most 2147483647"):
+        cinn.load_paddle(path)
+
+
+def _resize(scales, op: str = "Resize", opset: int = 17, **attrs) -> onnx.ModelProto:
+    """A Resize (or Upsample) node 'n' of a (1, 1, 4, 4) input by constant scales (Upsample-7: its attribute)."""
+    scales = np.array(scales, np.float32)
+    inputs = {"Resize": ["x", "", "s"], "Upsample": ["x", "s"]}[op]
+    if opset < 9:
+        inputs, attrs = ["x"], {**attrs, "scales": scales.tolist()}
+    node = helper.make_node(op, inputs, ["y"], name="n", **attrs)
+    return make_model([node], [("x", F32, [1, 1, 4, 4])], [("y", F32, None)], [("s", scales)] if opset >= 9 else [],
+                      opset=opset)
+
+
+NON_FINITE = {
+    "Resize scales inf": (_resize([1, 1, np.inf, np.inf]), r"scales \(1\.0, 1\.0, inf, inf\) must be finite and positive"),
+    "Resize scales nan": (_resize([1, 1, np.nan, 2]), r"scales \(1\.0, 1\.0, nan, 2\.0\) must be finite and positive"),
+    "Resize scales 1e30": (_resize([1, 1, 1e30, 1e30]), r"resize: output shape \(1, 1, 4\d+, 4\d+\) has 1\.6e\+61 elements"),
+    "Resize cubic_coeff_a nan": (_resize([1, 1, 2, 2], mode="cubic", cubic_coeff_a=float("nan")),
+                                 r"cubic_coeff_a \(nan,\) must be finite"),
+    "Upsample-9 scales inf": (_resize([1, 1, np.inf, 2], "Upsample", 9), r"scales \(1\.0, 1\.0, inf, 2\.0\) must be finite"),
+    "Upsample-7 scales nan": (_resize([1, 1, np.nan, 2], "Upsample", 7), r"scales \(1\.0, 1\.0, nan, 2\.0\) must be finite"),
+}
+
+
+@pytest.mark.parametrize("case", list(NON_FINITE))
+def test_non_finite_or_absurd_attributes_are_refused_naming_the_node(case):
+    model, message = NON_FINITE[case]
+    with pytest.raises(ValueError, match=r"ONNX node 'n' \((Resize|Upsample)\): " + message):
+        cinn.load_onnx(model)
+
+
+def test_non_finite_op_attributes_are_refused_naming_the_op():
+    b = cinn.NetBuilder("p")
+    x = b.create_input("float32", (1, 1, 4, 4), "x")
+    with pytest.raises(ValueError, match=r"resize: scales \(inf, 2\.0\) must be 2 positive finite factors"):
+        b.resize(x, out_shape=[8, 8], scales=[float("inf"), 2.0])
+    for end in (float("inf"), float("nan")):
+        with pytest.raises(ValueError, match=r"arange: start, end and step must be finite"):
+            b.arange(start=0, end=end)
+
+
+@pytest.mark.parametrize("text,dtype,message", [("inf", 3, r"value 'inf' is not a finite number, as a fill of int64"),
+                                                ("nan", 2, r"value 'nan' is not a finite number, as a fill of int32"),
+                                                ("1e30", 3, r"value '1e30' does not fit int64")])
+def test_a_paddle_integer_fill_value_that_is_not_an_integer_of_its_dtype_is_refused(text, dtype, message, tmp_path):
+    # int(float("inf")) raised a bare OverflowError
+    from tests.test_paddle_import import legacy_program
+
+    path = tmp_path / "fill.pdmodel"
+    legacy_program(path, {"x": (2,)}, [("fill_constant", {}, {"Out": ["y"]}, {"shape": [2], "dtype": dtype,
+                                                                              "str_value": text})], ["y"])
+    with pytest.raises(ValueError, match=r"Paddle op fill_constant 'y': " + message):
+        cinn.load_paddle(path)
+
+
+def test_a_paddle_int64_fill_value_is_read_exactly(tmp_path):
+    from tests.test_paddle_import import legacy_program
+
+    path = tmp_path / "fill.pdmodel"
+    legacy_program(path, {"x": (2,)}, [("fill_constant", {}, {"Out": ["y"]}, {"shape": [2], "dtype": 3,
+                                                                              "str_value": str(2**53 + 1)})], ["y"])
+    program = cinn.load_paddle(path)
+    np.testing.assert_array_equal(program.constants[program.outputs[0].name], [2**53 + 1] * 2)
+
+
 # -- 8. tuning ------------------------------------------------------------------------------------------
 def test_cost_model_is_written_atomically(tmp_path, monkeypatch):
     path = tmp_path / "xgb.npz"
@@ -357,6 +493,29 @@ def test_feeds_given_as_a_list_get_a_clear_error(tmp_cache):
     exe = cinn.compile(b.build([b.relu(x)]), cache_dir=tmp_cache)
     with pytest.raises(TypeError, match=r"feeds must be a mapping of input name -> array, got a list; inputs are \['x'\]"):
         exe.run([np.zeros(2, np.float32)])
+
+
+BAD_FEEDS = {  # numpy's own message (no input named), "has shape ()", "has dtype object"
+    "ragged": ([[1.0, 2.0], [3.0]], ValueError, r"run: input 'x' cannot be read as one array \(setting an array "
+                                                  r"element with a sequence.*\); expected float32 of shape \(2, 2\)"),
+    "None": (None, TypeError, r"run: input 'x' is None; expected float32 of shape \(2, 2\)"),
+    "huge int": (2**70, TypeError, r"run: input 'x' holds 1180591620717411303424, an integer that does not fit 64 bits"),
+    "None inside": ([[1.0, None], [2.0, 3.0]], TypeError, r"run: input 'x' holds None, which is not a number"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FEEDS))
+def test_feeds_numpy_cannot_read_as_numbers_are_named(case, tmp_cache):
+    feed, error, message = BAD_FEEDS[case]
+    b = cinn.NetBuilder("p")
+    exe = cinn.compile(b.build([b.relu(b.create_input("float32", (2, 2), "x"))]), cache_dir=tmp_cache)
+    with pytest.raises(error, match=message):
+        exe.run({"x": feed})
+    b = cinn.NetBuilder("p")
+    dynamic = cinn.compile(b.build_symbolic([b.relu(b.create_input("float32", ("n", 2), "x"))]), cache_dir=tmp_cache,
+                           shape_hints={"n": [2]}, symbolic_kernels=False)
+    with pytest.raises(error, match=message.replace(r"\(2, 2\)", r"\(n, 2\)")):
+        dynamic.run({"x": feed})
 
 
 @pytest.mark.parametrize("shape", [(2.5, 3), "34"])

@@ -18,6 +18,7 @@ from cinn import thread_pool
 from cinn.build import load_library
 from cinn.machine import configure_threads
 from cinn.target import parse_target
+from tests.timeouts import scaled
 
 RNG = np.random.default_rng(0)
 
@@ -89,7 +90,7 @@ _CHILD = textwrap.dedent("""
 
 
 def _child(cache: pathlib.Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", _CHILD, str(cache)], capture_output=True, text=True, timeout=300,
+    return subprocess.run([sys.executable, "-c", _CHILD, str(cache)], capture_output=True, text=True, timeout=scaled(300),
                           env={**os.environ, **env})
 
 

@@ -29,12 +29,13 @@ from cinn.benchmarks.tune_bench import (
 )
 from cinn.benchmarks.tune_worker import workload_task
 from cinn.target import parse_target
+from tests.timeouts import scaled
 
 TINY = "matmul_64"
 
 
 def _settings(**kw) -> BenchSettings:
-    return BenchSettings(parse_target("llvm"), **({"repeat": 3, "warmup": 1, "timeout": 600.0} | kw))
+    return BenchSettings(parse_target("llvm"), **({"repeat": 3, "warmup": 1, "timeout": scaled(600.0)} | kw))
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
@@ -113,10 +114,10 @@ def test_our_tuner_counts_failures_by_kind(tmp_path, monkeypatch):
     from cinn.benchmarks import tune_worker
 
     log = tmp_path / "tuning.jsonl"
-    recs = [Record("w", "llvm", "t1", (), error="after 10 s", failure=FailureKind.RUN_TIMEOUT),
-            Record("w", "llvm", "t2", (), error="after 10 s", failure=FailureKind.RUN_TIMEOUT),
-            Record("w", "llvm", "t3", (), error="max abs err 0.5", failure=FailureKind.WRONG_RESULT),
-            Record("w", "llvm", "t4", (1e-3,))]
+    recs = [Record("w", "llvm", "[[], []]", (), error="after 10 s", failure=FailureKind.RUN_TIMEOUT),
+            Record("w", "llvm", "[[], []]", (), error="after 10 s", failure=FailureKind.RUN_TIMEOUT),
+            Record("w", "llvm", "[[], []]", (), error="max abs err 0.5", failure=FailureKind.WRONG_RESULT),
+            Record("w", "llvm", "[[], []]", (1e-3,))]
     append_records(log, recs)
     assert Counter(str(r.failure) for r in tune_worker.read_records(log) if r.failed) == {
         "run_timeout": 2, "wrong_result": 1}

@@ -27,11 +27,9 @@ def coerce_enum(attrs: Attrs, name: str, enum_cls: type[enum.Enum], op: str) -> 
 def broadcast_shapes(op: str, *shapes: tuple) -> tuple:
     """Numpy broadcasting of shapes, with an error naming the op and the shapes. A symbolic kernel's dims may be TIR
     expressions: such a dim never broadcasts (a size of 1 that it takes at run time broadcasts to itself)."""
-    try:
-        if all(isinstance(d, int) for s in shapes for d in s):
-            return tuple(np.broadcast_shapes(*shapes))
+    try:  # not numpy's: it refuses dims whose product exceeds 2**63 (the caller's size check names those)
         return tuple(_broadcast_dim([s[len(s) - k] for s in shapes if len(s) >= k])
-                     for k in range(max(map(len, shapes)), 0, -1))
+                     for k in range(max(map(len, shapes), default=0), 0, -1))
     except ValueError:
         raise ValueError(f"{op}: shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast") from None
 

@@ -220,8 +220,8 @@ def _axes(shape: tuple[int, ...], a: ResizeAttrs) -> list[_Axis]:
     where = f"x {tuple(shape)}, out_shape {tuple(a.out_shape)}"
     if not 1 <= n <= rank or any(d < 1 for d in a.out_shape):
         raise ValueError(f"resize: out_shape must have 1 to {rank} positive sizes (of the trailing axes); {where}")
-    if a.scales and (len(a.scales) != n or any(s <= 0 for s in a.scales)):
-        raise ValueError(f"resize: scales {tuple(a.scales)} must be {n} positive factors; {where}")
+    if a.scales and (len(a.scales) != n or not all(math.isfinite(s) and s > 0 for s in a.scales)):
+        raise ValueError(f"resize: scales {tuple(a.scales)} must be {n} positive finite factors; {where}")
     tf_crop = a.coordinate_transformation_mode == CoordinateMode.TF_CROP_AND_RESIZE
     if tf_crop and len(a.roi) != 2 * n:
         raise ValueError(f"resize: tf_crop_and_resize needs a roi of {2 * n} values (starts, ends), got {tuple(a.roi)}; {where}")

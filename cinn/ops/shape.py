@@ -588,8 +588,9 @@ class ArangeAttrs(Attrs):
 def _arange_type(a: ArangeAttrs) -> TensorType:
     if a.dtype not in DTYPES or a.dtype == "bool":
         raise TypeError(f"arange: dtype {a.dtype!r} not supported")
-    if a.step == 0:
-        raise ValueError(f"arange: step must be nonzero (start={a.start} end={a.end})")
+    if a.step == 0 or not all(map(math.isfinite, (a.start, a.end, a.step))):
+        raise ValueError(f"arange: start, end and step must be finite, step nonzero (start={a.start} end={a.end} "
+                         f"step={a.step})")
     n = math.ceil((a.end - a.start) / a.step)
     if n <= 0:
         raise ValueError(f"arange: empty range start={a.start} end={a.end} step={a.step}")

@@ -73,18 +73,23 @@ def fold_batchnorm(rw: Rewriter, node: Node) -> bool:
 
 
 def _scaled_weight(rw: Rewriter, producer: Node, channel_axis: int, s: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]] | None:
-    """The producer's constant weight scaled per output channel and the bias shape; None if not foldable."""
+    """The producer's constant weight scaled per output channel and the bias shape; None if not foldable (any other
+    producer, a weight computed at run time, or a channel axis that is not the producer's output channel axis)."""
+    if producer.op not in ("conv2d", "matmul"):
+        return None
     w = rw.constant(producer.inputs[1])
     if w is None:
         return None
-    out_rank = len(producer.outputs[0].shape)
-    if producer.op == "conv2d" and channel_axis == 1 and producer.attrs.weight_layout is WeightLayout.OIHW:
+    a = producer.attrs
+    if producer.op == "conv2d":
+        if channel_axis != 1 or a.data_format is not DataFormat.NCHW or a.weight_layout is not WeightLayout.OIHW:
+            return None
         return (w * s.reshape(-1, 1, 1, 1)).astype(w.dtype), (-1, 1, 1)
-    if producer.op == "matmul" and w.ndim >= 2 and channel_axis == out_rank - 1:
-        # the channel is the matmul's N axis: the last axis of y, or the one before when trans_y
-        per_channel = s.reshape(-1, 1) if producer.attrs.trans_y else s
-        return (w * per_channel).astype(w.dtype), (-1,)
-    return None
+    if w.ndim < 2 or channel_axis != len(producer.outputs[0].shape) - 1:
+        return None
+    # the channel is the matmul's N axis: the last axis of y, or the one before when trans_y
+    per_channel = s.reshape(-1, 1) if a.trans_y else s
+    return (w * per_channel).astype(w.dtype), (-1,)
 
 
 # -- layout ops ---------------------------------------------------------------------------------

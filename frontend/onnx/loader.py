@@ -31,6 +31,7 @@ from cinn.frontend.onnx.registry import (
     NeedsConstant,
     NodeContext,
     OnnxImportError,
+    SubgraphBudget,
     converter,
     converter_key,
     onnx_dtype,
@@ -90,8 +91,9 @@ def _import(proto: onnx.ModelProto, opset: int, shapes: Mapping[str, Sequence[in
     graph = proto.graph
     b = FoldingBuilder(graph.name or "onnx_model")
     env = _graph_inputs(b, graph, shapes, values)
+    budget = SubgraphBudget(_subgraph_nodes(graph), MAX_UNROLLED_NODES)
     for node in graph.node:
-        _convert(b, node, env, opset)
+        _convert(b, node, env, opset, budget)
     missing = [o.name for o in graph.output if o.name not in env]
     if missing:
         raise OnnxImportError(f"graph outputs {missing} are not produced by any node")
@@ -132,6 +134,7 @@ def _with_external_data(model: onnx.ModelProto, base_dir: str) -> onnx.ModelProt
 def _check(proto: onnx.ModelProto, source: str) -> None:
     """onnx.checker (schemas, SSA form) and strict type and shape inference, as onnxruntime refuses the
     same models; its messages name the node ('node name: n' or '==> Context: ... Name: n')."""
+    proto = _initializers_declared(proto)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
@@ -146,6 +149,21 @@ def _check(proto: onnx.ModelProto, source: str) -> None:
 
 
 _NO_SHAPE = "Field 'shape' of 'type' is required but missing"
+
+
+def _initializers_declared(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model to check: at IR < 4 the checker wants every initializer of the main graph to be a graph input too,
+    yet onnxruntime and OpenVINO read one that is not as a constant (as IR 4 does, and as the loader reads every
+    initializer), so a copy declares those as inputs. A subgraph's inputs are positional (a Loop body's iteration
+    number, condition, state): one of its initializers missing from them stays refused."""
+    listed = {i.name for i in proto.graph.input}
+    missing = [t for t in proto.graph.initializer if t.name not in listed]
+    if proto.ir_version >= 4 or not missing:
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    copy.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in missing)
+    return copy
 
 
 def _refuse(e: Exception, source: str) -> None:
@@ -226,13 +244,13 @@ def _input_dims(name: str, tensor: onnx.TypeProto.Tensor, given: Sequence[int] |
                  for k, d in enumerate(dims))
 
 
-def _convert(b: FoldingBuilder, node: onnx.NodeProto, env: dict[str, Value], opset: int) -> None:
+def _convert(b: FoldingBuilder, node: onnx.NodeProto, env: dict[str, Value], opset: int, budget: SubgraphBudget) -> None:
     """Convert one node, binding its outputs; errors name the node."""
     where = f"ONNX node {node.name or '(unnamed)'!r} ({node.op_type})"
     undefined = [n for n in node.input if n and n not in env]
     if undefined:
         raise OnnxImportError(f"{where}: reads undefined values {undefined}")
-    ctx = NodeContext(b, node, tuple(env[n] if n else None for n in node.input), opset, env)
+    ctx = NodeContext(b, node, tuple(env[n] if n else None for n in node.input), opset, env, budget)
     try:
         outputs = list(CONVERTERS[converter_key(node)](ctx))
     except (ValueError, TypeError, NotImplementedError) as e:
@@ -270,8 +288,15 @@ def _rename(program: Program, renames: dict[str, str]) -> Program:
     )
 
 
-# a Loop or Scan becomes one copy of its body per iteration: the converted graph grows with the trip count
+# a Loop or Scan becomes one copy of its body per iteration, and nested loops multiply: the nodes converted from
+# subgraphs may exceed those the model holds in subgraphs by this many, counted over the whole model
 MAX_UNROLLED_NODES = 4096
+
+
+def _subgraph_nodes(graph: onnx.GraphProto) -> int:
+    """The nodes of every subgraph in a graph, nested ones included."""
+    return sum(len(g.node) + _subgraph_nodes(g) for node in graph.node for a in node.attribute
+               for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs))
 
 
 class Direction(enum.IntEnum):
@@ -294,27 +319,23 @@ class _Body:
     graph: onnx.GraphProto
     what: str
     constants: Mapping[str, Value]
-    runs: int = 0
 
     @classmethod
     def of(cls, ctx: NodeContext, attr: str, what: str) -> _Body:
         """The node's graph attribute `attr`, refused up front when it uses an unsupported op."""
         graph = ctx.attr(attr, None)
         _check_supported(graph)
-        constants = {t.name: ctx.b.create_constant(tensor_to_array(t)) for t in graph.initializer}
+        constants = ctx.budget.constants(graph, lambda: {t.name: ctx.b.create_constant(tensor_to_array(t))
+                                                         for t in graph.initializer})
         return cls(ctx, graph, f"{what} {graph.name!r}", constants)
 
     def run(self, inputs: Sequence[Value]) -> list[Value]:
-        """The body's outputs, its inputs bound to `inputs`; repeated runs are limited to MAX_UNROLLED_NODES nodes."""
-        size = max(len(self.graph.node), 1)
-        if self.runs and (self.runs + 1) * size > MAX_UNROLLED_NODES:
-            raise OnnxImportError(f"{self.what} ({len(self.graph.node)} nodes) would be unrolled more than {self.runs} "
-                                  f"times, over {MAX_UNROLLED_NODES} nodes in all")
-        self.runs += 1
+        """The body's outputs, its inputs bound to `inputs`; each run is charged to the import's subgraph budget."""
+        self.ctx.budget.charge(len(self.graph.node), self.what)
         env = {**self.ctx.scope, **self.constants}
         env.update((i.name, v) for i, v in zip(self.graph.input, inputs, strict=True))
         for node in self.graph.node:
-            _convert(self.ctx.b, node, env, self.ctx.opset)
+            _convert(self.ctx.b, node, env, self.ctx.opset, self.ctx.budget)
         missing = [o.name for o in self.graph.output if o.name not in env]
         if missing:
             raise OnnxImportError(f"{self.what} does not produce its outputs {missing}")

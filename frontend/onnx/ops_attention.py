@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter, onnx_dtype
-from cinn.ir import Value
+from cinn.ir import TensorType, Value
 
 NEG_INF = float("-inf")
 
@@ -137,21 +137,18 @@ def _bias(ctx: NodeContext, heads: _Heads, past: int) -> Value | None:
     seq, keys = heads.q.shape[2], heads.k.shape[2]
     parts = [] if ctx.input(3) is None else [_mask_bias(ctx, ctx.input(3), keys, dtype)]
     zero, hidden = ctx.b.fill_constant((), 0.0, dtype), ctx.b.fill_constant((), NEG_INF, dtype)
-    offsets = np.arange(seq)[:, None] - np.arange(keys)[None, :]  # query index - key position
     nonpad = ctx.input(6)
-    if nonpad is None:  # query i sits at position past + i
-        diff = ctx.b.create_constant(offsets + past)
-    else:  # an external cache: keys from nonpad_kv_seqlen[b] on are padding; query i sits at nonpad[b] - seq + i
-        lengths = ctx.b.reshape(ctx.b.cast(nonpad, "int64"), [nonpad.shape[0], 1, 1, 1])
+    lengths = None if nonpad is None else ctx.b.reshape(ctx.b.cast(nonpad, "int64"), [nonpad.shape[0], 1, 1, 1])
+    if lengths is not None:  # an external cache: keys from nonpad_kv_seqlen[b] on are padding
         key_pos = ctx.b.create_constant(np.arange(keys, dtype=np.int64))
         parts.append(ctx.b.select(ctx.b.less_than(key_pos, lengths), zero, hidden))
-        diff = ctx.b.add(ctx.b.create_constant(offsets - seq), lengths)
     left, right = ctx.attr("left_window_size", -1), ctx.attr("right_window_size", -1)
     checks = [(bool(ctx.attr("is_causal", 0)), "greater_equal", 0), (left >= 0, "less_equal", left),
               (right >= 0, "greater_equal", -right)]
-    for on, op, bound in checks:  # diff = query position - key position
+    diff = _position_offsets(ctx, seq, keys, past, lengths) if any(on for on, _, _ in checks) else None
+    for on, op, bound in checks:
         if on:
-            allowed = getattr(ctx.b, op)(diff, ctx.b.fill_constant((), bound, diff.dtype))
+            allowed = getattr(ctx.b, op)(diff, ctx.b.fill_constant((), bound, "int64"))
             parts.append(ctx.b.select(allowed, zero, hidden))
     if not parts:
         return None
@@ -159,6 +156,14 @@ def _bias(ctx: NodeContext, heads: _Heads, past: int) -> Value | None:
     for p in parts[1:]:
         total = ctx.b.add(total, p)
     return total
+
+
+def _position_offsets(ctx: NodeContext, seq: int, keys: int, past: int, lengths: Value | None) -> Value:
+    """Query position - key position, [seq, keys]: query i sits at past + i, or, with an external cache, at
+    nonpad_kv_seqlen[b] - seq + i (`lengths`); its size is checked before numpy makes it."""
+    TensorType((seq, keys), "int64")  # ShapeTooLarge past what a tensor may hold
+    offsets = np.arange(seq)[:, None] - np.arange(keys)[None, :]
+    return ctx.b.create_constant(offsets + past) if lengths is None else ctx.b.add(ctx.b.create_constant(offsets - seq), lengths)
 
 
 def _mask_bias(ctx: NodeContext, mask: Value, keys: int, dtype: str) -> Value:

@@ -8,7 +8,7 @@ import numpy as np
 
 from cinn.frontend.onnx.ops_nn import layer_norm_outputs
 from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
-from cinn.ir import Value
+from cinn.ir import TensorType, Value
 
 MS = "com.microsoft."
 
@@ -70,6 +70,7 @@ def _bias(ctx: NodeContext, batch: int, seq: int, fill: float, dtype: str) -> Va
     if mask is not None:
         bias = ctx.b.add(bias, _mask_bias(ctx, mask, batch, seq, fill, dtype))
     if ctx.attr("unidirectional", 0):
+        TensorType((seq, seq), dtype)  # ShapeTooLarge before numpy makes the mask
         causal = np.where(np.tril(np.ones((seq, seq), bool)), 0.0, fill).astype(dtype)
         bias = ctx.b.add(bias, ctx.b.create_constant(causal))
     extra = ctx.input(5)

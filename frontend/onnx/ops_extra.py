@@ -10,9 +10,10 @@ from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter,
 from cinn.ir import Value
 
 
-def _positions(ctx: NodeContext, n: int, trailing: int, dtype) -> Value:
-    """0 .. n-1 along an axis followed by `trailing` axes of size 1 (to compare with an index along that axis)."""
-    return ctx.b.create_constant(np.arange(n, dtype=dtype).reshape([n] + [1] * trailing))
+def _positions(ctx: NodeContext, n: int, trailing: int, dtype: str) -> Value:
+    """0 .. n-1 along an axis followed by `trailing` axes of size 1 (to compare with an index along that axis): a
+    constant where it folds, its length checked first."""
+    return ctx.b.reshape(ctx.b.arange(start=0, end=n, step=1, dtype=dtype), [n] + [1] * trailing)
 
 
 @converter("RMSNormalization")
@@ -49,7 +50,7 @@ def hardmax(ctx: NodeContext):
     flat = x if per_axis else ctx.b.reshape(x, [int(np.prod(x.shape[:axis])), -1])
     axis = axis if per_axis else 1
     top = ctx.b.argmax(flat, axis=axis, keep_dim=True)
-    positions = _positions(ctx, flat.shape[axis], len(flat.shape) - axis - 1, np.int32)
+    positions = _positions(ctx, flat.shape[axis], len(flat.shape) - axis - 1, "int32")
     hot = ctx.b.cast(ctx.b.equal(top, positions), x.dtype)
     return [hot if per_axis else ctx.b.reshape(hot, list(x.shape))]
 
@@ -90,7 +91,7 @@ def one_hot(ctx: NodeContext):
     index = ctx.b.cast(indices, "int64")
     index = ctx.b.select(ctx.b.less_than(index, ctx.b.fill_constant((), 0, "int64")),
                          ctx.b.add(index, ctx.b.fill_constant((), depth, "int64")), index)
-    hot = ctx.b.equal(ctx.b.expand_dims(index, [axis]), _positions(ctx, depth, rank - axis - 1, np.int64))
+    hot = ctx.b.equal(ctx.b.expand_dims(index, [axis]), _positions(ctx, depth, rank - axis - 1, "int64"))
     off, on = (ctx.b.reshape(ctx.b.slice(values, axes=[0], starts=[i], ends=[i + 1]), []) for i in (0, 1))
     return [ctx.b.select(hot, on, off)]
 

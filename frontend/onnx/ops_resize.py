@@ -47,14 +47,23 @@ def _plan(ctx: NodeContext, x: Value, scales, sizes, roi, axes: list[int]) -> _P
     elif scales is not None:
         if len(scales) != len(axes):
             raise OnnxImportError(f"scales {tuple(scales)} need one value per resized axis {tuple(axes)}")
-        factors = _per_dim([float(s) for s in scales], axes, rank, lambda d: 1.0)
+        factors = _per_dim(_finite("scales", scales, positive=True), axes, rank, lambda d: 1.0)
         out = [math.floor(f * n) for f, n in zip(factors, shape, strict=False)]
     else:
         raise OnnxImportError("one of scales and sizes must be given")
     starts = roi[: len(axes)] if roi is not None else [0.0] * len(axes)
     ends = roi[len(axes):] if roi is not None else [1.0] * len(axes)
-    spans = _per_dim(list(zip(map(float, starts), map(float, ends), strict=False)), axes, rank, lambda d: (0.0, 1.0))
+    spans = _per_dim(list(zip(_finite("roi", starts), _finite("roi", ends), strict=False)), axes, rank, lambda d: (0.0, 1.0))
     return _Plan(tuple(out), tuple(factors), tuple(spans))
+
+
+def _finite(what: str, values, positive: bool = False) -> tuple[float, ...]:
+    """Float attribute values, refused unless finite (and positive for scale factors): inf or nan gave bare
+    OverflowErrors when the output size was computed."""
+    values = tuple(float(v) for v in values)
+    if not all(math.isfinite(v) and (v > 0 or not positive) for v in values):
+        raise OnnxImportError(f"{what} {values} must be finite{' and positive' if positive else ''}")
+    return values
 
 
 def _optional(ctx: NodeContext, i: int, what: str) -> np.ndarray | None:
@@ -77,7 +86,7 @@ def _resize(ctx: NodeContext, plan: _Plan, mode: str, coordinates: str, nearest:
     return [ctx.b.resize(
         x, out_shape=[plan.sizes[d] for d in dims], mode=mode, scales=[plan.scales[d] for d in dims],
         coordinate_transformation_mode=coordinates, nearest_mode=nearest,
-        cubic_coeff_a=ctx.attr("cubic_coeff_a", -0.75), exclude_outside=bool(ctx.attr("exclude_outside", 0)),
+        cubic_coeff_a=_finite("cubic_coeff_a", [ctx.attr("cubic_coeff_a", -0.75)])[0], exclude_outside=bool(ctx.attr("exclude_outside", 0)),
         roi=roi, extrapolation_value=ctx.attr("extrapolation_value", 0.0), antialias=bool(ctx.attr("antialias", 0)),
     )]
 

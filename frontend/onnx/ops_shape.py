@@ -6,7 +6,9 @@ import math
 import numpy as np
 
 from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
-from cinn.ir import Value
+from cinn.ir import TensorType, Value
+from cinn.ops.common import broadcast_shapes
+from cinn.passes.fold_constants import MAX_FOLDED_BYTES
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -91,7 +93,7 @@ def slice_(ctx: NodeContext):
 def expand(ctx: NodeContext):
     x = ctx.input(0)
     shape = ctx.ints(1, "", 8, "the target shape")
-    out = tuple(np.broadcast_shapes(x.shape, tuple(shape)))
+    out = broadcast_shapes("Expand", x.shape, tuple(shape))
     return [ctx.b.identity(x) if out == x.shape else ctx.b.broadcast_to(x, list(out))]
 
 
@@ -264,8 +266,7 @@ def size(ctx: NodeContext):
 @converter("ConstantOfShape")
 def constant_of_shape(ctx: NodeContext):
     value = ctx.attr("value", np.zeros(1, np.float32))
-    dims = tuple(int(d) for d in ctx.require_const(0, "shape"))
-    return [ctx.b.create_constant(np.full(dims, value.reshape(()), value.dtype), dtype=str(value.dtype))]
+    return [ctx.b.full([int(d) for d in ctx.require_const(0, "shape")], value.reshape(()))]
 
 
 # Constant's value attributes and how each becomes an array
@@ -290,9 +291,23 @@ def constant(ctx: NodeContext):
 
 @converter("Range")
 def range_(ctx: NodeContext):
+    """start, start + delta, ... up to limit: a constant where it folds (its length checked first), else computed at
+    run time (in float64, which holds every integer up to 2**53 exactly)."""
     start, limit, delta = (ctx.require_const(i, name).reshape(()) for i, name in enumerate(("start", "limit", "delta")))
-    data = np.arange(start, limit, delta).astype(start.dtype)
-    return [ctx.b.create_constant(data, dtype=str(start.dtype))]
+    dtype = str(start.dtype)
+    out = TensorType((_range_length(start.item(), limit.item(), delta.item()),), dtype)
+    if out.nbytes > MAX_FOLDED_BYTES and max(abs(start.item()), abs(limit.item())) <= 2**53:
+        return [ctx.b.arange(start=start.item(), end=limit.item(), step=delta.item(), dtype=dtype)]
+    return [ctx.b.create_constant(np.arange(start, limit, delta).astype(dtype), dtype=dtype)]
+
+
+def _range_length(start: float, limit: float, delta: float) -> int:
+    """Range's length, max(ceil((limit - start) / delta), 0), exact for integers."""
+    if not all(map(math.isfinite, (start, limit, delta))) or delta == 0:
+        raise OnnxImportError(f"Range({start}, {limit}, {delta}): start, limit and delta must be finite, delta nonzero")
+    if isinstance(start, int) and isinstance(limit, int) and isinstance(delta, int):
+        return max(-((start - limit) // delta), 0)
+    return max(math.ceil((limit - start) / delta), 0)
 
 
 @converter("DepthToSpace")

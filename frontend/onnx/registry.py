@@ -35,16 +35,44 @@ class NeedsConstant(OnnxImportError):
         return self.args[0]
 
 
+@dataclass
+class SubgraphBudget:
+    """The nodes one import may convert from subgraphs (If's branches, Loop's and Scan's bodies, each run converting
+    its nodes once more): those the model holds and `extra` more, shared by the whole model, so that nested loops
+    cannot multiply past it. Each subgraph's initializers become constants once, however often it runs."""
+
+    own: int
+    extra: int
+    converted: int = 0
+    # id of a subgraph -> (the subgraph, kept alive so that no other message takes its id; its constants)
+    _constants: dict[int, tuple[onnx.GraphProto, Mapping[str, Value]]] = field(default_factory=dict)
+
+    def constants(self, graph: onnx.GraphProto, make: Callable[[], Mapping[str, Value]]) -> Mapping[str, Value]:
+        """The subgraph's initializers as constants: made by `make` on its first run, the same values after."""
+        if id(graph) not in self._constants:
+            self._constants[id(graph)] = (graph, make())
+        return self._constants[id(graph)][1]
+
+    def charge(self, nodes: int, what: str) -> None:
+        """Count one run of a subgraph of `nodes` nodes, refused past the budget."""
+        self.converted += max(nodes, 1)  # an empty body's runs cost time too (a loop of 10**9 iterations)
+        if self.converted > self.own + self.extra:
+            raise OnnxImportError(f"{what} ({nodes} nodes) would take the nodes converted from subgraphs over "
+                                  f"{self.own + self.extra} (the model's {self.own} and {self.extra} more), counted "
+                                  "over every Loop, Scan and If, nested ones included")
+
+
 @dataclass(frozen=True)
 class NodeContext:
-    """One ONNX node being converted: its inputs as Values (None for omitted optional ones), attributes, opset, and
-    the values in scope (what a subgraph of the node may read by name)."""
+    """One ONNX node being converted: its inputs as Values (None for omitted optional ones), attributes, opset, the
+    values in scope (what a subgraph of the node may read by name) and the import's subgraph budget."""
 
     b: FoldingBuilder
     node: onnx.NodeProto
     inputs: tuple[Value | None, ...]
     opset: int
-    scope: Mapping[str, Value] = field(default_factory=dict)
+    scope: Mapping[str, Value]
+    budget: SubgraphBudget
 
     def attr(self, name: str, default: Any) -> Any:
         """An attribute's value (strings decoded, tensors as numpy arrays), or `default` when absent."""

@@ -6,6 +6,8 @@ their values (as the ONNX importer does for its shape subgraphs).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from cinn.frontend.paddle.graph import PaddleImportError
@@ -129,7 +131,7 @@ def shape(ctx: OpContext):
 @converter("full")
 def full(ctx: OpContext):
     dtype = dtype_of_name(ctx.attr("dtype"), "full")
-    return [ctx.b.create_constant(np.full(ctx.attr("shape"), ctx.attr("value"), dtype), dtype=dtype)]
+    return [ctx.b.full(ctx.attr("shape"), np.array(ctx.attr("value"), dtype))]
 
 
 @converter("fill_constant")
@@ -137,9 +139,26 @@ def fill_constant(ctx: OpContext):
     dtype = dtype_arg(ctx, "dtype", "fill_constant")
     text = ctx.attr("str_value", "")
     # str_value keeps int64 values exactly (the float `value` may round them)
-    value = (int(float(text)) if np.dtype(dtype).kind in "iu" else float(text)) if text else ctx.attr("value", 0.0)
+    value = _fill_value(text, dtype) if text else ctx.attr("value", 0.0)
     dims = ctx.int_array("shape", 0, "the shape", tensor_slots=("ShapeTensor", "ShapeTensorList"))
-    return [ctx.b.create_constant(np.full(dims, value, dtype), dtype=dtype)]
+    return [ctx.b.full(dims, np.array(value, dtype))]
+
+
+def _fill_value(text: str, dtype: str) -> float | int:
+    """fill_constant's str_value as a number of its dtype; an integer fill must be a finite number in its range."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise PaddleImportError(f"value {text!r} is not a number") from None
+    if np.dtype(dtype).kind not in "iu":
+        return value
+    if not math.isfinite(value):
+        raise PaddleImportError(f"value {text!r} is not a finite number, as a fill of {dtype} must be")
+    exact = int(text) if text.lstrip("+-").isdigit() else int(value)  # int64 values beyond 2**53 stay exact
+    info = np.iinfo(dtype)
+    if not info.min <= exact <= info.max:
+        raise PaddleImportError(f"value {text!r} does not fit {dtype} [{info.min}, {info.max}]")
+    return exact
 
 
 @converter("full_int_array")
