@@ -7,12 +7,12 @@ others can write is named in a warning.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import pathlib
 import shutil
 from collections.abc import Callable, Iterator
 
+from cinn import disk_cache, trust
 from tests.bad_inputs import payloads
 from tests.bad_inputs.core import MARKER, Action, Api, Case, Category, Expect, Unavailable, Want
 
@@ -31,9 +31,15 @@ def _compiled(cache: pathlib.Path) -> Iterator[pathlib.Path]:
     return (p for p in (cache / "compiled").rglob("*") if p.is_file())
 
 
-def _digest_beside(lib: pathlib.Path) -> None:
-    """Rewrite the digest stored beside a library to match its bytes."""
-    lib.with_suffix(".sha256").write_text(hashlib.sha256(lib.read_bytes()).hexdigest())
+# The key "a matching digest" is made with: an attacker's own, as who can write the cache cannot read the user's key
+# (tests.bad_inputs.core.key_file). An entry signed with the user's key is cinn's own writing, trusted as ssh trusts
+# the user's files: a library cut short and signed so is no case (dlopen of it dies of SIGBUS).
+ATTACKER_KEY = b"attacker" * 4
+
+
+def _sign(lib: pathlib.Path, secret: bytes = ATTACKER_KEY) -> None:
+    """Rewrite the keyed digest stored beside a library to match its bytes under `secret`."""
+    pathlib.Path(disk_cache.digest_path(lib)).write_text(trust.file_mac(lib, secret))
 
 
 def _drop_compiled(cache: pathlib.Path) -> None:
@@ -49,7 +55,7 @@ def _swap(select: Callable[[pathlib.Path], list[pathlib.Path]], digest: bool) ->
         for lib in select(cache):
             shutil.copyfile(evil, lib)
             if digest:
-                _digest_beside(lib)
+                _sign(lib)
 
     return make
 
@@ -61,7 +67,7 @@ def _symlink_kernel(d: pathlib.Path) -> None:
     for lib in _kernels(cache):
         lib.unlink()
         lib.symlink_to(evil)
-        _digest_beside(lib)
+        _sign(lib)
 
 
 def _pool(cache: pathlib.Path) -> list[pathlib.Path]:
@@ -84,7 +90,7 @@ def _truncate_kernel(digest: bool) -> Callable[[pathlib.Path], None]:
         for lib in _kernels(cache):
             lib.write_bytes(lib.read_bytes()[:4096])
             if digest:
-                _digest_beside(lib)
+                _sign(lib)
 
     return make
 
@@ -99,6 +105,17 @@ def _each(select: Callable[[pathlib.Path], list[pathlib.Path]], change: Callable
             change(p)
 
     return make
+
+
+def _folder(p: pathlib.Path) -> None:
+    """A folder (holding a file) in the file's place."""
+    p.unlink()
+    p.mkdir()
+    (p / "file").write_text("not a library")
+
+
+def _compiled_entries(cache: pathlib.Path) -> list[pathlib.Path]:
+    return list(_compiled(cache))
 
 
 def _chmod_tree(mode: int) -> Callable[[pathlib.Path], None]:
@@ -154,9 +171,11 @@ def cases() -> list[Case]:
         ("the thread-pool library swapped without its digest", _swap(_pool, digest=False), RUNS, True),
         ("a kernel library truncated", _truncate_kernel(digest=False), RUNS, False),
         ("a kernel library truncated with a matching digest", _truncate_kernel(digest=True), RUNS, True),
-        ("a kernel digest of garbage", _each(_kernels, lambda p: p.with_suffix(".sha256").write_text("zz\0")), RUNS, False),
+        ("a kernel digest of garbage", _each(_kernels, lambda p: pathlib.Path(disk_cache.digest_path(p)).write_text("zz\0")), RUNS, False),
         ("a kernel without its source", _each(_kernels, lambda p: p.with_suffix(".src").unlink()), RUNS, False),
-        ("a kernel library that is a folder", _each(_kernels, lambda p: (p.unlink(), p.mkdir())), RUNS, False),
+        ("a kernel library that is a folder", _each(_kernels, _folder), RUNS, False),
+        ("the thread-pool library that is a folder", _each(_pool, _folder), RUNS, True),
+        ("a whole-compile entry that is a folder", _each(_compiled_entries, _folder, drop_compiled=False), RUNS, False),
         ("the cache folder of mode 0777", _chmod_tree(0o777), NAMED, True),
         ("the cache folder of mode 0775", _chmod_tree(0o775), NAMED, True),
         ("the cache owned by another user", _chown_tree, NAMED, True),
