@@ -16,9 +16,9 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from cinn import trust
 from tests.bad_inputs import cache, cli, feeds, models, tiny, tuning, worker
 from tests.bad_inputs.core import (
-    KEY_FILE_VARIABLE,
     MARKER,
     Api,
     Case,
@@ -28,6 +28,7 @@ from tests.bad_inputs.core import (
     Outcome,
     Unavailable,
     Want,
+    key_file,
     timeout_s,
 )
 
@@ -83,7 +84,7 @@ def _environment(work: pathlib.Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CINN_CACHE")}
     path = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env | {"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "XDG_CONFIG_HOME": str(home / ".config"),
-                  KEY_FILE_VARIABLE: str(home / "cinn-key"), "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
+                  trust.KEY_VARIABLE: str(key_file(work)), "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def _warm(work: pathlib.Path, env: dict[str, str]) -> pathlib.Path:
