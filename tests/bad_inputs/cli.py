@@ -54,6 +54,10 @@ def _common(entry: Entry) -> list[tuple[str, tuple[str, ...], Expect]]:
     ] + [(name, (*model, *args), Expect(Want.ERROR, status=status)) for name, args, status in _shape_args()]
 
 
+# what a float argument (seconds) must refuse: float() reads all of them
+_BAD_SECONDS = ("nan", "inf", "-1", "0")
+
+
 def _specific() -> list[tuple[Entry, str, tuple[str, ...], Expect, Callable[[pathlib.Path], object]]]:
     run, tune, bench = Entry.RUN, Entry.TUNE, Entry.BENCH
     at_fault = Expect(Want.ERROR, status=MODEL_AT_FAULT)
@@ -68,11 +72,12 @@ def _specific() -> list[tuple[Entry, str, tuple[str, ...], Expect, Callable[[pat
         (tune, "--log in an unwritable folder", (*short, "--log", "/sys/kernel/t.jsonl"),
          Expect(Want.ERROR, names="/sys/kernel", status=MODEL_AT_FAULT), _nothing),
         (tune, "--trials 0", (tiny.NAME, "--log", "t.jsonl", "--trials", "0"), USAGE, _nothing),
-        (tune, "--timeout nan", (*short, "--log", "t.jsonl", "--timeout", "nan"), USAGE, _nothing),
+        *((tune, f"--timeout {t}", (*short, "--log", "t.jsonl", "--timeout", t), USAGE, _nothing) for t in _BAD_SECONDS),
         (tune, "--rpc-tracker without --rpc-key", (tiny.NAME, "--log", "t.jsonl", "--rpc-tracker", "localhost:9"), USAGE, _nothing),
         (tune, "--shape-hint seq=a", (*short, "--log", "t.jsonl", "--shape-hint", "seq=a"), USAGE, _nothing),
         (tune, "an unknown built-in model", ("nosuchmodel", "--log", "t.jsonl"), at_fault, _nothing),
         (bench, "--rounds 0", (tiny.NAME, "--rounds", "0"), USAGE, _nothing),
+        *((bench, f"--timeout {t}", (tiny.NAME, *_REQUIRED[bench], "--timeout", t), USAGE, _nothing) for t in _BAD_SECONDS),
         (bench, "--log of a missing file", (tiny.NAME, "--log", "missing.jsonl"), USAGE, _nothing),
         (bench, "an unknown built-in model", ("nosuchmodel",), USAGE, _nothing),
     ]
