@@ -14,6 +14,7 @@ from cinn.autotune.measure import LocalRunner, MeasureConfig, RpcRunner
 from cinn.autotune.task import extract_tasks
 from cinn.autotune.tuner import Progress, TaskSummary, TuneConfig, tune
 from cinn.command import ExitStatus, UsageError, command, reading_arguments, seconds
+from cinn.cuda_module import device_present
 from cinn.frontend.loading import load_model, parse_input_shapes
 from cinn.frontend.zoo import MODELS, get_model, is_model_name
 from cinn.in_model import Verdict, judge_in_model
@@ -93,12 +94,18 @@ def _check(args: argparse.Namespace) -> None:
         args.repeat = 10 if args.cache_flush else 3
     if min(args.trials, args.batch, args.repeat) < 1 or args.verify < 0:
         raise UsageError("--trials, --batch and --repeat must be positive, --verify not negative")
+    try:
+        open(args.log, "a").close()
+    except OSError as err:
+        raise UsageError(f"--log {args.log}: cannot be written ({err.strerror})") from None
 
 
 def _tune(args) -> tuple[list[TaskSummary], list[Verdict]]:
     """Load the model, extract its tasks and tune them; then judge the tuned kernels inside the model."""
     with reading_arguments():
         target = parse_target(args.target)
+        if target.is_cuda and not args.rpc_tracker and not device_present():  # found now, not after the builds
+            raise UsageError("--target cuda: no CUDA device present on this machine (or measure on one with --rpc-tracker)")
         programs = _load(args.model, args.input_shape, args.shape_hint)
         # a bad --cost-model file is a usage error (NotACostModel, a ValueError): before any worker starts
         model = CostModel.load(args.cost_model) if args.cost_model and os.path.exists(args.cost_model) else CostModel(seed=args.seed)
