@@ -32,7 +32,7 @@ def _compiled(cache: pathlib.Path) -> Iterator[pathlib.Path]:
 
 
 # The key "a matching digest" is made with: an attacker's own, as who can write the cache cannot read the user's key
-# (tests.bad_inputs.core.key_file). An entry signed with the user's key is cinn's own writing, trusted as ssh trusts
+# (tests.bad_inputs.runner.Setup's). An entry signed with the user's key is cinn's own writing, trusted as ssh trusts
 # the user's files: a library cut short and signed so is no case (dlopen of it dies of SIGBUS).
 ATTACKER_KEY = b"attacker" * 4
 
@@ -156,31 +156,33 @@ NAMED = Expect(Want.RESULT, warns="{dir}/cache")
 
 
 def cases() -> list[Case]:
-    # alone: a case whose payload may run, whose library may crash the process, or that needs the process's first load
-    # of the thread pool, or whose warning cinn may give once per process
-    specs: list[tuple[str, Callable[[pathlib.Path], object], Expect, bool]] = [
-        ("a whole-compile entry replaced by a pickle payload", _entries(lambda d, _: payloads.pickle_bytes(d / MARKER)), RUNS, True),
-        ("a whole-compile entry of garbage bytes", _entries(_garbage), RUNS, False),
-        ("a whole-compile entry of garbage JSON", _entries(lambda *_: b'{"program": [1, 2,'), RUNS, False),
-        ("an empty whole-compile entry", _entries(lambda *_: b""), RUNS, False),
-        ("a whole-compile entry cut in half", _entries(lambda _, p: p.read_bytes()[: p.stat().st_size // 2]), RUNS, False),
-        ("a kernel library swapped with its digest", _swap(_kernels, digest=True), RUNS, True),
-        ("a kernel library swapped without its digest", _swap(_kernels, digest=False), RUNS, False),
-        ("a kernel library symlinked to a payload with its digest", _symlink_kernel, RUNS, True),
-        ("the thread-pool library swapped with its digest", _swap(_pool, digest=True), RUNS, True),
-        ("the thread-pool library swapped without its digest", _swap(_pool, digest=False), RUNS, True),
-        ("a kernel library truncated", _truncate_kernel(digest=False), RUNS, False),
-        ("a kernel library truncated with a matching digest", _truncate_kernel(digest=True), RUNS, True),
-        ("a kernel digest of garbage", _each(_kernels, lambda p: pathlib.Path(disk_cache.digest_path(p)).write_text("zz\0")), RUNS, False),
-        ("a kernel without its source", _each(_kernels, lambda p: p.with_suffix(".src").unlink()), RUNS, False),
-        ("a kernel library that is a folder", _each(_kernels, _folder), RUNS, False),
-        ("the thread-pool library that is a folder", _each(_pool, _folder), RUNS, True),
-        ("a whole-compile entry that is a folder", _each(_compiled_entries, _folder, drop_compiled=False), RUNS, False),
-        ("the cache folder of mode 0777", _chmod_tree(0o777), NAMED, True),
-        ("the cache folder of mode 0775", _chmod_tree(0o775), NAMED, True),
-        ("the cache owned by another user", _chown_tree, NAMED, True),
-        ("a whole-compile entry of mode 0666", _entry_writable, NAMED, True),
-        ("the cache lock is a folder", _lock_folder, Expect(Want.EITHER), False),
-        ("the cache folder is a file", _cache_is_file, Expect(Want.EITHER, names="{dir}/cache"), False),
+    specs: list[tuple[str, Callable[[pathlib.Path], object], Expect]] = [
+        ("a whole-compile entry replaced by a pickle payload", _entries(lambda d, _: payloads.pickle_bytes(d / MARKER)), RUNS),
+        ("a whole-compile entry of garbage bytes", _entries(_garbage), RUNS),
+        ("a whole-compile entry of garbage JSON", _entries(lambda *_: b'{"program": [1, 2,'), RUNS),
+        ("an empty whole-compile entry", _entries(lambda *_: b""), RUNS),
+        ("a whole-compile entry cut in half", _entries(lambda _, p: p.read_bytes()[: p.stat().st_size // 2]), RUNS),
+        ("a kernel library swapped with its digest", _swap(_kernels, digest=True), RUNS),
+        ("a kernel library swapped without its digest", _swap(_kernels, digest=False), RUNS),
+        ("a kernel library symlinked to a payload with its digest", _symlink_kernel, RUNS),
+        ("a kernel library truncated", _truncate_kernel(digest=False), RUNS),
+        ("a kernel library truncated with a matching digest", _truncate_kernel(digest=True), RUNS),
+        ("a kernel digest of garbage", _each(_kernels, lambda p: pathlib.Path(disk_cache.digest_path(p)).write_text("zz\0")), RUNS),
+        ("a kernel without its source", _each(_kernels, lambda p: p.with_suffix(".src").unlink()), RUNS),
+        ("a kernel library that is a folder", _each(_kernels, _folder), RUNS),
+        ("a whole-compile entry that is a folder", _each(_compiled_entries, _folder, drop_compiled=False), RUNS),
+        ("the cache folder of mode 0777", _chmod_tree(0o777), NAMED),
+        ("the cache folder of mode 0775", _chmod_tree(0o775), NAMED),
+        ("the cache owned by another user", _chown_tree, NAMED),
+        ("a whole-compile entry of mode 0666", _entry_writable, NAMED),
+        ("the cache lock is a folder", _lock_folder, Expect(Want.EITHER)),
+        ("the cache folder is a file", _cache_is_file, Expect(Want.EITHER, names="{dir}/cache")),
     ]
-    return [Case(Category.CACHE, name, Api(Action.COMPILE_TINY), make, expect, alone) for name, make, expect, alone in specs]
+    # alone: a process loads the thread pool once, from the first cache it compiles with
+    pool: list[tuple[str, Callable[[pathlib.Path], object], Expect]] = [
+        ("the thread-pool library swapped with its digest", _swap(_pool, digest=True), RUNS),
+        ("the thread-pool library swapped without its digest", _swap(_pool, digest=False), RUNS),
+        ("the thread-pool library that is a folder", _each(_pool, _folder), RUNS),
+    ]
+    return [Case(Category.CACHE, name, Api(Action.COMPILE_TINY), make, expect, alone)
+            for alone, chosen in ((False, specs), (True, pool)) for name, make, expect in chosen]

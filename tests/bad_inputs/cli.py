@@ -97,6 +97,11 @@ def _prog(entry: Entry) -> str:
     return {Entry.RUN: "cinn-run", Entry.TUNE: "cinn-tune", Entry.BENCH: "cinn-bench"}[entry]
 
 
+# Run as `python -m` (the others call the command's main in a worker): what a user sees, the interpreter's traceback
+# included, for the errors found deepest (the model file's import, the shapes' parsing).
+_AS_A_USER = {"a text file named .onnx", "--input-shape x=8,,16"}
+
+
 def cases() -> list[Case]:
     out = []
     for entry in Entry:
@@ -105,9 +110,10 @@ def cases() -> list[Case]:
             if chosen is not None and name not in chosen:
                 continue
             out.append(Case(Category.CLI, f"{_prog(entry)}: {name}", Cli(entry, (model, *_REQUIRED[entry])), make,
-                            Expect(Want.ERROR, names=model, status=MODEL_AT_FAULT)))
+                            Expect(Want.ERROR, names=model, status=MODEL_AT_FAULT), name in _AS_A_USER))
         common = [c for c in _common(entry) if chosen is None or c[0] in chosen]
-        out += [Case(Category.CLI, f"{_prog(entry)}: {name}", Cli(entry, args), expect=expect) for name, args, expect in common]
+        out += [Case(Category.CLI, f"{_prog(entry)}: {name}", Cli(entry, args), expect=expect, alone=name in _AS_A_USER)
+                for name, args, expect in common]
     out += [Case(Category.CLI, f"{_prog(entry)}: {name}", Cli(entry, args), make, expect)
             for entry, name, args, expect, make in _specific()]
     return out

@@ -14,12 +14,6 @@ CASE_TIMEOUT_S = 60.0
 MARKER = "pwned"  # what every payload creates in its case's folder
 
 
-def key_file(work: pathlib.Path) -> pathlib.Path:
-    """The cache key ($CINN_CACHE_KEY) of every case process of a run in `work` (a case's folder is in `work`): kept
-    outside the cases' caches, as an attacker who can write a cache cannot write it."""
-    return work / "home" / "cinn-key"
-
-
 def timeout_s() -> float:
     """The time one case may take."""
     return scaled(CASE_TIMEOUT_S)
@@ -122,7 +116,10 @@ def _nothing(case_dir: pathlib.Path) -> None:
 @dataclass(frozen=True)
 class Case:
     """One bad input: `make` writes it into the case's folder (which holds the tiny model, tiny.onnx, and a warm
-    cache, cache/), `call` feeds it to cinn; `alone`: in a process of its own (it may crash, hang or run code)."""
+    cache, cache/), `call` feeds it to cinn. `alone`: in a process of its own: an API call in one that has run no
+    other case (the thread pool loads once per process), a command line as `python -m ENTRY`, as a user runs it (what
+    the interpreter prints; a case that may crash or run code). The others share worker processes, a batch per
+    category or command: a crash or hang there is the case's, and a new worker takes the rest."""
 
     category: Category
     name: str

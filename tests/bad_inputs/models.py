@@ -152,9 +152,8 @@ def _params_as_folder(d: pathlib.Path) -> None:
     (d / "pd" / "inference.pdiparams").mkdir()
 
 
-def _malformed(name: str, make: Callable[[pathlib.Path], object], path: str = MODEL, want: Want = Want.ERROR,
-               alone: bool = False) -> Case:
-    return Case(Category.MALFORMED, name, Api(Action.LOAD, path), make, Expect(want), alone)
+def _malformed(name: str, make: Callable[[pathlib.Path], object], path: str = MODEL, want: Want = Want.ERROR) -> Case:
+    return Case(Category.MALFORMED, name, Api(Action.LOAD, path), make, Expect(want))
 
 
 def _new_malformed() -> list[Case]:
@@ -167,11 +166,10 @@ def _new_malformed() -> list[Case]:
         _malformed("onnx: a length past the end", _bytes(b"\x08\x0a\x3a\xff\xff\x03\x0a\x01")),
         _malformed("onnx: a model without a graph", _saved(lambda: helper.make_model(onnx.GraphProto(), ir_version=10))),
         _malformed("onnx: ir_version 999", lambda d: onnx.save(_ir(_relu([2, 3]), 999), d / MODEL)),
-        _malformed("onnx: input dims 2**40 x 2**40", _saved(lambda: _relu([huge, huge])), alone=True),
+        _malformed("onnx: input dims 2**40 x 2**40", _saved(lambda: _relu([huge, huge]))),
         _malformed("onnx: negative input dim", _saved(lambda: _relu([-5, 8]))),
         _malformed("onnx: zero input dim", _saved(lambda: _relu([0, 8])), want=Want.EITHER),
-        _malformed("onnx: initializer 2**31 x 2**31 without data", _saved(lambda: _with_tensor(_tensor([2**31, 2**31], raw=b""))),
-                   alone=True),
+        _malformed("onnx: initializer 2**31 x 2**31 without data", _saved(lambda: _with_tensor(_tensor([2**31, 2**31], raw=b"")))),
         _malformed("onnx: negative initializer dim", _saved(lambda: _with_tensor(_tensor([-2, 3])))),
         _malformed("onnx: initializer data type 999", _saved(lambda: _with_tensor(_tensor([2, 3], 999)))),
         _malformed("onnx: initializer data type UNDEFINED", _saved(lambda: _with_tensor(_tensor([2, 3], 0)))),
@@ -188,7 +186,7 @@ def _new_malformed() -> list[Case]:
         _malformed("onnx: external data in a missing file", _external("w.bin"), f"m/{MODEL}"),
         _malformed("onnx: external data symlinked to /etc/passwd", _symlinked_data, f"m/{MODEL}"),
         _malformed("onnx: external data past the end of /etc/passwd", _external("/etc/passwd", 2**40), f"m/{MODEL}"),
-        _malformed("onnx: If nested 150 deep", _bytes(_nested_ifs(150)), alone=True),
+        _malformed("onnx: If nested 150 deep", _bytes(_nested_ifs(150))),
         _malformed("paddle: an empty model folder", lambda d: (d / "pd").mkdir(), "pd"),
         _malformed("paddle: a .json that is not JSON", _bytes(b'{"program":', "m.json"), "m.json"),
         _malformed("paddle: a .json holding a list", _bytes(b"[]", "m.json"), "m.json"),
@@ -386,7 +384,7 @@ def _resource_models() -> dict[str, tuple[Callable[[], onnx.ModelProto], Action]
 def _resource_cases() -> list[Case]:
     # refused, naming the node; a model that compiles (within the timeout) may also run
     return [Case(Category.RESOURCES, name, Api(action, MODEL), _saved(build),
-                 Expect(Want.EITHER if action is Action.LOAD_COMPILE else Want.ERROR), alone=True)
+                 Expect(Want.EITHER if action is Action.LOAD_COMPILE else Want.ERROR))
             for name, (build, action) in _resource_models().items()]
 
 

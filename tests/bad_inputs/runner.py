@@ -20,15 +20,14 @@ from cinn import trust
 from tests.bad_inputs import cache, cli, feeds, models, tiny, tuning, worker
 from tests.bad_inputs.core import (
     MARKER,
-    Api,
     Case,
     Category,
     Cli,
+    Entry,
     Expect,
     Outcome,
     Unavailable,
     Want,
-    key_file,
     timeout_s,
 )
 
@@ -66,30 +65,45 @@ class _Prepared:
     dir: pathlib.Path
 
 
-def run_corpus(cases: Sequence[Case], work: pathlib.Path, jobs: int = 2) -> list[Result]:
-    """Run the cases (in `jobs` parallel processes), in the corpus' order."""
-    env = _environment(work)
-    warm = _warm(work, env)
+@dataclass(frozen=True)
+class Setup:
+    """What the case processes of a run share: their environment, and a folder with the tiny model and a cache warmed
+    by its compile (each case gets a copy)."""
+
+    env: dict[str, str]
+    warm: pathlib.Path
+
+
+def set_up(folder: pathlib.Path) -> Setup:
+    """Make the environment (a home and a cache key of the run's own) and the warm cache in `folder`."""
+    env = _environment(folder)
+    return Setup(env, _warm(folder, env))
+
+
+def run_corpus(cases: Sequence[Case], work: pathlib.Path, jobs: int = 2, setup: Setup | None = None) -> list[Result]:
+    """Run the cases (in `jobs` parallel processes; their folders in `work`), in the corpus' order."""
+    setup = setup or set_up(work / "setup")
     units = _units([_Prepared(case, work / f"{i:03d}") for i, case in enumerate(cases)])
     with cf.ThreadPoolExecutor(jobs) as pool:  # each unit makes its inputs, then runs: the making overlaps the runs
-        done = [r for rs in pool.map(lambda u: _run_unit(u, warm, env), units) for r in rs]
+        done = [r for rs in pool.map(lambda u: _run_unit(u, setup), units) for r in rs]
     order = {c.name: i for i, c in enumerate(cases)}
     return sorted(done, key=lambda r: order[r.case.name])
 
 
-def _environment(work: pathlib.Path) -> dict[str, str]:
-    """What every case process runs with: this checkout importable, a home and a cache key of the run's own."""
-    home = work / "home"
+def _environment(folder: pathlib.Path) -> dict[str, str]:
+    """What every case process runs with: this checkout importable, a home and a cache key of the run's own (outside
+    the cases' caches, as an attacker who can write a cache cannot write it)."""
+    home = folder / "home"
     home.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CINN_CACHE")}
     path = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env | {"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "XDG_CONFIG_HOME": str(home / ".config"),
-                  trust.KEY_VARIABLE: str(key_file(work)), "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
+                  trust.KEY_VARIABLE: str(home / "cache.key"), "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _warm(work: pathlib.Path, env: dict[str, str]) -> pathlib.Path:
+def _warm(folder: pathlib.Path, env: dict[str, str]) -> pathlib.Path:
     """A folder with the tiny model and a cache holding its compile."""
-    warm = work / "warm"
+    warm = folder / "warm"
     warm.mkdir(parents=True, exist_ok=True)
     tiny.write(warm / tiny.NAME)
     subprocess.run([sys.executable, "-m", "tests.bad_inputs.worker", "--warm", str(warm)], check=True, capture_output=True,
@@ -115,16 +129,19 @@ def _prepare(p: _Prepared, warm: pathlib.Path) -> Result | None:
 
 
 def _units(prepared: Sequence[_Prepared]) -> list[list[_Prepared]]:
-    """What each process runs: a case that may crash, hang or run code alone, the others in batches. The alone cases
-    go first (they may take their whole timeout), the CLIs last."""
-    alone = [[p] for p in prepared if p.case.alone or isinstance(p.case.call, Cli)]
-    alone.sort(key=lambda u: isinstance(u[0].case.call, Cli))
-    batched: list[list[_Prepared]] = []
-    for category in Category:
-        group = [p for p in prepared if p.case.category is category and not p.case.alone and isinstance(p.case.call, Api)]
-        batched += [group[i : i + BATCH] for i in range(0, len(group), BATCH)]
-    api_alone = [u for u in alone if isinstance(u[0].case.call, Api)]
-    return api_alone + batched + [u for u in alone if isinstance(u[0].case.call, Cli)]
+    """What each process runs: an alone case by itself, the others in batches (the API calls of a category, the
+    command lines of a command); the longest first, so that the last to end is short."""
+    alone = [[p] for p in prepared if p.case.alone]
+    shared = [p for p in prepared if not p.case.alone]
+    kinds = [*Category, *Entry]
+    batched = [group[i : i + BATCH] for kind in kinds for group in [[p for p in shared if _kind(p.case) is kind]]
+               for i in range(0, len(group), BATCH)]
+    return sorted(batched, key=len, reverse=True) + alone
+
+
+def _kind(case: Case) -> Category | Entry:
+    """What a batch holds: API calls of one category, or command lines of one command (its modules imported once)."""
+    return case.call.entry if isinstance(case.call, Cli) else case.category
 
 
 def _bound_memory(pid: int) -> None:
@@ -134,14 +151,15 @@ def _bound_memory(pid: int) -> None:
     resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
 
 
-def _run_unit(unit: list[_Prepared], warm: pathlib.Path, env: dict[str, str]) -> list[Result]:
+def _run_unit(unit: list[_Prepared], setup: Setup) -> list[Result]:
     """Make the unit's inputs, then run them."""
-    skipped = [r for r in (_prepare(p, warm) for p in unit) if r is not None]
+    env = setup.env
+    skipped = [r for r in (_prepare(p, setup.warm) for p in unit) if r is not None]
     unit = [p for p in unit if p.case not in {r.case for r in skipped}]
     if not unit:
         return skipped
     first = unit[0]
-    if isinstance(first.case.call, Cli):
+    if first.case.alone and isinstance(first.case.call, Cli):
         return skipped + [_run_cli(first, first.case.call, env)]
     return skipped + _run_batch(unit, env)
 
@@ -162,9 +180,13 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def _args(p: _Prepared, call: Cli) -> list[str]:
+    return [_text(a, p.dir) for a in call.args]
+
+
 def _run_cli(p: _Prepared, call: Cli, env: dict[str, str]) -> Result:
-    args = [a.replace("{dir}", str(p.dir)) for a in call.args]
-    proc = _popen([sys.executable, "-m", call.entry.value, *args], p.dir, env, subprocess.PIPE, subprocess.PIPE)
+    """`python -m ENTRY ARGS`, as a user runs it."""
+    proc = _popen([sys.executable, "-m", call.entry.value, *_args(p, call)], p.dir, env, subprocess.PIPE, subprocess.PIPE)
     try:
         out, err = proc.communicate(timeout=timeout_s())
     except subprocess.TimeoutExpired:
@@ -174,17 +196,24 @@ def _run_cli(p: _Prepared, call: Cli, env: dict[str, str]) -> Result:
 
 
 def _run_batch(unit: list[_Prepared], env: dict[str, str]) -> list[Result]:
-    """Run the unit's API cases in worker processes: one dies or hangs, that case is classified so, and a new worker
-    takes the rest."""
+    """Run the unit's cases in worker processes (tests.bad_inputs.worker): one dies or hangs, that case is classified
+    so, and a new worker takes the rest."""
     pending, results = list(unit), []
     while pending:
         jobs = pending[0].dir / "jobs.json"
-        jobs.write_text(json.dumps([{"name": p.case.name, "dir": str(p.dir), "action": p.case.call.action.name,  # type: ignore[union-attr]
-                                     "path": p.case.call.path, "arg": p.case.call.arg} for p in pending]))  # type: ignore[union-attr]
+        jobs.write_text(json.dumps([_job(p) for p in pending]))
         with open(pending[0].dir / "worker.err", "w+") as err:
             proc = _popen([sys.executable, "-m", "tests.bad_inputs.worker", str(jobs)], pending[0].dir, env, subprocess.PIPE, err)
             results += _collect(proc, pending, err)
     return results
+
+
+def _job(p: _Prepared) -> dict:
+    """What tests.bad_inputs.worker.run_job reads."""
+    call = p.case.call
+    if isinstance(call, Cli):
+        return {"name": p.case.name, "dir": str(p.dir), "entry": call.entry.name, "args": _args(p, call)}
+    return {"name": p.case.name, "dir": str(p.dir), "action": call.action.name, "path": call.path, "arg": call.arg}
 
 
 def _collect(proc: subprocess.Popen, pending: list[_Prepared], err) -> list[Result]:
@@ -206,7 +235,7 @@ def _collect(proc: subprocess.Popen, pending: list[_Prepared], err) -> list[Resu
             return results + [_marked(p) or Result(p.case, Outcome.CRASH, f"{_status(proc.returncode)}: {err.read()[-600:]}")]
         if line.startswith(worker.RESULT):
             p = pending.pop(0)
-            results.append(_marked(p) or Result(p.case, *classify_api(p.case.expect, json.loads(line[len(worker.RESULT):]), p.dir)))
+            results.append(_marked(p) or Result(p.case, *_classify(p, json.loads(line[len(worker.RESULT):]))))
             if not pending:
                 proc.wait()
                 return results
@@ -224,6 +253,12 @@ def _marked(p: _Prepared) -> Result | None:
 # -- classifying ------------------------------------------------------------------------------------------------
 def _text(pattern: str, d: pathlib.Path) -> str:
     return pattern.replace("{dir}", str(d))
+
+
+def _classify(p: _Prepared, got: dict) -> tuple[Outcome, str]:
+    if isinstance(p.case.call, Cli):
+        return classify_cli(p.case.expect, got["status"], got["out"], got["err"], p.dir)
+    return classify_api(p.case.expect, got, p.dir)
 
 
 def classify_api(expect: Expect, got: dict, d: pathlib.Path) -> tuple[Outcome, str]:

@@ -73,37 +73,37 @@ _HUGE_SPLIT = [["Split", ["l3", 1099511627776, None], [True, False], ["l11", "l1
 
 def _tuning_cases() -> list[Case]:
     llvm = _annotated("pragma_import_llvm", lambda d: payloads.llvm_constructor(d / MARKER))
-    specs: list[tuple[str, Callable[[pathlib.Path], None], Expect, bool]] = [
-        ("pragma_import_llvm with a constructor payload", _log(llvm), NAMES_LOG, True),
-        ("pragma_import_llvm of a payload .ll file", _log(_annotated("pragma_import_llvm", _ll_file)), NAMES_LOG, True),
+    specs: list[tuple[str, Callable[[pathlib.Path], None], Expect]] = [
+        ("pragma_import_llvm with a constructor payload", _log(llvm), NAMES_LOG),
+        ("pragma_import_llvm of a payload .ll file", _log(_annotated("pragma_import_llvm", _ll_file)), NAMES_LOG),
         ("pragma_import_c with a constructor payload",
-         _log(_annotated("pragma_import_c", lambda d: payloads.c_constructor(d / MARKER))), NAMES_LOG, True),
-        ("an annotation key outside cinn's space", _log(_annotated("pragma_evil", lambda _: "1")), NAMES_LOG, False),
-        ("an unknown instruction kind", _log(_edited(_trace([["EvilInstruction", ["l3"], [], []]]))), NAMES_LOG, False),
-        ("a Split by 2**40", _log(_edited(_trace(_HUGE_SPLIT))), RUNS, True),
-        ("a tile decision of [2**40, 2**40]", _log(_edited(_trace(_TILE, [2**40, 2**40]))), RUNS, True),
-        ("a tile decision of [0, 0]", _log(_edited(_trace(_TILE, [0, 0]))), RUNS, True),
-        ("a tile decision of [-1, -2]", _log(_edited(_trace(_TILE, [-1, -2]))), RUNS, True),
-        ("a line that is not JSON", _log(lambda _: "{"), NAMES_LOG, False),
-        ("a line holding a JSON list", _log(lambda _: "[1, 2]"), NAMES_LOG, False),
-        ("a line holding null", _log(lambda _: "null"), NAMES_LOG, False),
-        ("a record without a trace", _log(_edited(lambda r: r.pop("trace"))), NAMES_LOG, False),
-        ("costs that are strings", _log(_edited(_set("costs", ["fast"]))), NAMES_LOG, False),
-        ("costs that are negative or NaN", _log(_edited(_set("costs", [-1.0, float("nan")]))), RUNS, False),
-        ("an unknown failure kind", _log(_edited(_set("failure", "evil"))), NAMES_LOG, False),
-        ("a trace that is not JSON", _log(_edited(_set("trace", "not json"))), RUNS, False),
-        ("a trace of the wrong shape", _log(_edited(_set("trace", '{"a": 1}'))), RUNS, False),
-        ("a trace of another kernel's blocks", _log(_edited(_trace([["GetSBlock", [], ["nothing", "main"], ["b9"]]]))), RUNS, False),
-        ("a wrong workload key", _log(_edited(_set("workload", "0" * 16))), RUNS, False),
-        ("a workload key of 1 MB", _log(_edited(_set("workload", "f" * 2**20))), RUNS, False),
-        ("a wrong target", _log(_edited(_set("target", "llvm -mcpu=evil"))), RUNS, False),
-        ("invalid UTF-8", _log(lambda _: b"\xff\xfe\x80 not text"), RUNS, False),
-        ("NUL bytes", _log(lambda _: b"\0" * 4096), RUNS, False),
+         _log(_annotated("pragma_import_c", lambda d: payloads.c_constructor(d / MARKER))), NAMES_LOG),
+        ("an annotation key outside cinn's space", _log(_annotated("pragma_evil", lambda _: "1")), NAMES_LOG),
+        ("an unknown instruction kind", _log(_edited(_trace([["EvilInstruction", ["l3"], [], []]]))), NAMES_LOG),
+        ("a Split by 2**40", _log(_edited(_trace(_HUGE_SPLIT))), RUNS),
+        ("a tile decision of [2**40, 2**40]", _log(_edited(_trace(_TILE, [2**40, 2**40]))), RUNS),
+        ("a tile decision of [0, 0]", _log(_edited(_trace(_TILE, [0, 0]))), RUNS),
+        ("a tile decision of [-1, -2]", _log(_edited(_trace(_TILE, [-1, -2]))), RUNS),
+        ("a line that is not JSON", _log(lambda _: "{"), NAMES_LOG),
+        ("a line holding a JSON list", _log(lambda _: "[1, 2]"), NAMES_LOG),
+        ("a line holding null", _log(lambda _: "null"), NAMES_LOG),
+        ("a record without a trace", _log(_edited(lambda r: r.pop("trace"))), NAMES_LOG),
+        ("costs that are strings", _log(_edited(_set("costs", ["fast"]))), NAMES_LOG),
+        ("costs that are negative or NaN", _log(_edited(_set("costs", [-1.0, float("nan")]))), RUNS),
+        ("an unknown failure kind", _log(_edited(_set("failure", "evil"))), NAMES_LOG),
+        ("a trace that is not JSON", _log(_edited(_set("trace", "not json"))), RUNS),
+        ("a trace of the wrong shape", _log(_edited(_set("trace", '{"a": 1}'))), RUNS),
+        ("a trace of another kernel's blocks", _log(_edited(_trace([["GetSBlock", [], ["nothing", "main"], ["b9"]]]))), RUNS),
+        ("a wrong workload key", _log(_edited(_set("workload", "0" * 16))), RUNS),
+        ("a workload key of 1 MB", _log(_edited(_set("workload", "f" * 2**20))), RUNS),
+        ("a wrong target", _log(_edited(_set("target", "llvm -mcpu=evil"))), RUNS),
+        ("invalid UTF-8", _log(lambda _: b"\xff\xfe\x80 not text"), RUNS),
+        ("NUL bytes", _log(lambda _: b"\0" * 4096), RUNS),
     ]
-    cases = [Case(Category.TUNING_LOG, name, Api(Action.COMPILE_TINY, LOG), make, expect, alone) for name, make, expect, alone in specs]
+    cases = [Case(Category.TUNING_LOG, name, Api(Action.COMPILE_TINY, LOG), make, expect) for name, make, expect in specs]
     cases += [
         Case(Category.TUNING_LOG, "cinn-run --log with a pragma_import_llvm payload", Cli(Entry.RUN, (tiny.NAME, "--log", LOG)),
-             _log(llvm), NAMES_LOG),
+             _log(llvm), NAMES_LOG, alone=True),
         Case(Category.TUNING_LOG, "a log that is a folder", Api(Action.COMPILE_TINY, LOG), lambda d: (d / LOG).mkdir(),
              Expect(Want.ERROR, names=LOG)),
         Case(Category.TUNING_LOG, "a missing log", Api(Action.COMPILE_TINY, LOG), expect=Expect(Want.ERROR, names=LOG)),
@@ -159,36 +159,36 @@ def _zip_of_text(d: pathlib.Path) -> None:
 def _cost_model_cases() -> list[Case]:
     empty_booster = np.zeros(0, np.uint8)
     workloads = np.array(["w"])
-    specs: list[tuple[str, Callable[[pathlib.Path], None], bool]] = [
-        ("an empty file", _write(lambda _: b""), False),
-        ("random bytes", _write(lambda _: np.random.default_rng(1).bytes(4096)), False),
-        ("a saved model cut in half", _write(lambda d: _valid(d)[: len(_valid(d)) // 2]), False),
-        ("a zip of a text file", _zip_of_text, False),
-        ("an npz without meta", _npz({"rows_0": np.ones(3)}), False),
-        ("meta that is not JSON", _npz({"meta": np.array("{nope"), "workloads": workloads, "booster": empty_booster}), False),
-        ("meta that is a JSON list", _npz({"meta": np.array("[1]"), "workloads": workloads, "booster": empty_booster}), False),
-        ("an unknown config key", _npz({"meta": _meta(evil=1), "workloads": np.array([], str), "booster": empty_booster}), False),
+    specs: list[tuple[str, Callable[[pathlib.Path], None]]] = [
+        ("an empty file", _write(lambda _: b"")),
+        ("random bytes", _write(lambda _: np.random.default_rng(1).bytes(4096))),
+        ("a saved model cut in half", _write(lambda d: _valid(d)[: len(_valid(d)) // 2])),
+        ("a zip of a text file", _zip_of_text),
+        ("an npz without meta", _npz({"rows_0": np.ones(3)})),
+        ("meta that is not JSON", _npz({"meta": np.array("{nope"), "workloads": workloads, "booster": empty_booster})),
+        ("meta that is a JSON list", _npz({"meta": np.array("[1]"), "workloads": workloads, "booster": empty_booster})),
+        ("an unknown config key", _npz({"meta": _meta(evil=1), "workloads": np.array([], str), "booster": empty_booster})),
         ("a negative warmup_samples", _npz({"meta": _meta(warmup_samples=-5), "workloads": np.array([], str),
-                                            "booster": empty_booster}), False),
-        ("eta of NaN", _npz({"meta": _meta(eta=float("nan")), "workloads": np.array([], str), "booster": empty_booster}), False),
-        ("max_depth of 10**9", _npz({"meta": _meta(max_depth=10**9), "workloads": np.array([], str), "booster": empty_booster}), False),
+                                            "booster": empty_booster})),
+        ("eta of NaN", _npz({"meta": _meta(eta=float("nan")), "workloads": np.array([], str), "booster": empty_booster})),
+        ("max_depth of 10**9", _npz({"meta": _meta(max_depth=10**9), "workloads": np.array([], str), "booster": empty_booster})),
         ("rows declared (1, 2**40)", _npz({"meta": _meta(), "workloads": workloads, "booster": empty_booster,
-                                           "rows_0": _npy_header((1, 2**40)), "costs_0": np.ones(1)}), True),
+                                           "rows_0": _npy_header((1, 2**40)), "costs_0": np.ones(1)})),
         ("a booster declared 2**50 bytes", _npz({"meta": _meta(), "workloads": np.array([], str),
-                                                 "booster": _npy_header((2**50,), "|u1")}), True),
+                                                 "booster": _npy_header((2**50,), "|u1")})),
         ("a booster of garbage", _npz({"meta": _meta(), "workloads": np.array([], str),
-                                       "booster": np.frombuffer(b"garbage!" * 8, np.uint8)}), False),
+                                       "booster": np.frombuffer(b"garbage!" * 8, np.uint8)})),
         ("rows of strings", _npz({"meta": _meta(), "workloads": workloads, "booster": empty_booster,
-                                  "rows_0": np.array([["a", "b"]]), "costs_0": np.array(["c"])}), False),
-        ("a pickled object array", lambda d: payloads.object_npz(d / COST_MODEL, d / MARKER), True),
-        ("a .npy, not an .npz", _write(lambda _: _npy_header((3,), "<f8")), False),
-        ("a folder", lambda d: (d / COST_MODEL).mkdir(), False),
+                                  "rows_0": np.array([["a", "b"]]), "costs_0": np.array(["c"])})),
+        ("a pickled object array", lambda d: payloads.object_npz(d / COST_MODEL, d / MARKER)),
+        ("a .npy, not an .npz", _write(lambda _: _npy_header((3,), "<f8"))),
+        ("a folder", lambda d: (d / COST_MODEL).mkdir()),
     ]
-    cases = [Case(Category.COST_MODEL, name, Api(Action.COST_MODEL, COST_MODEL), make, REFUSED, alone)
-             for name, make, alone in specs]
+    cases = [Case(Category.COST_MODEL, name, Api(Action.COST_MODEL, COST_MODEL), make, REFUSED) for name, make in specs]
     cli = Cli(Entry.TUNE, (tiny.NAME, "--log", LOG, "--cost-model", COST_MODEL, *SHORT_TUNE))
-    cases += [Case(Category.COST_MODEL, f"cinn-tune --cost-model: {name}", cli, make, REFUSED)
-              for name, make, _ in (specs[0], specs[11], specs[15])]
+    # alone: the file that declares 2**40 rows, the one that carries a payload
+    cases += [Case(Category.COST_MODEL, f"cinn-tune --cost-model: {name}", cli, make, REFUSED, alone)
+              for (name, make), alone in ((specs[0], False), (specs[11], True), (specs[15], True))]
     return cases
 
 

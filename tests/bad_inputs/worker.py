@@ -1,19 +1,24 @@
-"""The process that makes the Python API calls: `python -m tests.bad_inputs.worker JOBS.json` runs each job in turn
-and prints a line before it (so a crash names its case) and its result after it."""
+"""The process that runs the cases that share one: `python -m tests.bad_inputs.worker JOBS.json` runs each job in
+turn (a Python API call, or a command's main(argv) as `python -m` would run it) and prints a line before it (so a
+crash names its case) and its result after it."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
+import io
 import json
 import os
 import pathlib
 import sys
+import traceback
 import warnings
 from collections.abc import Callable
 
 import numpy as np
 
 from tests.bad_inputs import tiny
-from tests.bad_inputs.core import Action
+from tests.bad_inputs.core import Action, Entry
 
 START, RESULT = "@@bad-input-start@@ ", "@@bad-input-result@@ "
 CLEAR_ERRORS = (ValueError, TypeError, NotImplementedError, OSError)
@@ -81,10 +86,15 @@ ACTIONS: dict[Action, Callable[[pathlib.Path, str, str], Callable[[], None] | No
 
 
 def run_job(job: dict) -> dict:
-    """One call: the error it raised (type, whether of a clear kind, message), a wrong result, the warnings."""
+    """One case in the case's folder, with its cache: a command's or an API call's answer."""
     d = pathlib.Path(job["dir"])
     os.chdir(d)
     os.environ["CINN_CACHE_DIR"] = str(d / "cache")
+    return {"name": job["name"], **(run_command(job) if "entry" in job else run_api(job, d))}
+
+
+def run_api(job: dict, d: pathlib.Path) -> dict:
+    """An API call: the error it raised (type, whether of a clear kind, message), a wrong result, the warnings."""
     error, clear, message, wrong = "", False, "", ""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -97,8 +107,32 @@ def run_job(job: dict) -> dict:
             check()
         except AssertionError as e:
             wrong = str(e)[-1000:]
-    return {"name": job["name"], "error": error, "clear": clear, "message": message[:2000], "wrong": wrong,
+    return {"error": error, "clear": clear, "message": message[:2000], "wrong": wrong,
             "warnings": [str(w.message)[:1000] for w in caught]}
+
+
+def run_command(job: dict) -> dict:
+    """A command's main(argv), as `python -m ENTRY ARGS` runs it: its exit status, what it printed (warnings
+    shown as a fresh process shows them, an uncaught error's traceback)."""
+    main = importlib.import_module(f"{Entry[job['entry']].value}.__main__").main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+        try:
+            status = main(job["args"])
+        except SystemExit as e:
+            status = _exit_status(e.code)
+        except Exception:
+            traceback.print_exc()
+            status = 1
+    return {"status": status, "out": out.getvalue()[-4000:], "err": err.getvalue()[-4000:]}
+
+
+def _exit_status(code: object) -> int:
+    """The status sys.exit(code) ends a process with (a message: printed, status 1)."""
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)
+    return 1
 
 
 def main(jobs_file: str) -> None:
