@@ -3,13 +3,15 @@
 Every case's folder holds cache/ (the warm cache, copied: its whole-compile entries name the warm cache's libraries,
 so cases that swap a library drop those entries and the kernel is loaded from the copy), and cinn runs with
 CINN_CACHE_DIR pointing at it. What passes: the model runs with the right result, no payload runs; a cache that
-others can write is named in a warning.
+others can write, or that is on a full disk, is named in a warning.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 
 from cinn import disk_cache, trust
@@ -147,6 +149,29 @@ def _cache_is_file(d: pathlib.Path) -> None:
     _cache(d).write_text("not a folder")
 
 
+def _on_a_full_disk(kernels: bool) -> Callable[[pathlib.Path], None]:
+    """The cache on a small tmpfs (tests.bad_inputs.runner unmounts it), empty or holding the warm cache's kernels,
+    then filled to the last byte: an empty file can still be made there, as cinn's write probe makes."""
+    def make(d: pathlib.Path) -> None:
+        cache, warm = _cache(d), d / "warm-cache"
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            raise Unavailable("mounting a tmpfs needs root")
+        cache.rename(warm)
+        cache.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0755", "tmpfs", str(cache)], capture_output=True,
+                              text=True)
+        if done.returncode != 0:
+            raise Unavailable(f"cannot mount a tmpfs: {done.stderr.strip()}")
+        if kernels:
+            shutil.copytree(warm, cache, symlinks=True, dirs_exist_ok=True)
+            _drop_compiled(cache)
+        with open(cache / "filler", "ab", buffering=0) as f, contextlib.suppress(OSError):
+            while True:
+                f.write(bytes(1 << 16))
+
+    return make
+
+
 def _garbage(_: pathlib.Path, __: pathlib.Path) -> bytes:
     return b"\x80\x04\x95garbage" * 10
 
@@ -177,6 +202,10 @@ def cases() -> list[Case]:
         ("a whole-compile entry of mode 0666", _entry_writable, NAMED),
         ("the cache lock is a folder", _lock_folder, Expect(Want.EITHER)),
         ("the cache folder is a file", _cache_is_file, Expect(Want.EITHER, names="{dir}/cache")),
+        ("the cache on a full disk", _on_a_full_disk(kernels=False),
+         Expect(Want.RESULT, warns="could not write the kernel cache {dir}/cache")),
+        ("the cache on a full disk, the kernels cached", _on_a_full_disk(kernels=True),
+         Expect(Want.RESULT, warns="could not write the compile cache entry {dir}/cache")),
     ]
     # alone: a process loads the thread pool once, from the first cache it compiles with
     pool: list[tuple[str, Callable[[pathlib.Path], object], Expect]] = [

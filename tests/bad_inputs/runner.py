@@ -152,16 +152,20 @@ def _bound_memory(pid: int) -> None:
 
 
 def _run_unit(unit: list[_Prepared], setup: Setup) -> list[Result]:
-    """Make the unit's inputs, then run them."""
-    env = setup.env
-    skipped = [r for r in (_prepare(p, setup.warm) for p in unit) if r is not None]
-    unit = [p for p in unit if p.case not in {r.case for r in skipped}]
-    if not unit:
-        return skipped
-    first = unit[0]
-    if first.case.alone and isinstance(first.case.call, Cli):
-        return skipped + [_run_cli(first, first.case.call, env)]
-    return skipped + _run_batch(unit, env)
+    """Make the unit's inputs, then run them; then unmount the filesystems a case mounted on its cache."""
+    try:
+        skipped = [r for r in (_prepare(p, setup.warm) for p in unit) if r is not None]
+        unit = [p for p in unit if p.case not in {r.case for r in skipped}]
+        if not unit:
+            return skipped
+        first = unit[0]
+        if first.case.alone and isinstance(first.case.call, Cli):
+            return skipped + [_run_cli(first, first.case.call, setup.env)]
+        return skipped + _run_batch(unit, setup.env)
+    finally:
+        for p in unit:
+            if os.path.ismount(p.dir / "cache"):
+                subprocess.run(["umount", "-l", str(p.dir / "cache")], check=False)
 
 
 def _popen(cmd: list[str], cwd: pathlib.Path, env: dict[str, str], stdout, stderr) -> subprocess.Popen:
