@@ -306,12 +306,20 @@ def _initializers_not_inputs(ir_version: int) -> onnx.ModelProto:
     return model
 
 
+def _conv3d() -> onnx.ModelProto:
+    """A video model's first layer in small: a 3-D Conv (run through the 2-D ones) with a stride and pads in space."""
+    w = np.random.default_rng(15).standard_normal((4, 3, 3, 3, 3)).astype(np.float32)
+    return _graph([_node("Conv", ["x", "w"], strides=[1, 2, 2], pads=[1, 1, 1, 1, 1, 1])], inputs=[("x", F32, [1, 3, 4, 16, 16])],
+                  outputs=[("y", F32, None)], inits=[_c("w", w)])
+
+
 def _valid_cases() -> list[Case]:
     runs, call = Expect(Want.RESULT), Api(Action.LOAD_COMPILE, MODEL)
     return [
         Case(Category.VALID, "BatchNormalization after a Relu", call, _saved(lambda: _batch_norm_after("Relu")), runs),
         Case(Category.VALID, "BatchNormalization after a Sigmoid", call, _saved(lambda: _batch_norm_after("Sigmoid")), runs),
         Case(Category.VALID, "IR version 3, an initializer not among the inputs", call, _saved(lambda: _initializers_not_inputs(3)), runs),
+        Case(Category.VALID, "a 3-D Conv, strided and padded", call, _saved(_conv3d), runs),
     ]
 
 

@@ -1,4 +1,4 @@
-"""Run the corpus: make each case's input in its own folder, feed it to cinn in a subprocess, classify what happened,
+"""Run the corpus: make each case's input in its own folder, feed it to cinn in a worker process, classify what happened,
 and tabulate the outcomes per category."""
 from __future__ import annotations
 
