@@ -33,7 +33,7 @@ from tests.bad_inputs.core import (
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MEMORY_VARIABLE = "CINN_BAD_INPUTS_MEMORY_GIB"  # each case's address-space limit: a model that allocates 32 GiB fails fast
-BATCH = 25  # cases per worker process, where they cannot crash it or run code
+BATCH = 25  # cases per worker process at most: the batches of a category (or command) run side by side
 TRACEBACK = "Traceback (most recent call last)"
 
 
