@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from cinn import __version__
 from cinn.benchmarks.harness import BenchConfig, run_benchmarks
 from cinn.benchmarks.report import format_table, write_csv, write_plot
-from cinn.command import ExitStatus, command, reading_arguments
+from cinn.command import ExitStatus, command, reading_arguments, seconds
 from cinn.frontend.loading import load_model, parse_input_shapes
 from cinn.frontend.zoo import MODELS, is_model_name
 from cinn.target import parse_target
@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--small", action="store_true", help="small built-in model sizes (a quick smoke test)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="shape of a model file's input with symbolic dims (repeatable)")
-    p.add_argument("--timeout", type=float, default=1800.0,
+    p.add_argument("--timeout", type=seconds, default=1800.0,
                    help="seconds an engine's worker may take to get ready (import, compile) or to time one round "
                         "(default: 1800)")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")

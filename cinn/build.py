@@ -347,8 +347,16 @@ def load_cached(path: str, target: Target) -> BuiltKernel | None:
             return _verified(path, target, secret)
         except Exception:
             for f in files:
-                pathlib.Path(f).unlink(missing_ok=True)
+                _discard(f)
     return None
+
+
+def _discard(path: str) -> None:
+    """Delete a file of a broken cache entry, or a folder in its place (the rebuild could not replace a folder)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        pathlib.Path(path).unlink(missing_ok=True)
 
 
 def _verified(path: str, target: Target, secret: bytes) -> BuiltKernel:

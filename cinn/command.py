@@ -1,9 +1,11 @@
 """What cinn-run, cinn-tune and cinn-bench share: exit statuses, user errors in one line, Ctrl-C."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import enum
 import functools
+import math
 import os
 import signal
 import sys
@@ -40,6 +42,17 @@ class ExitStatus(enum.IntEnum):
 
 class UsageError(ValueError):
     """A bad argument, or a file named on the command line that is missing or cannot be read."""
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a positive, finite number of seconds (float() also reads nan and inf, which no limit is)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive, finite number of seconds")
+    return value
 
 
 @contextlib.contextmanager

@@ -13,7 +13,8 @@ from cinn.autotune.cost_model import CostModel
 from cinn.autotune.measure import LocalRunner, MeasureConfig, RpcRunner
 from cinn.autotune.task import extract_tasks
 from cinn.autotune.tuner import Progress, TaskSummary, TuneConfig, tune
-from cinn.command import ExitStatus, UsageError, command, reading_arguments
+from cinn.command import ExitStatus, UsageError, command, reading_arguments, seconds
+from cinn.cuda_module import device_present
 from cinn.frontend.loading import load_model, parse_input_shapes
 from cinn.frontend.zoo import MODELS, get_model, is_model_name
 from cinn.in_model import Verdict, judge_in_model
@@ -34,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, default=64, help="measured candidates over all tasks (default: 64)")
     p.add_argument("--log", required=True, metavar="tuning.jsonl", help="schedule log to append to")
     p.add_argument("--resume", action="store_true", help="continue from the log: its records count towards --trials")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds allowed per candidate run")
+    p.add_argument("--timeout", type=seconds, default=10.0, metavar="S", help="seconds allowed per candidate run")
     p.add_argument("--repeat", type=int, default=None, help="timed repeats per candidate (default: 10 with the cache "
                    "flush, each one call; 3 without, each at least 20 ms of calls)")
     p.add_argument("--cache-flush", action=argparse.BooleanOptionalAction, default=True,
@@ -91,14 +92,20 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--log {args.log}: no such directory {log_dir}")
     if args.repeat is None:
         args.repeat = 10 if args.cache_flush else 3
-    if min(args.trials, args.batch, args.repeat) < 1 or args.timeout <= 0 or args.verify < 0:
-        raise UsageError("--trials, --batch, --repeat and --timeout must be positive, --verify not negative")
+    if min(args.trials, args.batch, args.repeat) < 1 or args.verify < 0:
+        raise UsageError("--trials, --batch and --repeat must be positive, --verify not negative")
+    try:
+        open(args.log, "a").close()
+    except OSError as err:
+        raise UsageError(f"--log {args.log}: cannot be written ({err.strerror})") from None
 
 
 def _tune(args) -> tuple[list[TaskSummary], list[Verdict]]:
     """Load the model, extract its tasks and tune them; then judge the tuned kernels inside the model."""
     with reading_arguments():
         target = parse_target(args.target)
+        if target.is_cuda and not args.rpc_tracker and not device_present():  # found now, not after the builds
+            raise UsageError("--target cuda: no CUDA device present on this machine (or measure on one with --rpc-tracker)")
         programs = _load(args.model, args.input_shape, args.shape_hint)
         # a bad --cost-model file is a usage error (NotACostModel, a ValueError): before any worker starts
         model = CostModel.load(args.cost_model) if args.cost_model and os.path.exists(args.cost_model) else CostModel(seed=args.seed)
