@@ -16,6 +16,7 @@ import cinn
 from cinn.benchmarks.harness import spawn_module
 from cinn.frontend.zoo import get_model
 from cinn.utils import interleaved_medians, median_seconds, wall_seconds
+from cinn.worker_pool import die_with_spawner
 
 MATMUL = 512
 SETTINGS = {"OpenBLAS default (threads spin ~0.1 s)": ("OPENBLAS_THREAD_TIMEOUT", "28"),
@@ -68,4 +69,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    die_with_spawner()
     sys.exit(main())

@@ -33,6 +33,7 @@ from cinn.frontend.zoo import bert_feeds, symbolic_bert_base
 from cinn.ir import TensorType, Value
 from cinn.symbolic import Binding, SymbolicProgram, bindings_of
 from cinn.utils import SETTLE_S, median_seconds, random_feeds
+from cinn.worker_pool import die_with_spawner
 
 BERT = "bert_base"
 BERT_SIZES = {"batch": (1, 4, 8), "seq": (16, 64, 128, 384)}
@@ -193,4 +194,5 @@ def _print(results: dict[DynEngine, list[dict]], rows: list[list], errors: dict[
 
 
 if __name__ == "__main__":
+    die_with_spawner()
     sys.exit(main())

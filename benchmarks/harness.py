@@ -34,7 +34,7 @@ from cinn.command import USER_ERRORS, ExitStatus
 from cinn.frontend.loading import parse_input_shapes
 from cinn.frontend.zoo import get_model, model_label
 from cinn.utils import SETTLE_S, median_seconds
-from cinn.worker_pool import child_dies_with_us
+from cinn.worker_pool import die_with_spawner, spawner_env
 
 # untimed runs before each round after the first: long enough for another engine's idle threads to stop spinning
 ROUND_SETTLE_S = 0.2
@@ -291,8 +291,8 @@ def spawn_module(module: str, args: Sequence[str], timeout: float, env: Mapping[
     removes some.
     """
     full_env = {k: v for k, v in dict(os.environ, **(env or {})).items() if k not in unset}
-    proc = subprocess.run([sys.executable, "-m", module, *args], stdout=subprocess.PIPE, text=True, timeout=timeout, env=full_env,
-                          preexec_fn=child_dies_with_us())
+    proc = subprocess.run([sys.executable, "-m", module, *args], stdout=subprocess.PIPE, text=True, timeout=timeout,
+                          env=spawner_env(full_env))
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"worker {module} exited with status {proc.returncode}")
@@ -306,9 +306,8 @@ class Worker:
     def __init__(self, engine: Engine, model: str, config: BenchConfig, outputs_path: str):
         self.engine, self.timeout = engine, config.timeout
         args = _worker_args(engine, model, config, outputs_path)
-        # the preexec_fn is one prctl call, its function looked up before the fork: safe beside threads
         self.proc = subprocess.Popen([sys.executable, "-m", "cinn.benchmarks.harness", *args], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, preexec_fn=child_dies_with_us())  # noqa: PLW1509
+                                     stdout=subprocess.PIPE, text=True, env=spawner_env())
         try:
             self.facts = json.loads(self._reply())
         except BaseException:  # an error, Ctrl-C: a worker still preparing would finish its compile first
@@ -477,6 +476,7 @@ def _worker_main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    die_with_spawner()
     try:
         sys.exit(_worker_main())
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: cinn-bench itself says so, once

@@ -31,6 +31,7 @@ from cinn.lower import lower_program
 from cinn.machine import configure_threads
 from cinn.target import Target, parse_target
 from cinn.utils import interleaved_medians, median_seconds, random_arrays
+from cinn.worker_pool import die_with_spawner
 
 SAMPLE_S = 0.01  # each interleaved timing sample runs the kernel for about this long
 MS_FAILED_S = 1e9  # MetaSchedule's database records a failed candidate with a run time of 1e10 s
@@ -218,4 +219,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    die_with_spawner()
     sys.exit(main())

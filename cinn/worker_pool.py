@@ -3,20 +3,19 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import os
 import signal
 import sys
+import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 
 from tvm.support.popen_pool import PopenPoolExecutor
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
-# looked up before any fork: a preexec_fn runs between fork and exec, where little is safe
-_libc = ctypes.CDLL(None, use_errno=True)
+_SPAWNER = "CINN_SPAWNER_PID"  # set by spawner_env: the process whose end ends the worker
 _pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 
 
@@ -42,6 +41,14 @@ class WorkerPool(PopenPoolExecutor):
             if process is not None:
                 with contextlib.suppress(OSError):
                     process.kill()
+                    process.wait()  # dead before the next task asks (_worker_run)
+
+    def _worker_run(self, fn, args, kwargs):
+        # TVM restarts a worker only once it has failed a task: one killed while idle starts again here instead
+        worker = self._worker_map.get(threading.get_ident())
+        if worker is not None and worker._proc is not None and not worker.is_alive():
+            worker.kill()
+        return super()._worker_run(fn, args, kwargs)
 
     def stop(self) -> None:
         """Cancel the tasks not yet started, then kill the workers (the pool stays usable)."""
@@ -69,14 +76,23 @@ def _die_with_parent(parent: int, initializer: Callable[[], None] | None) -> Non
         initializer()
 
 
-def child_dies_with_us() -> Callable[[], None]:
-    """A subprocess preexec_fn: the child (through its exec) gets SIGKILL when the thread that starts it ends, so
-    start it from a thread that lives as long as this process (the main thread)."""
-    return functools.partial(_ask_death_signal, os.getpid())
+def spawner_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a worker process that calls die_with_spawner (env, else this one's): it names us."""
+    return {**(os.environ if env is None else env), _SPAWNER: str(os.getpid())}
+
+
+def die_with_spawner() -> None:
+    """In a worker started with spawner_env: get SIGKILL when the process that started it ends (a SIGKILLed
+    cinn-bench left its engine workers compiling or timing). Linux sends it when the spawning thread ends: spawn
+    from a thread that lives as long as the process. (Not a preexec_fn: one ran Python between fork and exec, where a
+    Ctrl-C landing then was lost.)"""
+    spawner = os.environ.pop(_SPAWNER, None)
+    if spawner is not None:
+        _ask_death_signal(int(spawner))
 
 
 def _ask_death_signal(parent: int) -> None:
     if sys.platform == "linux":
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the request: no signal will come
             os._exit(1)

@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from cinn.command import ExitStatus
 from cinn.tune_cli import INTERRUPTED
+from cinn.worker_pool import WorkerPool, stop_all
 from tests.timeouts import scaled
 
 
@@ -184,26 +185,40 @@ def test_bench_engine_workers_die_with_a_killed_bench(tmp_path):
                 w.kill()
 
 
-_PARENT = r"""
+_SPAWNER = r"""
 import subprocess, sys
-from cinn.worker_pool import child_dies_with_us
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], preexec_fn=child_dies_with_us())
+from cinn.worker_pool import spawner_env
+child = subprocess.Popen([sys.executable, "-c", "from cinn.worker_pool import die_with_spawner; die_with_spawner(); "
+                          "print(flush=True); import time; time.sleep(3600)"], env=spawner_env(), stdout=subprocess.PIPE)
+child.stdout.readline()  # it has asked for its signal
 print(child.pid, flush=True)
 child.wait()
 """
 
 
-def test_a_child_started_with_child_dies_with_us_dies_with_its_parent():
-    """What cinn-bench's engine workers are started with: SIGKILL to the parent ends a busy child too."""
-    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True)
+def test_a_worker_that_asks_dies_with_its_spawner():
+    """How cinn-bench's engine workers start: SIGKILL to the spawner ends a busy worker too."""
+    parent = subprocess.Popen([sys.executable, "-c", _SPAWNER], stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
     child = psutil.Process(int(parent.stdout.readline()))
     try:
         parent.kill()
         parent.wait()
         _, alive = psutil.wait_procs([child], timeout=scaled(30))
-        assert not alive, "the child outlived its parent"
+        assert not alive, "the worker outlived its spawner"
     finally:
         parent.kill()
         with contextlib.suppress(psutil.Error):
             child.kill()
+
+
+def test_a_pool_stopped_while_idle_serves_its_next_tasks():
+    """stop_all (an interrupted or failed command) kills idle workers too: the next compile must not fail on them."""
+    pool = WorkerPool(max_workers=2)
+    try:
+        first = {f.result() for f in [pool.submit(os.getpid) for _ in range(4)]}
+        stop_all()
+        second = {f.result() for f in [pool.submit(os.getpid) for _ in range(4)]}
+        assert first and second and not first & second
+    finally:
+        pool.shutdown()
