@@ -136,10 +136,11 @@ class TuneOutcome:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A schedule to re-time: its label and trace (None = cinn's default schedule)."""
+    """A schedule to re-time: its label, trace (None = cinn's default schedule) and the tuner that found it."""
 
     label: str
     trace: str | None
+    tuner: Tuner | None = None
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,8 @@ class RetimePlan:
     @classmethod
     def from_json(cls, text: str) -> RetimePlan:
         data = json.loads(text)
-        return cls(**(data | {"candidates": tuple(Candidate(**c) for c in data["candidates"])}))
+        return cls(**(data | {"candidates": tuple(Candidate(c["label"], c["trace"], c["tuner"] and Tuner(c["tuner"]))
+                                                       for c in data["candidates"])}))
 
 
 @dataclass(frozen=True)
@@ -344,7 +346,7 @@ def bench_workload(workload: Workload, settings: BenchSettings) -> list[Row]:
     """Tune a workload with each tuner at each budget, re-time all best schedules together, one row per budget."""
     errors: dict[int, list[str]] = {t: [] for t in settings.trials}
     outcomes = _tune_all(workload, settings, errors)
-    candidates = (Candidate(DEFAULT_LABEL, None),) + tuple(Candidate(label(t, n), o.trace) for (t, n), o in outcomes.items())
+    candidates = (Candidate(DEFAULT_LABEL, None),) + tuple(Candidate(label(t, n), o.trace, t) for (t, n), o in outcomes.items())
     _progress(f"{workload.name}: re-timing {len(candidates)} schedules ...")
     try:
         timed = retime(RetimePlan(workload.name, str(settings.target), settings.repeat, settings.warmup, candidates), settings)

@@ -8,6 +8,7 @@ The parent sets the thread-count environment variables before these processes st
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import tvm
+from tvm.s_tir import Schedule, Trace
 
 from cinn.autotune.database import read_records
 from cinn.autotune.measure import arg_infos
@@ -120,7 +122,14 @@ def run_tune(tuner: Tuner, workload: Workload, trials: int, target: Target) -> T
 def _build(task: Task, cand: Candidate, target: Target, lib_dir: str):
     """Build a candidate exactly as cinn.compile builds a tuned kernel, and load it."""
     path = os.path.join(lib_dir, f"{len(os.listdir(lib_dir))}.so")
-    build_kernel(KernelSpec(task.workload, task.func(), task.kind, cand.trace), target, path)
+    if cand.tuner is Tuner.MS and cand.trace is not None:
+        # MetaSchedule's trace, from the search this benchmark ran: TVM's own instructions, which cinn replays only
+        # where its schedules emit them (a tuning log is not trusted), so it is applied and built here as TVM would
+        sch = Schedule(tvm.IRModule({"main": task.func()}))
+        Trace.apply_json_to_schedule(json.loads(cand.trace), sch)
+        tvm.compile(sch.mod, target=target.tvm()).export_library(path)
+    else:
+        build_kernel(KernelSpec(task.workload, task.func(), task.kind, cand.trace), target, path)
     return load_library(path, target)
 
 

@@ -74,7 +74,15 @@ def _faulty_build(spec: KernelSpec, target: Target, path: str) -> str:
         os.abort()
     if spec.workload == NO_DEFAULT and spec.trace is None:
         raise RuntimeError("no default schedule for you")
-    return build_kernel(spec, target, path)
+    return build_kernel(dataclasses.replace(spec, trace=_without_fault(spec.trace)), target, path)
+
+
+def _without_fault(trace: str | None) -> str | None:
+    """The trace without its fault tag (its last instruction): builds replay only what cinn's schedules emit."""
+    if not _fault(trace):
+        return trace
+    instructions, decisions = json.loads(trace)
+    return json.dumps([instructions[:-1], decisions])
 
 
 def _faulty_run(request: RunRequest) -> RunOutput:

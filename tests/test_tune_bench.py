@@ -155,6 +155,6 @@ def test_metaschedule_tunes_and_retimes_tiny_matmul():
     out = run_tuner(Tuner.MS, TINY, 2, settings)
     assert out.tuner is Tuner.MS and out.trace and out.tune_s > 0 and not out.failures
     assert out.workload_key == workload_task(get_workload(TINY)).workload
-    plan = RetimePlan(TINY, str(settings.target), 3, 1, (Candidate("default", None), Candidate("ms@2", out.trace)))
+    plan = RetimePlan(TINY, str(settings.target), 3, 1, (Candidate("default", None), Candidate("ms@2", out.trace, Tuner.MS)))
     timed = retime(plan, settings)
     assert not timed.errors and timed.median_s["ms@2"] > 0  # built from the trace, outputs agree with the default's
