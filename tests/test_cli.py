@@ -146,20 +146,26 @@ def test_build_workers_die_with_a_killed_parent(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_SLOW_BUILDS), str(tmp_path / "m.onnx"),
                              str(tmp_path / "cache")], stdout=subprocess.PIPE, text=True, cwd=root)
-    workers: list[psutil.Process] = []
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "building\n"  # a worker is busy
-        workers = psutil.Process(proc.pid).children()
+    except BaseException:
+        proc.kill()
+        raise
+    _kill_and_check_children_die(proc, psutil.Process(proc.pid).children(), "build workers")
+
+
+def _kill_and_check_children_die(proc: subprocess.Popen, children: list[psutil.Process], what: str) -> None:
+    """SIGKILL proc, then assert that its `children` end too (and end them, should they not)."""
+    try:
         proc.kill()
         proc.wait()
-        _, alive = psutil.wait_procs(workers, timeout=scaled(30))
-        assert workers and not alive, "build workers outlived their parent"
+        _, alive = psutil.wait_procs(children, timeout=scaled(30))
+        assert children and not alive, f"{what} outlived their parent"
     finally:
-        proc.kill()
-        for w in workers:  # those this test started, should it fail
+        for child in children:
             with contextlib.suppress(psutil.Error):
-                w.kill()
+                child.kill()
 
 
 def test_bench_engine_workers_die_with_a_killed_bench(tmp_path):
@@ -174,15 +180,10 @@ def test_bench_engine_workers_die_with_a_killed_bench(tmp_path):
         while not workers and time.monotonic() < deadline:  # the line comes just before the worker starts
             workers = psutil.Process(proc.pid).children()
             time.sleep(0.1)
+    except BaseException:
         proc.kill()
-        proc.wait()
-        _, alive = psutil.wait_procs(workers, timeout=scaled(30))
-        assert workers and not alive, "engine workers outlived cinn-bench"
-    finally:
-        proc.kill()
-        for w in workers:
-            with contextlib.suppress(psutil.Error):
-                w.kill()
+        raise
+    _kill_and_check_children_die(proc, workers, "engine workers")
 
 
 _SPAWNER = r"""
@@ -200,16 +201,7 @@ def test_a_worker_that_asks_dies_with_its_spawner():
     """How cinn-bench's engine workers start: SIGKILL to the spawner ends a busy worker too."""
     parent = subprocess.Popen([sys.executable, "-c", _SPAWNER], stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
-    child = psutil.Process(int(parent.stdout.readline()))
-    try:
-        parent.kill()
-        parent.wait()
-        _, alive = psutil.wait_procs([child], timeout=scaled(30))
-        assert not alive, "the worker outlived its spawner"
-    finally:
-        parent.kill()
-        with contextlib.suppress(psutil.Error):
-            child.kill()
+    _kill_and_check_children_die(parent, [psutil.Process(int(parent.stdout.readline()))], "a worker")
 
 
 def test_a_pool_stopped_while_idle_serves_its_next_tasks():

@@ -22,6 +22,7 @@ from cinn.autotune.cost_model import CostModel, CostModelConfig, NotACostModel
 from cinn.frontend import NetBuilder
 from cinn.machine import configure_threads
 from cinn.target import parse_target
+from tests.test_onnx_import import tiny_relu_model
 
 TARGET = parse_target("llvm")
 
@@ -265,14 +266,7 @@ def test_settings_out_of_range_are_refused():
 
 @pytest.mark.parametrize("case", ["empty", "huge declared shape"])
 def test_cinn_tune_exits_2_on_a_bad_cost_model(case, tmp_path):
-    onnx = pytest.importorskip("onnx")
-    from onnx import TensorProto, helper
-
-    model = tmp_path / "tiny.onnx"
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), model)
+    model = tiny_relu_model(tmp_path / "tiny.onnx")
     bad = BAD_FILES[case](_saved(tmp_path), tmp_path / "bad.npz")
     done = subprocess.run([sys.executable, "-m", "cinn.autotune", str(model), "--cost-model", str(bad), "--trials", "1",
                            "--log", str(tmp_path / "log.jsonl")], capture_output=True, text=True,

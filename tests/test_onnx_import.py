@@ -38,6 +38,13 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=17) -> onnx.ModelP
     return helper.make_model(graph, opset_imports=opsets, ir_version=10)
 
 
+def tiny_relu_model(path):
+    """A one-Relu model saved at `path` (returned): the least a command can compile."""
+    onnx.save(make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [64])],
+                         [("y", TensorProto.FLOAT, [64])]), path)
+    return path
+
+
 def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1

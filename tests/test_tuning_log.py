@@ -37,6 +37,7 @@ from cinn.ops import PatternKind
 from cinn.schedules import replay
 from cinn.schedules.analysis import blocks
 from cinn.target import parse_target
+from tests.test_onnx_import import tiny_relu_model
 from tests.test_ops import emit
 
 
@@ -211,16 +212,9 @@ def test_a_log_that_would_link_code_is_refused(key, tmp_path, tmp_cache):
 
 
 def test_cinn_run_refuses_a_log_that_would_link_code(tmp_path):
-    onnx = pytest.importorskip("onnx")
-    from onnx import TensorProto, helper
-
     from cinn.frontend.loading import load_model
 
-    model = tmp_path / "tiny.onnx"
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), model)
+    model = tiny_relu_model(tmp_path / "tiny.onnx")
     marker = tmp_path / "marker"
     task = _task(load_model(str(model), {}))
     log = _log(tmp_path, task, _annotated(task, "pragma_import_llvm", f'"{_payload(marker)}"'))
