@@ -329,9 +329,8 @@ def load_cached(path: str, target: Target) -> BuiltKernel | None:
     """A cached kernel, or None when absent (or when the user's cache key cannot be had); an entry that is not whole
     or not this user's (cinn.trust) is deleted with a warning, never loaded (and rebuilt by the caller)."""
     files = (path, source_path(path), disk_cache.digest_path(path))
-    try:
-        secret = trust.key()
-    except (trust.Untrusted, OSError):  # the cache's users warn of it
+    secret = trust.key_or_none()
+    if secret is None:
         return None
     with _cache_lock(path, exclusive=False):
         if not all(os.path.exists(f) for f in files):

@@ -94,10 +94,7 @@ def _library(directory: pathlib.Path) -> ctypes.CDLL | None:
 def _load(directory: pathlib.Path) -> ctypes.CDLL:
     """Load the pool from directory (the kernel cache), built there first unless it is there, whole and this user's."""
     path = directory / f"thread-pool-{file_digest(SOURCE)[:16]}.so"
-    try:
-        secret: bytes | None = trust.key()
-    except (trust.Untrusted, OSError):  # the kernel cache warns of it
-        secret = None
+    secret = trust.key_or_none()
     if secret is None or not _intact(path, secret):
         path = _built(path, secret)
     library = ctypes.CDLL(str(path))

@@ -59,6 +59,14 @@ def key() -> bytes:
         return _State.keys[path]
 
 
+def key_or_none() -> bytes | None:
+    """The user's cache key, or None where it cannot be made or is not private (the cache's users warn of that)."""
+    try:
+        return key()
+    except (Untrusted, OSError):
+        return None
+
+
 def _read_key(path: pathlib.Path) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
