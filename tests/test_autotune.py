@@ -276,8 +276,9 @@ def test_tune_logs_every_candidate_and_survives_failures(tmp_path, runner, tmp_c
     assert sum(1 for r in trials if r.failed) == 3
     # the best three successful candidates and the default are measured once more
     assert 2 <= len(verified) <= 4 and {r.trace for r in verified} <= {r.trace for r in trials if not r.failed}
-    # both timed side by side; which is faster is a timing on a shared machine, not a property (benchmarks judge it)
-    assert 0 < summary.best_cost < math.inf and 0 < summary.default_cost < math.inf
+    # which of best and default is faster is a timing on a shared machine, not a property (benchmarks judge it); the
+    # default's own measurement may be one of the injected failures (an infinite cost)
+    assert 0 < summary.best_cost < math.inf and summary.default_cost > 0
     x, y = np.random.rand(32, 48).astype("float32"), np.random.rand(48, 64).astype("float32")
     exe = cinn.compile(program, tuning_log=log, cache_dir=tmp_cache)
     np.testing.assert_allclose(exe.run({"x": x, "y": y})[0], np.maximum(x @ y, 0), rtol=1e-5)
