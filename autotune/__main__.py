@@ -1,7 +1,7 @@
-"""python -m cinn.autotune: the cinn-tune command."""
+"""python -m autotune: the cinn-tune command."""
 import sys
 
-from cinn.tune_cli import main
+from cinn.facade.tune_cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

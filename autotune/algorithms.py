@@ -2,7 +2,7 @@
 runs direct and as each Winograd tile size (ROUNDS times, interleaved), the variant's kernels built alone with their
 default schedules and timed by the tuner's runner (cache flushed, a crash or hang is a failed variant); every
 measurement goes to the schedule log as a record whose workload is the shape's key (`winograd/...`) and whose trace
-names the tile, and compile applies the fastest. The estimate in cinn.passes.winograd was measured on one machine;
+names the tile, and compile applies the fastest. The estimate in cinn.compiler.passes.winograd was measured on one machine;
 these choices are the machine's own."""
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from cinn.autotune.database import Record, append_records, read_records
-from cinn.autotune.measure import MeasureInput, Runner
-from cinn.autotune.task import Task
-from cinn.autotune.tuner import record_versions
-from cinn.builder import NetBuilder
-from cinn.ir import Program
-from cinn.lower import lower_program
-from cinn.passes.pipeline import winograd_shapes
-from cinn.passes.winograd import ALGORITHM_FAMILY, ALGORITHM_PREFIX, DIRECT, TILES, ConvShape
-from cinn.target import Target
+from autotune.database import Record, append_records, read_records
+from autotune.measure import MeasureInput, Runner
+from autotune.task import Task
+from autotune.tuner import record_versions
+from cinn.compiler.lower import lower_program
+from cinn.compiler.passes.pipeline import winograd_shapes
+from cinn.compiler.passes.winograd import ALGORITHM_FAMILY, ALGORITHM_PREFIX, DIRECT, TILES, ConvShape
+from cinn.core.builder import NetBuilder
+from cinn.core.ir import Program
+from cinn.core.target import Target
 
 TILE_FIELD = "winograd_tile"  # the trace of an algorithm record: {"winograd_tile": m}, 0 for the direct conv
 ROUNDS = 3  # measurements of each algorithm (one alone picked F(2x2) for resnet50's 64->64 on 56x56 once)

@@ -13,7 +13,7 @@ import numpy as np
 import xgboost as xgb
 from numpy.lib import format as npy
 
-from cinn.utils import atomic_write
+from cinn.core.utils import atomic_write
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
 
-from cinn.passes.winograd import ALGORITHM_FAMILY
-from cinn.schedules import replay
-from cinn.target import Target
+from cinn.compiler.passes.winograd import ALGORITHM_FAMILY
+from cinn.core.target import Target
+from schedules import replay
 
 
 class FailureKind(enum.StrEnum):
@@ -53,7 +53,7 @@ class Record:
     error: str = ""  # what went wrong, for people (the failure's details)
     failure: FailureKind | None = None
     scope: Scope = Scope.KERNEL
-    # model scope: the fingerprint of the default schedule it was judged against (cinn.build.default_fingerprint);
+    # model scope: the fingerprint of the default schedule it was judged against (cinn.compiler.build.default_fingerprint);
     # "" in logs written before it was noted
     baseline: str = ""
 
@@ -114,7 +114,7 @@ def _ends_torn(path: str | os.PathLike) -> bool:
 
 def read_records(path: str | os.PathLike) -> Iterator[Record]:
     """Records of a log; corrupt or torn lines, and records whose trace holds anything cinn's schedules never emit
-    (cinn.schedules.replay: a trace could link code into a kernel), are skipped with a warning naming the line."""
+    (schedules.replay: a trace could link code into a kernel), are skipped with a warning naming the line."""
     if not os.path.exists(path):
         return
     with open(path, encoding="utf-8", errors="replace") as f:

@@ -12,7 +12,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule import _ffi_api as _ms_ffi
 
-from cinn.target import Target
+from cinn.core.target import Target
 
 
 @functools.lru_cache(maxsize=1)

@@ -25,14 +25,14 @@ import tvm
 from tvm import rpc
 from tvm.s_tir import Schedule
 
-from cinn.autotune.database import FailureKind
-from cinn.autotune.task import Task
-from cinn.build import KernelSpec, build_kernel, load_library
-from cinn.cuda_module import require_device
-from cinn.machine import configure_threads
-from cinn.target import Target
-from cinn.utils import random_arrays
-from cinn.worker_pool import WorkerPool
+from autotune.database import FailureKind
+from autotune.task import Task
+from cinn.compiler.build import KernelSpec, build_kernel, load_library
+from cinn.core.target import Target
+from cinn.core.utils import random_arrays
+from cinn.runtime.cuda_module import require_device
+from cinn.runtime.machine import configure_threads
+from cinn.runtime.worker_pool import WorkerPool
 
 T = TypeVar("T")
 
@@ -297,7 +297,7 @@ def _collect(future, stage: _Stage, timeout: float, grace: float, pool: WorkerPo
 
 def _import_compiler() -> None:
     """Worker initializer: import TVM and the schedules before the first (timed-out) build."""
-    import cinn.schedules  # noqa: F401  (runs in the worker process: its purpose is the import)
+    import schedules  # noqa: F401  (runs in the worker process: its purpose is the import)
 
 
 def _import_runtime() -> None:

@@ -9,10 +9,10 @@ from typing import Protocol
 
 import numpy as np
 
-from cinn.autotune import features, space
-from cinn.autotune.space import Candidate, Decisions, Plan
-from cinn.autotune.task import Task
-from cinn.target import Target
+from autotune import features, space
+from autotune.space import Candidate, Decisions, Plan
+from autotune.task import Task
+from cinn.core.target import Target
 
 
 @dataclass(frozen=True)

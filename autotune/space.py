@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import tvm
 from tvm.s_tir import Schedule
 
-from cinn.autotune.task import Task
-from cinn.schedules import apply_default
-from cinn.schedules.knobs import Knob
-from cinn.schedules.replay import replay as checked_replay
-from cinn.target import Target
+from autotune.task import Task
+from cinn.core.target import Target
+from schedules import apply_default
+from schedules.knobs import Knob
+from schedules.replay import replay as checked_replay
 
 DecisionKey = tuple[Knob, int]  # a knob and how many times the schedule had asked for it before
 DecisionValue = int | tuple[int, ...]

@@ -8,11 +8,11 @@ from types import MappingProxyType
 
 import tvm
 
-from cinn.build import workload_key
-from cinn.ir import Program
-from cinn.lower import lower_program
-from cinn.ops import PatternKind
-from cinn.target import Target
+from cinn.compiler.build import workload_key
+from cinn.compiler.lower import lower_program
+from cinn.core.ir import Program
+from cinn.core.ops import PatternKind
+from cinn.core.target import Target
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def extract_tasks(program: Program | Sequence[Program], fuse: bool = True, passe
                   target: Target | None = None, winograd_choices: Mapping[str, int] = MappingProxyType({})) -> list[Task]:
     """The unique kernels `cinn.compile` would build for a Program (or several: a symbolic program's bindings), in
     first-use order, weighted by occurrences; `target` and `winograd_choices` pick its rewrites
-    (cinn.passes.pipeline.optimize)."""
+    (cinn.compiler.passes.pipeline.optimize)."""
     tasks: dict[str, Task] = {}
     for p in [program] if isinstance(program, Program) else program:
         for lg in lower_program(p, fuse, passes, target=target, winograd_choices=winograd_choices)[1]:

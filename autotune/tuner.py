@@ -10,16 +10,16 @@ from dataclasses import dataclass, field
 
 import tvm
 
-from cinn.autotune import space
-from cinn.autotune.cost_model import CostModel
-from cinn.autotune.database import Record, Scope, TracePool, append_records, read_records
-from cinn.autotune.measure import LocalRunner, MeasureInput, MeasureResult, Runner
-from cinn.autotune.scheduler import TaskProgress, next_task, round_size
-from cinn.autotune.search import SearchConfig, TaskSearch
-from cinn.autotune.space import Candidate
-from cinn.autotune.task import Task
-from cinn.build import code_version
-from cinn.target import Target
+from autotune import space
+from autotune.cost_model import CostModel
+from autotune.database import Record, Scope, TracePool, append_records, read_records
+from autotune.measure import LocalRunner, MeasureInput, MeasureResult, Runner
+from autotune.scheduler import TaskProgress, next_task, round_size
+from autotune.search import SearchConfig, TaskSearch
+from autotune.space import Candidate
+from autotune.task import Task
+from cinn.compiler.build import code_version
+from cinn.core.target import Target
 
 
 @dataclass(frozen=True)

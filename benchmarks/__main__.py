@@ -1,7 +1,7 @@
-"""python -m cinn.benchmarks: the cinn-bench command."""
+"""python -m benchmarks: the cinn-bench command."""
 import sys
 
-from cinn.benchmarks.cli import main
+from benchmarks.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,13 +6,13 @@ import os
 import sys
 from collections.abc import Sequence
 
+from benchmarks.harness import BenchConfig, run_benchmarks
+from benchmarks.report import format_table, write_csv, write_plot
 from cinn import __version__
-from cinn.benchmarks.harness import BenchConfig, run_benchmarks
-from cinn.benchmarks.report import format_table, write_csv, write_plot
-from cinn.command import ExitStatus, command, reading_arguments, seconds
-from cinn.frontend.loading import load_model, parse_input_shapes
-from cinn.frontend.zoo import MODELS, is_model_name
-from cinn.target import parse_target
+from cinn.core.target import parse_target
+from cinn.facade.command import ExitStatus, command, reading_arguments, seconds
+from frontend.loading import load_model, parse_input_shapes
+from frontend.zoo import MODELS, is_model_name
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,7 +66,7 @@ def _check_model_files(names: Sequence[str], shapes: dict[str, tuple[int, ...]])
 
 @command("cinn-bench")
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark; exit status: see cinn.command.ExitStatus (1: an engine failed or outputs disagree)."""
+    """Run the benchmark; exit status: see cinn.facade.command.ExitStatus (1: an engine failed or outputs disagree)."""
     p = _parser()
     args = p.parse_args(argv)
     if args.repeat < 1 or args.warmup < 0 or args.rounds < 1:

@@ -1,7 +1,7 @@
 """numpy's BLAS and cinn in one process: a cinn run right after a numpy matmul and a numpy matmul right after a cinn
 run, against each alone, with OpenBLAS's idle threads spinning (its default) and with cinn's setting.
 
-``python -m cinn.benchmarks.contention [MODEL]``: each setting runs in its own interpreter.
+``python -m benchmarks.contention [MODEL]``: each setting runs in its own interpreter.
 """
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 
 import cinn
-from cinn.benchmarks.harness import spawn_module
-from cinn.frontend.zoo import get_model
-from cinn.utils import interleaved_medians, median_seconds, wall_seconds
-from cinn.worker_pool import die_with_spawner
+from benchmarks.harness import spawn_module
+from cinn.core.utils import interleaved_medians, median_seconds, wall_seconds
+from cinn.runtime.worker_pool import die_with_spawner
+from frontend.zoo import get_model
 
 MATMUL = 512
 SETTINGS = {"OpenBLAS default (threads spin ~0.1 s)": ("OPENBLAS_THREAD_TIMEOUT", "28"),
@@ -51,7 +51,7 @@ def _worker(model_name: str, repeat: int) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cinn.benchmarks.contention", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.contention", description=__doc__.splitlines()[0])
     p.add_argument("model", nargs="?", default="encoder", help="built-in model (default: encoder)")
     p.add_argument("--repeat", type=int, default=30, help="timed rounds; medians are reported (default: 30)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{'setting':<40} {'cinn alone':>11} {'after matmul':>13} {'matmul alone':>13} {'after cinn':>11}  (ms)")
     for label, (var, value) in SETTINGS.items():
         args = ["--worker", a.model, "--repeat", str(a.repeat)]
-        r = json.loads(spawn_module("cinn.benchmarks.contention", args, 1800, env={var: value}))
+        r = json.loads(spawn_module("benchmarks.contention", args, 1800, env={var: value}))
         print(f"{label:<40} {r['cinn alone']:>11.3f} {r['cinn after matmul']:>13.3f} {r['matmul alone']:>13.3f} "
               f"{r['matmul after cinn']:>11.3f}")
     return 0

@@ -1,7 +1,7 @@
 """Dynamic shapes: a model with symbolic dims compiled once for many sizes, timed at each against the static compile
 of that size, onnxruntime and OpenVINO (each engine in its own process, the peers given the same dynamic ONNX model).
 
-``python -m cinn.benchmarks.dynamic [MODEL] [--size SYMBOL=N1,N2,...]... [--rounds 3] [--csv dynamic.csv]``: MODEL
+``python -m benchmarks.dynamic [MODEL] [--size SYMBOL=N1,N2,...]... [--rounds 3] [--csv dynamic.csv]``: MODEL
 is ``bert_base`` (default: the built-in BERT-base over symbolic batch and seq, sizes batch=1,4,8 seq=16,64,128,384)
 or an ONNX file with symbolic dims (each symbol needs --size). cinn runs it three ways: one compile with the sizes
 hinted (kernels specialized to each), one compile with no hints (every size on the symbolic kernels), and a compile
@@ -26,14 +26,14 @@ import numpy as np
 import onnx
 
 import cinn
-from cinn.benchmarks.harness import RTOL, openvino_runner, ort_session, spawn_module
-from cinn.benchmarks.onnx_export import save_onnx
-from cinn.frontend.loading import load_model, parse_input_shapes
-from cinn.frontend.zoo import bert_feeds, symbolic_bert_base
-from cinn.ir import TensorType, Value
-from cinn.symbolic import Binding, SymbolicProgram, bindings_of
-from cinn.utils import SETTLE_S, median_seconds, random_feeds
-from cinn.worker_pool import die_with_spawner
+from benchmarks.harness import RTOL, openvino_runner, ort_session, spawn_module
+from benchmarks.onnx_export import save_onnx
+from cinn.core.ir import TensorType, Value
+from cinn.core.symbolic import Binding, SymbolicProgram, bindings_of
+from cinn.core.utils import SETTLE_S, median_seconds, random_feeds
+from cinn.runtime.worker_pool import die_with_spawner
+from frontend.loading import load_model, parse_input_shapes
+from frontend.zoo import bert_feeds, symbolic_bert_base
 
 BERT = "bert_base"
 BERT_SIZES = {"batch": (1, 4, 8), "seq": (16, 64, 128, 384)}
@@ -107,7 +107,7 @@ def worker(engine: DynEngine, model: str, onnx_path: str, sizes: dict[str, tuple
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m cinn.benchmarks.dynamic", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.dynamic", description=__doc__.splitlines()[0])
     p.add_argument("model", nargs="?", default=BERT, help="bert_base (default) or an ONNX file with symbolic dims")
     p.add_argument("--size", action="append", default=[], metavar="SYMBOL=N1,N2,...",
                    help="sizes of a symbol (repeatable; bert_base: batch=1,4,8 seq=16,64,128,384)")
@@ -149,7 +149,7 @@ def _parent(a: argparse.Namespace, sizes: dict[str, tuple[int, ...]]) -> int:
             print(f"[dynamic] round {k + 1}/{a.rounds}: {engine.value} ...", file=sys.stderr, flush=True)
             args = ["--worker", engine.value, a.model, "--onnx", onnx_path, "--out-dir", tmp, "--repeat", str(a.repeat),
                     *[f"--size={s}={','.join(map(str, n))}" for s, n in sizes.items()]] + (["--small"] if a.small else [])
-            results.setdefault(engine, []).append(json.loads(spawn_module("cinn.benchmarks.dynamic", args, 7200)))
+            results.setdefault(engine, []).append(json.loads(spawn_module("benchmarks.dynamic", args, 7200)))
         errors: dict[DynEngine, float] = {e: _max_err(tmp, e, len(bindings)) for e in engines if e is not DynEngine.ORT}
     rows = _table(results, program.symbols, bindings)
     _print(results, rows, errors)

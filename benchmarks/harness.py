@@ -1,7 +1,7 @@
 """Benchmark harness: each engine runs a model in its own worker process, timed in rounds the parent interleaves.
 
 onnxruntime's spinning threads slow TVM's parallel kernels when both live in one process, so every
-(engine, model) pair lives in its own interpreter: ``python -m cinn.benchmarks.harness --worker ENGINE MODEL``. The
+(engine, model) pair lives in its own interpreter: ``python -m benchmarks.harness --worker ENGINE MODEL``. The
 worker prepares its engine (imports, compiles, saves the outputs), says so in one JSON line, then times one round per
 line it reads on stdin. The parent keeps all engines' workers of a model alive and asks each in turn for a round, so
 a change of machine speed (on a shared VM, 2x for stretches of seconds) hits all engines alike, and each round's
@@ -29,12 +29,12 @@ import numpy as np
 import onnx
 
 import cinn
-from cinn.benchmarks.onnx_export import to_onnx
-from cinn.command import USER_ERRORS, ExitStatus
-from cinn.frontend.loading import parse_input_shapes
-from cinn.frontend.zoo import get_model, model_label
-from cinn.utils import SETTLE_S, median_seconds
-from cinn.worker_pool import die_with_spawner, spawner_env
+from benchmarks.onnx_export import to_onnx
+from cinn.core.utils import SETTLE_S, median_seconds
+from cinn.facade.command import USER_ERRORS, ExitStatus
+from cinn.runtime.worker_pool import die_with_spawner, spawner_env
+from frontend.loading import parse_input_shapes
+from frontend.zoo import get_model, model_label
 
 # untimed runs before each round after the first: long enough for another engine's idle threads to stop spinning
 ROUND_SETTLE_S = 0.2
@@ -306,7 +306,7 @@ class Worker:
     def __init__(self, engine: Engine, model: str, config: BenchConfig, outputs_path: str):
         self.engine, self.timeout = engine, config.timeout
         args = _worker_args(engine, model, config, outputs_path)
-        self.proc = subprocess.Popen([sys.executable, "-m", "cinn.benchmarks.harness", *args], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.harness", *args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=spawner_env())
         try:
             self.facts = json.loads(self._reply())
@@ -446,7 +446,7 @@ def run_benchmarks(models: Sequence[str], config: BenchConfig) -> list[ModelResu
 
 
 def _worker_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cinn.benchmarks.harness",
+    p = argparse.ArgumentParser(prog="python -m benchmarks.harness",
                                 description="Prepare one engine on one model, then time a round per line read on stdin "
                                 "(a cinn-bench worker).")
     p.add_argument("--worker", required=True, choices=[e.value for e in Engine], help="engine to run")

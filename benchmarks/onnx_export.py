@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from cinn.ir import Node, Program, Value
-from cinn.symbolic import SymbolicProgram
+from cinn.core.ir import Node, Program, Value
+from cinn.core.symbolic import SymbolicProgram
 
 OPSET = 20  # Gelu is a standard op from opset 20 (onnxruntime >= 1.17 runs it)
 IR_VERSION = 10  # onnxruntime rejects models with a newer IR version than it knows

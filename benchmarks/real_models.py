@@ -1,6 +1,6 @@
 """Real CNN model files for the benchmarks: the CNNs shipped with the onnx package (``light_*``: their weights are
 constant fills, here replaced by seeded random ones) and a MobileNetV2 written with onnx.helper as exporters write it
-(BatchNorm folded into the convolutions, ReLU6 as Clip). ``python -m cinn.benchmarks.real_models DIR`` writes them."""
+(BatchNorm folded into the convolutions, ReLU6 as Clip). ``python -m benchmarks.real_models DIR`` writes them."""
 from __future__ import annotations
 
 import argparse
@@ -135,7 +135,7 @@ def write_models(directory: pathlib.Path, names: Sequence[str]) -> list[pathlib.
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cinn.benchmarks.real_models", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.real_models", description=__doc__.splitlines()[0])
     p.add_argument("directory", type=pathlib.Path, help="where to write NAME.onnx")
     p.add_argument("models", nargs="*", metavar="MODEL", help=f"which models (default: all): {', '.join(MODELS)}")
     a = p.parse_args(argv)

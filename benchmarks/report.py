@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from cinn.benchmarks.harness import Engine, ModelResult
+from benchmarks.harness import Engine, ModelResult
 
 R = TypeVar("R")
 

@@ -1,6 +1,6 @@
 """Tuner benchmark: our auto-tuner vs TVM MetaSchedule on the same PrimFuncs, at equal trial budgets.
 
-``python -m cinn.benchmarks.tune_bench [--workloads ...] [--trials 64 256] [--csv PATH] [--plot PATH]``
+``python -m benchmarks.tune_bench [--workloads ...] [--trials 64 256] [--csv PATH] [--plot PATH]``
 
 Each workload is a NetBuilder program that cinn lowers to exactly one fused PrimFunc, so both tuners get the
 identical function. Every step runs in a fresh interpreter (benchmarks/tune_worker.py): one tuning run per
@@ -21,13 +21,13 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from cinn.benchmarks.harness import spawn_module
-from cinn.benchmarks.report import Column, bar_chart, render_table, write_rows_csv
-from cinn.frontend import NetBuilder
-from cinn.ir import Program
-from cinn.target import Target, parse_target
+from benchmarks.harness import spawn_module
+from benchmarks.report import Column, bar_chart, render_table, write_rows_csv
+from cinn.core.ir import Program
+from cinn.core.target import Target, parse_target
+from frontend import NetBuilder
 
-WORKER = "cinn.benchmarks.tune_worker"
+WORKER = "benchmarks.tune_worker"
 # what a failed worker process raises (spawn_module): noted in the report, the run goes on
 WORKER_ERRORS = (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired)
 DEFAULT_TRIALS = (64, 256)
@@ -390,7 +390,7 @@ def run_bench(workloads: Sequence[str], settings: BenchSettings) -> list[Row]:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m cinn.benchmarks.tune_bench",
+        prog="python -m benchmarks.tune_bench",
         description="Tune the same one-kernel PrimFuncs with our tuner (autotune.tuner) and TVM MetaSchedule (XGBoost cost "
         "model) at equal trial budgets; re-time both best schedules in one fresh process, interleaved; compare tuning "
         "wall time; matmul rates against numpy. Exit status: 0 all ran, 1 a tuner/build/check failed, 2 usage error.",

@@ -1,8 +1,8 @@
 """tune-bench workers: each step of benchmarks/tune_bench.py in its own interpreter; the result is the last stdout line.
 
-``python -m cinn.benchmarks.tune_worker tune WORKLOAD --tuner ours|ms --trials N --target T``  -> TuneOutcome JSON
-``python -m cinn.benchmarks.tune_worker retime PLAN.json``                                  -> Retimed JSON
-``python -m cinn.benchmarks.tune_worker numpy WORKLOAD``                                    -> GFLOP/s
+``python -m benchmarks.tune_worker tune WORKLOAD --tuner ours|ms --trials N --target T``  -> TuneOutcome JSON
+``python -m benchmarks.tune_worker retime PLAN.json``                                  -> Retimed JSON
+``python -m benchmarks.tune_worker numpy WORKLOAD``                                    -> GFLOP/s
 The parent sets the thread-count environment variables before these processes start.
 """
 from __future__ import annotations
@@ -21,19 +21,19 @@ import numpy as np
 import tvm
 from tvm.s_tir import Schedule, Trace
 
-from cinn.autotune.database import read_records
-from cinn.autotune.measure import arg_infos
-from cinn.autotune.space import trace_json
-from cinn.autotune.task import Task
-from cinn.autotune.tuner import TuneConfig, tune
-from cinn.benchmarks.harness import ATOL, RTOL
-from cinn.benchmarks.tune_bench import Candidate, NumpyRate, Retimed, RetimePlan, TuneOutcome, Tuner, Workload, get_workload
-from cinn.build import KernelSpec, build_kernel, load_library
-from cinn.lower import lower_program
-from cinn.machine import configure_threads
-from cinn.target import Target, parse_target
-from cinn.utils import interleaved_medians, median_seconds, random_arrays
-from cinn.worker_pool import die_with_spawner
+from autotune.database import read_records
+from autotune.measure import arg_infos
+from autotune.space import trace_json
+from autotune.task import Task
+from autotune.tuner import TuneConfig, tune
+from benchmarks.harness import ATOL, RTOL
+from benchmarks.tune_bench import Candidate, NumpyRate, Retimed, RetimePlan, TuneOutcome, Tuner, Workload, get_workload
+from cinn.compiler.build import KernelSpec, build_kernel, load_library
+from cinn.compiler.lower import lower_program
+from cinn.core.target import Target, parse_target
+from cinn.core.utils import interleaved_medians, median_seconds, random_arrays
+from cinn.runtime.machine import configure_threads
+from cinn.runtime.worker_pool import die_with_spawner
 
 SAMPLE_S = 0.01  # each interleaved timing sample runs the kernel for about this long
 MS_FAILED_S = 1e9  # MetaSchedule's database records a failed candidate with a run time of 1e10 s
@@ -183,7 +183,7 @@ def run_numpy(workload: Workload, repeat: int, warmup: int) -> NumpyRate:
     a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
     c = np.empty((m, n), np.float32)
     seconds = median_seconds(lambda: np.matmul(a, b, out=c), repeat, warmup)
-    return NumpyRate(workload.flops / seconds / 1e9, blas_kernel())
+    return NumpyRate(2.0 * m * n * k / seconds / 1e9, blas_kernel())
 
 
 def blas_kernel() -> str:
@@ -198,7 +198,7 @@ def blas_kernel() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m cinn.benchmarks.tune_worker", description="One step of the tuner benchmark.")
+    p = argparse.ArgumentParser(prog="python -m benchmarks.tune_worker", description="One step of the tuner benchmark.")
     sub = p.add_subparsers(dest="step", required=True)
     t = sub.add_parser("tune", help="tune one workload with one tuner")
     t.add_argument("workload")

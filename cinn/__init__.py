@@ -1,6 +1,6 @@
 """cinn: a CINN-style tensor compiler on Apache TVM.
 
-The public names are exported lazily: `import cinn` is cheap, and importing a lower layer (``cinn.ops``) does not load
+The public names are exported lazily: `import cinn` is cheap, and importing a lower layer (``cinn.core.ops``) does not load
 the compiler, the importers or TVM's build machinery.
 """
 from __future__ import annotations
@@ -22,35 +22,35 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "NetBuilder": "cinn.builder",
-    "compile": "cinn.api",
-    "Executable": "cinn.runtime",
-    "DynamicExecutable": "cinn.dynamic",
-    "SymbolicProgram": "cinn.symbolic",
-    "ShapeBindingError": "cinn.symbolic",
-    "aligned_empty": "cinn.runtime",
-    "Node": "cinn.ir",
-    "Program": "cinn.ir",
-    "TensorType": "cinn.ir",
-    "Value": "cinn.ir",
-    "load_onnx": "cinn.frontend.onnx",
-    "load_paddle": "cinn.frontend.paddle",
-    "load_model": "cinn.frontend.loading",
+    "NetBuilder": "cinn.core.builder",
+    "compile": "cinn.facade.api",
+    "Executable": "cinn.runtime.executable",
+    "DynamicExecutable": "cinn.runtime.dynamic",
+    "SymbolicProgram": "cinn.core.symbolic",
+    "ShapeBindingError": "cinn.core.symbolic",
+    "aligned_empty": "cinn.runtime.executable",
+    "Node": "cinn.core.ir",
+    "Program": "cinn.core.ir",
+    "TensorType": "cinn.core.ir",
+    "Value": "cinn.core.ir",
+    "load_onnx": "frontend.onnx",
+    "load_paddle": "frontend.paddle",
+    "load_model": "frontend.loading",
 }
 
 __all__ = ["DynamicExecutable", "Executable", "NetBuilder", "Node", "Program", "ShapeBindingError", "SymbolicProgram",
            "TensorType", "Value", "__version__", "aligned_empty", "compile", "load_model", "load_onnx", "load_paddle"]
 
 if TYPE_CHECKING:
-    from cinn.api import compile
-    from cinn.builder import NetBuilder
-    from cinn.dynamic import DynamicExecutable
-    from cinn.frontend.loading import load_model
-    from cinn.frontend.onnx import load_onnx
-    from cinn.frontend.paddle import load_paddle
-    from cinn.ir import Node, Program, TensorType, Value
-    from cinn.runtime import Executable, aligned_empty
-    from cinn.symbolic import ShapeBindingError, SymbolicProgram
+    from cinn.core.builder import NetBuilder
+    from cinn.core.ir import Node, Program, TensorType, Value
+    from cinn.core.symbolic import ShapeBindingError, SymbolicProgram
+    from cinn.facade.api import compile
+    from cinn.runtime.dynamic import DynamicExecutable
+    from cinn.runtime.executable import Executable, aligned_empty
+    from frontend.loading import load_model
+    from frontend.onnx import load_onnx
+    from frontend.paddle import load_paddle
 
 
 def __getattr__(name: str):

@@ -1,7 +1,7 @@
 """python -m cinn: the cinn-run command."""
 import sys
 
-from cinn.cli import main
+from cinn.facade.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,10 +5,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cinn.builder import NetBuilder
-from cinn.ir import Attrs, Value
-from cinn.ops import get_op, infer
-from cinn.passes.fold_constants import fold
+from cinn.compiler.passes.fold_constants import fold
+from cinn.core.builder import NetBuilder
+from cinn.core.ir import Attrs, Value
+from cinn.core.ops import get_op, infer
 
 
 class FoldingBuilder(NetBuilder):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from cinn.ir import Program
-from cinn.symbolic import SymbolicProgram
+from cinn.core.ir import Program
+from cinn.core.symbolic import SymbolicProgram
 
 ONNX_SUFFIXES = (".onnx",)
 PADDLE_SUFFIXES = (".pdmodel", ".json")
@@ -26,13 +26,13 @@ def load_model(path: str, input_shapes: Mapping[str, Sequence[int]] | None = Non
     that input_shapes leaves open are symbolic."""
     # each importer is imported only for its own format: onnx and protobuf take a while to import
     if path.endswith(PADDLE_SUFFIXES) or os.path.isdir(path):
-        from cinn.frontend.paddle import load_paddle
+        from frontend.paddle import load_paddle
 
         return load_paddle(path, input_shapes)
     if not path.endswith(ONNX_SUFFIXES):
         raise UnsupportedModelFormat(f"{path}: unknown model format (expected .onnx, .json, .pdmodel or a Paddle model "
                                      "directory)")
-    from cinn.frontend.onnx import load_onnx
+    from frontend.onnx import load_onnx
 
     return load_onnx(path, input_shapes)
 

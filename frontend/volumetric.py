@@ -12,8 +12,8 @@ from functools import reduce
 
 import numpy as np
 
-from cinn.builder import NetBuilder
-from cinn.ir import Value
+from cinn.core.builder import NetBuilder
+from cinn.core.ir import Value
 
 
 @dataclass(frozen=True)

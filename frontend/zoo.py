@@ -10,11 +10,11 @@ from types import MappingProxyType
 
 import numpy as np
 
-from cinn.builder import NetBuilder
-from cinn.frontend.loading import is_model_file, load_model
-from cinn.ir import Program, Value
-from cinn.symbolic import SymbolicProgram, require_static
-from cinn.utils import random_array, random_feeds
+from cinn.core.builder import NetBuilder
+from cinn.core.ir import Program, Value
+from cinn.core.symbolic import SymbolicProgram, require_static
+from cinn.core.utils import random_array, random_feeds
+from frontend.loading import is_model_file, load_model
 
 SEED = 0
 

@@ -8,8 +8,8 @@ from tvm.s_tir import Schedule, ScheduleError
 from tvm.s_tir.schedule.analysis import is_output_block
 from tvm.tirx.analysis import undefined_vars
 
-from cinn.ops.common import same_dims
-from cinn.ops.te_util import dim_at
+from cinn.core.ops.common import same_dims
+from cinn.core.ops.te_util import dim_at
 
 REDUCE_ITER = 2  # tvm IterVar.CommReduce
 # a symbolic kernel's PrimFunc attribute: the sizes of its symbols its schedule is chosen for (its loops and tiles

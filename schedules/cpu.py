@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from cinn.ops import PatternKind
-from cinn.schedules import cpu_attention, cpu_int8, cpu_matmul, cpu_reduction, cpu_tiling, cpu_winograd
-from cinn.schedules.cpu_common import generic
-from cinn.schedules.knobs import DEFAULT, Knob, Knobs
-from cinn.target import Target
+from cinn.core.ops import PatternKind
+from cinn.core.target import Target
+from schedules import cpu_attention, cpu_int8, cpu_matmul, cpu_reduction, cpu_tiling, cpu_winograd
+from schedules.cpu_common import generic
+from schedules.knobs import DEFAULT, Knob, Knobs
 
 
 def schedule(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DEFAULT) -> None:

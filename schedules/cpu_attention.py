@@ -1,4 +1,4 @@
-"""CPU schedule of the fused attention op (cinn/ops/attention.py): one parallel task per (batch, head), its blocks of
+"""CPU schedule of the fused attention op (cinn/core/ops/attention.py): one parallel task per (batch, head), its blocks of
 query rows inside, where the heads balance the cores, else per (batch, head, block of query rows); every stage is
 computed per block, so a block's scores ([keys, rows]) never leave the cache. A whole-head task first copies its head
 of k and v into contiguous buffers.
@@ -18,12 +18,12 @@ import tvm_ffi
 from tvm import tirx
 from tvm.s_tir import Schedule
 
-from cinn.ops.attention import CAUSAL
-from cinn.schedules.analysis import blocks, extents, inline_all, is_static, size
-from cinn.schedules.cpu_common import injective, lanes, register_lanes
-from cinn.schedules.cpu_matmul import balanced, vectorize_innermost, vectorize_registers
-from cinn.schedules.knobs import DEFAULT, Knob, Knobs, divisors
-from cinn.target import Target
+from cinn.core.ops.attention import CAUSAL
+from cinn.core.target import Target
+from schedules.analysis import blocks, extents, inline_all, is_static, size
+from schedules.cpu_common import injective, lanes, register_lanes
+from schedules.cpu_matmul import balanced, vectorize_innermost, vectorize_registers
+from schedules.knobs import DEFAULT, Knob, Knobs, divisors
 
 STAGES = ("attention_qt", "attention_scores", "attention_max", "attention_exp", "attention_sum", "attention_context")
 # query rows per task by preference: a 32 x 128-key block's scores are 16 KB (in a BERT run 32 rows took 0.155 ms,
@@ -42,7 +42,7 @@ def applicable(sch: Schedule) -> bool:
 
 def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Tasks over (batch, head, query block) in parallel, each stage register-tiled and vectorized inside."""
-    # a symbolic kernel's attention computes padded query blocks, then copies the rows there are (cinn.ops.attention)
+    # a symbolic kernel's attention computes padded query blocks, then copies the rows there are (cinn.core.ops.attention)
     inline_all(sch, keep=lambda b: sch.get(b).name_hint in (*STAGES, "attention"))
     stage = {sch.get(b).name_hint: b for b in blocks(sch)}
     if "attention_rows" in stage:
@@ -56,7 +56,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     static = is_static(sch, [seq])
     if static:
         rows = knobs.choose(sch, Knob.ROWS, _row_candidates(queries, keys), rows)
-    elif rows not in ROW_BLOCKS:  # a symbolic kernel's query blocks divide its padding (cinn.ops.attention)
+    elif rows not in ROW_BLOCKS:  # a symbolic kernel's query blocks divide its padding (cinn.core.ops.attention)
         rows = ROW_BLOCKS[-1]
     head, dim = sch.split(cols, [None, value_dim])
     block, row = sch.split(seq, [None, rows])

@@ -9,7 +9,8 @@ from tvm.s_tir.schedule import SBlockRV
 from tvm.sym.pattern import detect_linear_equation
 from tvm.tirx import IndexMap
 
-from cinn.schedules.analysis import (
+from cinn.core.target import Target
+from schedules.analysis import (
     blocks,
     extents,
     inline_all,
@@ -21,8 +22,7 @@ from cinn.schedules.analysis import (
     vars_in,
     write_dtype,
 )
-from cinn.schedules.knobs import DEFAULT, Knob, Knobs, divisors, unroll
-from cinn.target import Target
+from schedules.knobs import DEFAULT, Knob, Knobs, divisors, unroll
 
 PARALLEL_MIN = 4096  # elements below which a thread fork costs more than it saves
 PARALLEL_TASKS = 64  # parallel iterations that balance the cores whatever each one costs

@@ -8,12 +8,12 @@ import functools
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
-from cinn.ops.quant import COLUMN_TILES, DEPTH, LANES, tiles_columns
-from cinn.schedules.analysis import blocks, inline_all, reverse_inline_all, single_reduction, spatial_count
-from cinn.schedules.cpu_common import injective
-from cinn.schedules.cpu_matmul import vectorize_innermost
-from cinn.schedules.knobs import DEFAULT, Knob, Knobs, divisors
-from cinn.target import Target
+from cinn.core.ops.quant import COLUMN_TILES, DEPTH, LANES, tiles_columns
+from cinn.core.target import Target
+from schedules.analysis import blocks, inline_all, reverse_inline_all, single_reduction, spatial_count
+from schedules.cpu_common import injective
+from schedules.cpu_matmul import vectorize_innermost
+from schedules.knobs import DEFAULT, Knob, Knobs, divisors
 
 INTRIN = "cinn_vnni_16x4"
 # the default register tiles: a matmul's 4 rows x 4 vectors (16 accumulators, 4 weight loads and 4 broadcasts per

@@ -19,7 +19,8 @@ import tvm
 from tvm import DataType, tirx
 from tvm.s_tir import Schedule, ScheduleError
 
-from cinn.schedules.analysis import (
+from cinn.core.target import NO_PARTIAL_UNROLL, Target
+from schedules.analysis import (
     NOMINAL_SIZES,
     blocks,
     extents,
@@ -36,7 +37,7 @@ from cinn.schedules.analysis import (
     vars_in,
     write_dtype,
 )
-from cinn.schedules.cpu_common import (
+from schedules.cpu_common import (
     MIN_LANES,
     compute_at_vectorized,
     copy_in_read_order,
@@ -46,8 +47,7 @@ from cinn.schedules.cpu_common import (
     lanes,
     register_lanes,
 )
-from cinn.schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knob, Knobs, divisors, unroll
-from cinn.target import NO_PARTIAL_UNROLL, Target
+from schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knob, Knobs, divisors, unroll
 
 MAX_COLS = 32
 MAX_ROWS = 16  # register-tile rows the tuner may try

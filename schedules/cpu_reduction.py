@@ -10,7 +10,8 @@ from math import prod
 
 from tvm.s_tir import Schedule, ScheduleError
 
-from cinn.schedules.analysis import (
+from cinn.core.target import Target
+from schedules.analysis import (
     blocks,
     compute_at_row,
     extents,
@@ -22,9 +23,8 @@ from cinn.schedules.analysis import (
     spatial_count,
     write_dtype,
 )
-from cinn.schedules.cpu_common import PARALLEL_MIN, column_reduction, columns, lanes, vector_width
-from cinn.schedules.knobs import DEFAULT, Knob, Knobs, unroll
-from cinn.target import Target
+from schedules.cpu_common import PARALLEL_MIN, column_reduction, columns, lanes, vector_width
+from schedules.knobs import DEFAULT, Knob, Knobs, unroll
 
 
 def _anchor(sch: Schedule):
@@ -82,6 +82,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     # the work of a row: a GEMV's 1000 outputs are one element each but reduce 2048 products
     work = max(prod(extents(sch, sch.get_loops(b))) for b in blocks(sch))
     partials = [p for b in blocks(sch) if is_reduction(sch, b) for p in _lane_partial(sch, b, target, knobs)]
+    assert depth is not None, "the rule applies to row reductions only"
     row, others = compute_at_row(sch, anchor, depth)
     for block in [*others, anchor]:
         if not any(sch.get(block).name_hint == sch.get(p).name_hint for p in partials):

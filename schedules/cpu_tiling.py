@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from cinn.schedules.analysis import (
+from cinn.core.target import Target
+from schedules.analysis import (
     blocks,
     extents,
     inline_all,
@@ -21,9 +22,8 @@ from cinn.schedules.analysis import (
     split,
     write_dtype,
 )
-from cinn.schedules.cpu_common import injective, lanes
-from cinn.schedules.knobs import Knob, Knobs, unroll
-from cinn.target import Target
+from schedules.cpu_common import injective, lanes
+from schedules.knobs import Knob, Knobs, unroll
 
 INNER_SPATIAL = 16  # largest innermost tile of a non-vector spatial axis (register rows)
 

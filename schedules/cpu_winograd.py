@@ -1,14 +1,14 @@
-"""The Winograd transforms (cinn.ops.winograd) on CPU: tile positions unrolled, so that every transform coefficient is
+"""The Winograd transforms (cinn.core.ops.winograd) on CPU: tile positions unrolled, so that every transform coefficient is
 a constant and the zero ones vanish, over vectors of consecutive tiles of an image."""
 from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from cinn.ops.winograd import ROW_ANNOTATION, tile_size
-from cinn.schedules.analysis import blocks, reverse_inline_all, size, split
-from cinn.schedules.cpu_common import lanes
-from cinn.schedules.cpu_matmul import vectorize_innermost
-from cinn.target import Target
+from cinn.core.ops.winograd import ROW_ANNOTATION, tile_size
+from cinn.core.target import Target
+from schedules.analysis import blocks, reverse_inline_all, size, split
+from schedules.cpu_common import lanes
+from schedules.cpu_matmul import vectorize_innermost
 
 INPUT, OUTPUT, PAD, TILES = "winograd_input", "winograd_output", "winograd_pad", "winograd_tiles"
 

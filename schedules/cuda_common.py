@@ -10,9 +10,9 @@ from math import prod
 import tvm
 from tvm.s_tir import Schedule, ScheduleError
 
-from cinn.schedules.analysis import blocks, extents, inline_all, is_reduction, spatial_count, write_dtype
-from cinn.schedules.knobs import DEFAULT, Knob, Knobs
-from cinn.target import Target
+from cinn.core.target import Target
+from schedules.analysis import blocks, extents, inline_all, is_reduction, spatial_count, write_dtype
+from schedules.knobs import DEFAULT, Knob, Knobs
 
 THREADS = 256  # threads per block for injective kernels and cross-thread reductions
 WARP = 32

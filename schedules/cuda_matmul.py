@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from tvm.s_tir import Schedule, ScheduleError
 
-from cinn.schedules.analysis import (
+from cinn.core.target import Target
+from schedules.analysis import (
     blocks,
     inline_all,
     is_reduction,
@@ -21,9 +22,8 @@ from cinn.schedules.analysis import (
     spatial_count,
     vars_in,
 )
-from cinn.schedules.cuda_common import injective, is_bound, thread_inner
-from cinn.schedules.knobs import DEFAULT, Knob, Knobs, unroll
-from cinn.target import Target
+from schedules.cuda_common import injective, is_bound, thread_inner
+from schedules.knobs import DEFAULT, Knob, Knobs, unroll
 
 COL_THREADS, ROW_THREADS = 16, 16  # a 16x16 thread block
 REGS = 4  # register tile per thread along each tiled axis: 4x4 accumulators

@@ -11,11 +11,11 @@ from math import prod
 
 from tvm.s_tir import Schedule
 
-from cinn.schedules.analysis import blocks, compute_at_row, extents, inline_all, is_output, is_reduction, write_dtype
-from cinn.schedules.cpu_reduction import row_depth
-from cinn.schedules.cuda_common import FEW_OUTPUTS, STAGE_BLOCKS, TWO_STAGE_MIN, cross_thread_ok, thread_inner, tuned_threads
-from cinn.schedules.knobs import DEFAULT, Knobs
-from cinn.target import Target
+from cinn.core.target import Target
+from schedules.analysis import blocks, compute_at_row, extents, inline_all, is_output, is_reduction, write_dtype
+from schedules.cpu_reduction import row_depth
+from schedules.cuda_common import FEW_OUTPUTS, STAGE_BLOCKS, TWO_STAGE_MIN, cross_thread_ok, thread_inner, tuned_threads
+from schedules.knobs import DEFAULT, Knobs
 
 SHARED_BYTES = 48 * 1024  # static shared memory a block may use without opting in
 
@@ -59,6 +59,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
     depth = row_depth(sch, anchor)
     threads = tuned_threads(sch, knobs, _row_elems(sch, anchor))
+    assert depth is not None, "the rule applies to row reductions only"
     row, others = compute_at_row(sch, anchor, depth)
     sch.bind(row, "blockIdx.x")
     for block in [*others, anchor]:

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
-from cinn.ops import PatternKind
-from cinn.schedules import cpu, cuda
-from cinn.schedules.knobs import DEFAULT, Knobs
-from cinn.target import Target
+from cinn.core.ops import PatternKind
+from cinn.core.target import Target
+from schedules import cpu, cuda
+from schedules.knobs import DEFAULT, Knobs
 
 
 def apply_default(sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs = DEFAULT) -> None:

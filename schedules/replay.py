@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import tvm
 from tvm.s_tir import Schedule, Trace
 
-from cinn.schedules.cpu_attention import KEY_OFFSET, KEY_STEP, QUERY_BLOCKS, QUERY_ROWS
-from cinn.schedules.cpu_int8 import INTRIN
-from cinn.schedules.knobs import AUTO_UNROLL, EXPLICIT_UNROLL, TILED_UNROLL_STEPS, UNROLL_STEPS
-from cinn.target import NO_PARTIAL_UNROLL
+from cinn.core.target import NO_PARTIAL_UNROLL
+from schedules.cpu_attention import KEY_OFFSET, KEY_STEP, QUERY_BLOCKS, QUERY_ROWS
+from schedules.cpu_int8 import INTRIN
+from schedules.knobs import AUTO_UNROLL, EXPLICIT_UNROLL, TILED_UNROLL_STEPS, UNROLL_STEPS
 
 
 class TraceRefused(ValueError):
@@ -56,7 +56,7 @@ RULES: Mapping[str, Rule] = {
     "Tensorize": Rule(strings=frozenset({INTRIN})),
     "Annotate": _PLAIN,  # its key and value: ANNOTATIONS
 }
-SIZES = range(2**31)  # sizes of a causal attention's blocks (cinn.schedules.cpu_attention), whatever the model
+SIZES = range(2**31)  # sizes of a causal attention's blocks (schedules.cpu_attention), whatever the model
 # annotation keys and the int values each may take (no other value type: strings are what pragma_import_llvm reads)
 ANNOTATIONS: Mapping[str, Container[int]] = {
     AUTO_UNROLL: frozenset(UNROLL_STEPS + TILED_UNROLL_STEPS),

@@ -3,4 +3,4 @@
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 mkdir -p bench_out
-exec "$VENV_PY" -m cinn.benchmarks --csv bench_out/bench.csv --plot bench_out/bench.png "$@"
+exec "$VENV_PY" -m benchmarks --csv bench_out/bench.csv --plot bench_out/bench.png "$@"

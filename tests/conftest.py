@@ -30,7 +30,7 @@ def pytest_collection_modifyitems(config, items):
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:
         return
-    from cinn.cuda_module import device_present
+    from cinn.runtime.cuda_module import device_present
 
     if not device_present():
         skip = pytest.mark.skip(reason="no CUDA device present")

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn.frontend.zoo import get_model
-from cinn.ir import TensorType
-from cinn.ops import get_op
-from cinn.ops.attention import AttentionAttrs, attention_shape
-from cinn.passes.attention import is_causal
-from cinn.passes.pipeline import optimize
-from cinn.schedules import cpu_attention
+from cinn.compiler.passes.attention import is_causal
+from cinn.compiler.passes.pipeline import optimize
+from cinn.core.ir import TensorType
+from cinn.core.ops import get_op
+from cinn.core.ops.attention import AttentionAttrs, attention_shape
+from frontend.zoo import get_model
+from schedules import cpu_attention
 
 RNG = np.random.default_rng(0)
 NEG = -10000.0  # the additive mask value BERT and GPT-2 exports use

@@ -16,9 +16,9 @@ import tvm_ffi
 from tvm.s_tir import Schedule, Trace
 
 import cinn
-from cinn.autotune import space
-from cinn.autotune.algorithms import ROUNDS
-from cinn.autotune.database import (
+from autotune import space
+from autotune.algorithms import ROUNDS
+from autotune.database import (
     DEFAULT_TRACE,
     FailureKind,
     Record,
@@ -27,17 +27,17 @@ from cinn.autotune.database import (
     best_traces,
     read_records,
 )
-from cinn.autotune.measure import MeasureConfig, MeasureResult
-from cinn.autotune.scheduler import TaskProgress, next_task, round_size
-from cinn.autotune.search import SearchConfig, TaskSearch
-from cinn.autotune.task import Task, extract_tasks
-from cinn.autotune.tuner import TuneConfig, tune
-from cinn.build import element_aligned
-from cinn.frontend import NetBuilder
-from cinn.in_model import ROUNDS as ROUNDS_IN_MODEL
-from cinn.schedules import apply_default
-from cinn.schedules.knobs import Knob
-from cinn.target import parse_target
+from autotune.measure import MeasureConfig, MeasureResult
+from autotune.scheduler import TaskProgress, next_task, round_size
+from autotune.search import SearchConfig, TaskSearch
+from autotune.task import Task, extract_tasks
+from autotune.tuner import TuneConfig, tune
+from cinn.compiler.build import element_aligned
+from cinn.core.target import parse_target
+from cinn.facade.in_model import ROUNDS as ROUNDS_IN_MODEL
+from frontend import NetBuilder
+from schedules import apply_default
+from schedules.knobs import Knob
 from tests.timeouts import scaled
 
 TARGET = parse_target("llvm")
@@ -81,7 +81,7 @@ class RandomModel:
 
 @pytest.fixture(scope="module")
 def runner():
-    from cinn.autotune.measure import LocalRunner
+    from autotune.measure import LocalRunner
 
     r = LocalRunner(FAST)
     yield r
@@ -112,8 +112,8 @@ def test_samples_replay_from_their_traces():
 def test_register_tiled_sketch_keeps_builds_small():
     # large auto-unroll budgets over the explicitly unrolled register tile, and tiles beyond the register file, took
     # seconds to minutes to build
-    from cinn.schedules.cpu_common import lanes
-    from cinn.schedules.knobs import TILED_UNROLL_STEPS
+    from schedules.cpu_common import lanes
+    from schedules.knobs import TILED_UNROLL_STEPS
 
     task = _task(_conv_relu())
     rng = random.Random(0)
@@ -197,7 +197,7 @@ def test_search_proposes_new_distinct_candidates():
 def test_sampled_schedules_are_correct(make, sketch, runner):
     """Random points of the space (both tiling sketches for matmul/conv) build and match the default schedule's
     output (checked by the runner)."""
-    from cinn.autotune.measure import MeasureInput
+    from autotune.measure import MeasureInput
 
     task = _task(make())
     rng = random.Random(1)
@@ -234,8 +234,8 @@ def test_warm_up_shares_a_small_budget_among_all_tasks():
 
 
 def test_summary_tells_untuned_tasks_from_failed_ones():
-    from cinn.autotune.tuner import TaskSummary
-    from cinn.tune_cli import format_summary
+    from autotune.tuner import TaskSummary
+    from cinn.facade.tune_cli import format_summary
 
     task = extract_tasks(_softmax())[0]
     table = format_summary([TaskSummary(task, 4, 2e-3, 1e-3, "t"), TaskSummary(task, 0, math.inf, math.inf, None),
@@ -478,7 +478,7 @@ def _matmul_relu_onnx(tmp_path):
 
 
 def test_cinn_tune_cli(tmp_path, capsys):
-    from cinn import tune_cli as cli
+    from cinn.facade import tune_cli as cli
 
     path = _matmul_relu_onnx(tmp_path)
     log = tmp_path / "log.jsonl"
@@ -501,8 +501,8 @@ def test_cinn_tune_cli(tmp_path, capsys):
 
 def test_no_in_model_check_for_a_device_behind_rpc(tmp_path, monkeypatch):
     """With --rpc-tracker the candidates run on the tracker's device; the model would run here, so it is not judged."""
-    from cinn import tune_cli as cli
-    from cinn.autotune.measure import LocalRunner
+    from autotune.measure import LocalRunner
+    from cinn.facade import tune_cli as cli
 
     monkeypatch.setattr(cli, "RpcRunner", lambda tracker, key, config: LocalRunner(config))
     monkeypatch.setattr(cli, "judge_in_model", lambda *a, **k: pytest.fail("the model was judged on this machine"))
@@ -515,7 +515,7 @@ def test_no_in_model_check_for_a_device_behind_rpc(tmp_path, monkeypatch):
 def test_cinn_tune_measures_conv_algorithms_first(tmp_path, capsys):
     """A 3x3 conv's algorithms (direct, Winograd F(4x4), F(2x2)) are measured and logged before its kernels are
     tuned; the tasks are those of the chosen algorithm, and a resumed run measures them again only for new shapes."""
-    from cinn import tune_cli as cli
+    from cinn.facade import tune_cli as cli
 
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper
@@ -539,9 +539,9 @@ def test_cinn_tune_measures_conv_algorithms_first(tmp_path, capsys):
     assert len([r for r in read_records(log) if r.workload.startswith("winograd/")]) == 3 * ROUNDS
 
 def test_cinn_tune_usage_errors(tmp_path, capsys):
-    from cinn import tune_cli as cli
+    from cinn.facade import tune_cli as cli
 
     assert cli.main([str(tmp_path / "missing.onnx"), "--log", str(tmp_path / "l.jsonl")]) == 2
     assert cli.main(["encoder", "--log", "l", "--rpc-key", "k"]) == 2
-    proc = subprocess.run([sys.executable, "-m", "cinn.autotune", "--help"], capture_output=True, text=True, timeout=scaled(120))
+    proc = subprocess.run([sys.executable, "-m", "autotune", "--help"], capture_output=True, text=True, timeout=scaled(120))
     assert proc.returncode == 0 and "--trials" in proc.stdout

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn.autotune.database import Record
-from cinn.benchmarks.harness import ATOL, RTOL, BenchConfig, Engine, EngineResult, ModelResult, compare, ort_session, run_worker
-from cinn.benchmarks.onnx_export import CONVERTERS, IR_VERSION, to_onnx
-from cinn.benchmarks.report import format_table
-from cinn.frontend import NetBuilder
-from cinn.frontend.zoo import MODELS, get_model
-from cinn.target import parse_target
+from autotune.database import Record
+from benchmarks.harness import ATOL, RTOL, BenchConfig, Engine, EngineResult, ModelResult, compare, ort_session, run_worker
+from benchmarks.onnx_export import CONVERTERS, IR_VERSION, to_onnx
+from benchmarks.report import format_table
+from cinn.core.target import parse_target
+from frontend import NetBuilder
+from frontend.zoo import MODELS, get_model
 from tests.timeouts import scaled
 
 pytest.importorskip("onnxruntime")
@@ -95,7 +95,7 @@ def test_quantized_models_are_compared_by_mean_error(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    from cinn.benchmarks.harness import is_quantized
+    from benchmarks.harness import is_quantized
     from tests.test_onnx_import import make_model
 
     f32, u8 = TensorProto.FLOAT, TensorProto.UINT8
@@ -146,7 +146,7 @@ def test_tuned_engine_with_unknown_workload_log_matches_fused(tmp_path, tmp_cach
 
 
 def test_cli_rejects_missing_log(tmp_path, capsys):
-    from cinn.benchmarks.cli import main
+    from benchmarks.cli import main
 
     with pytest.raises(SystemExit) as exc:
         main(["mlp", "--log", str(tmp_path / "missing.jsonl")])
@@ -156,7 +156,7 @@ def test_cli_rejects_missing_log(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_cli_end_to_end(tmp_path, tmp_cache, monkeypatch, capsys):
-    from cinn.benchmarks.cli import main
+    from benchmarks.cli import main
 
     monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_cache))
     csv_path, png_path = tmp_path / "out" / "bench.csv", tmp_path / "out" / "bench.png"
@@ -174,7 +174,7 @@ def test_cli_end_to_end(tmp_path, tmp_cache, monkeypatch, capsys):
 
 
 def test_cli_rejects_unknown_model(capsys):
-    from cinn.benchmarks.cli import main
+    from benchmarks.cli import main
 
     with pytest.raises(SystemExit) as exc:
         main(["nope"])
@@ -184,8 +184,8 @@ def test_cli_rejects_unknown_model(capsys):
 
 def test_cuda_target_without_a_gpu_fails_clearly(tmp_cache, monkeypatch, capfd):
     """cinn-bench --target cuda builds the CUDA kernels, then each engine says in one line why it cannot run here."""
-    from cinn.benchmarks.cli import main
-    from cinn.cuda_module import device_present
+    from benchmarks.cli import main
+    from cinn.runtime.cuda_module import device_present
 
     if device_present():
         pytest.skip("a GPU is present: the gpu-marked tests run cinn-bench --target cuda")
@@ -227,7 +227,7 @@ def test_model_file_engines_agree(tmp_path, monkeypatch):
 
 
 def test_cli_runs_a_model_file(tmp_path, tmp_cache, monkeypatch, capsys):
-    from cinn.benchmarks.cli import main
+    from benchmarks.cli import main
 
     monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_cache))
     path = _onnx_file(tmp_path / "tiny.onnx")
@@ -239,7 +239,7 @@ def test_cli_runs_a_model_file(tmp_path, tmp_cache, monkeypatch, capsys):
 
 
 def test_cli_rejects_a_missing_model_file(tmp_path, capsys):
-    from cinn.benchmarks.cli import main
+    from benchmarks.cli import main
 
     with pytest.raises(SystemExit) as exc:
         main([str(tmp_path / "missing.onnx")])
@@ -249,7 +249,7 @@ def test_cli_rejects_a_missing_model_file(tmp_path, capsys):
 
 def test_latency_is_timed_after_the_settling_runs():
     """median_seconds keeps running untimed for settle_s before it times: right after a compile the cores are slow."""
-    from cinn.utils import median_seconds
+    from cinn.core.utils import median_seconds
 
     calls = []
     start = time.perf_counter()  # the settling is counted from the call, not from its first run (a VM can stall between)
@@ -260,7 +260,7 @@ def test_latency_is_timed_after_the_settling_runs():
 def test_rounds_interleave_the_engines_and_report_the_median_round(monkeypatch):
     """Each engine's worker is started once; the rounds visit the engines in a rotating order, and the median over
     rounds is reported next to the median of the per-round ratios."""
-    from cinn.benchmarks import harness
+    from benchmarks import harness
 
     started: list[Engine] = []
     calls: list[Engine] = []
@@ -302,7 +302,7 @@ def test_paired_ratio_takes_the_faster_peer_of_each_round():
 
 
 def test_a_worker_times_a_round_per_command():
-    from cinn.benchmarks.harness import Prepared, serve
+    from benchmarks.harness import Prepared, serve
 
     runs: list[int] = []
     replies = io.StringIO()
@@ -312,7 +312,7 @@ def test_a_worker_times_a_round_per_command():
 
 
 def test_a_worker_past_the_timeout_is_killed(tmp_path, monkeypatch):
-    from cinn.benchmarks import harness
+    from benchmarks import harness
 
     popen = subprocess.Popen
     monkeypatch.setattr(harness.subprocess, "Popen",
@@ -324,7 +324,7 @@ def test_a_worker_past_the_timeout_is_killed(tmp_path, monkeypatch):
 
 
 def test_a_worker_that_dies_is_an_engine_failure(tmp_path):
-    from cinn.benchmarks.harness import Worker
+    from benchmarks.harness import Worker
 
     with pytest.raises(RuntimeError, match="onnxruntime worker exited with status"):
         Worker(Engine.ORT, str(tmp_path / "missing.onnx"), BenchConfig(timeout=scaled(60)), str(tmp_path / "out.npz"))

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn import build, compiled_cache, disk_cache, trust
+from cinn.compiler import build, compiled_cache
+from cinn.runtime import disk_cache, trust
 from tests.test_compiled_cache import _mlp, lowerings  # noqa: F401  (the fixture)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

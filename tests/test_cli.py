@@ -19,9 +19,9 @@ import psutil
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from cinn.command import ExitStatus
-from cinn.tune_cli import INTERRUPTED
-from cinn.worker_pool import WorkerPool, stop_all
+from cinn.facade.command import ExitStatus
+from cinn.facade.tune_cli import INTERRUPTED
+from cinn.runtime.worker_pool import WorkerPool, stop_all
 from tests.timeouts import scaled
 
 
@@ -40,9 +40,9 @@ class Command:
 
 COMMANDS = [
     Command("cinn-run", "cinn", (), ("--repeat", "100000000"), "compiling: "),
-    Command("cinn-tune", "cinn.autotune", ("--log", "{tmp}/log.jsonl"), ("--trials", "100000", "--no-model-check"),
+    Command("cinn-tune", "autotune", ("--log", "{tmp}/log.jsonl"), ("--trials", "100000", "--no-model-check"),
             " tasks, ", INTERRUPTED),
-    Command("cinn-bench", "cinn.benchmarks", (), ("--repeat", "100000000"), "cinn-fused preparing"),
+    Command("cinn-bench", "benchmarks", (), ("--repeat", "100000000"), "cinn-fused preparing"),
 ]
 IDS = [c.prog for c in COMMANDS]
 
@@ -129,14 +129,14 @@ def _read_until(proc: subprocess.Popen, marker: str) -> str:
 
 _SLOW_BUILDS = r"""
 import os, sys, time
-import cinn, cinn.build
+import cinn, cinn.compiler.build
 from tests.test_cli import _model
 
 def slow_build(spec, target, path, secret):  # a kernel that takes minutes to build, as a big one does
     os.write(1, b"building\n")  # one write: two workers' lines do not interleave
     time.sleep(3600)
 
-cinn.build.build_cached = slow_build  # the workers are sent this function, by value
+cinn.compiler.build.build_cached = slow_build  # the workers are sent this function, by value
 cinn.compile(cinn.load_onnx(_model(sys.argv[1])), cache_dir=sys.argv[2], workers=2)
 """
 
@@ -188,8 +188,8 @@ def test_bench_engine_workers_die_with_a_killed_bench(tmp_path):
 
 _SPAWNER = r"""
 import subprocess, sys
-from cinn.worker_pool import spawner_env
-child = subprocess.Popen([sys.executable, "-c", "from cinn.worker_pool import die_with_spawner; die_with_spawner(); "
+from cinn.runtime.worker_pool import spawner_env
+child = subprocess.Popen([sys.executable, "-c", "from cinn.runtime.worker_pool import die_with_spawner; die_with_spawner(); "
                           "print(flush=True); import time; time.sleep(3600)"], env=spawner_env(), stdout=subprocess.PIPE)
 child.stdout.readline()  # it has asked for its signal
 print(child.pid, flush=True)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn import api, compiled_cache
+from cinn.compiler import compiled_cache
+from cinn.facade import api
 
 
 def _mlp(seed: int) -> tuple[cinn.Program, dict]:
@@ -39,7 +40,7 @@ def test_a_second_compile_takes_the_cached_one(tmp_path, lowerings):
 
 def test_an_int8_compile_comes_back_from_the_cache(tmp_path, lowerings):
     """A quantized matmul (on a VNNI host: an integer kernel over int8 constants) is kept and read back whole."""
-    from cinn.target import parse_target
+    from cinn.core.target import parse_target
     from tests.test_integer_kernels import _quantized_matmul, _weights
 
     if not parse_target("llvm").has_vnni:

@@ -17,11 +17,11 @@ import tvm
 from tvm.s_tir import Schedule
 
 import cinn
-from cinn.autotune import features
-from cinn.autotune.cost_model import CostModel, CostModelConfig, NotACostModel
-from cinn.frontend import NetBuilder
-from cinn.machine import configure_threads
-from cinn.target import parse_target
+from autotune import features
+from autotune.cost_model import CostModel, CostModelConfig, NotACostModel
+from cinn.core.target import parse_target
+from cinn.runtime.machine import configure_threads
+from frontend import NetBuilder
 from tests.test_onnx_import import tiny_relu_model
 
 TARGET = parse_target("llvm")
@@ -31,7 +31,7 @@ def matmul_func(m: int, k: int, n: int, relu: bool):
     """The PrimFunc cinn lowers for x(m,k) @ w(k,n) [+ relu]."""
     b = NetBuilder(f"mm{m}x{k}x{n}")
     y = b.matmul(b.create_input("float32", (m, k), "x"), b.create_input("float32", (k, n), "w"))
-    _, (lowered,) = cinn.lower.lower_program(b.build([b.relu(y) if relu else y]))
+    _, (lowered,) = cinn.compiler.lower.lower_program(b.build([b.relu(y) if relu else y]))
     return lowered.func
 
 
@@ -268,7 +268,7 @@ def test_settings_out_of_range_are_refused():
 def test_cinn_tune_exits_2_on_a_bad_cost_model(case, tmp_path):
     model = tiny_relu_model(tmp_path / "tiny.onnx")
     bad = BAD_FILES[case](_saved(tmp_path), tmp_path / "bad.npz")
-    done = subprocess.run([sys.executable, "-m", "cinn.autotune", str(model), "--cost-model", str(bad), "--trials", "1",
+    done = subprocess.run([sys.executable, "-m", "autotune", str(model), "--cost-model", str(bad), "--trials", "1",
                            "--log", str(tmp_path / "log.jsonl")], capture_output=True, text=True,
                           env={**os.environ, "CINN_CACHE_DIR": str(tmp_path / "cache")})
     assert done.returncode == 2, done.stderr

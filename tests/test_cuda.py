@@ -11,17 +11,17 @@ import tvm
 from tvm.s_tir import Schedule
 
 import cinn
-from cinn.benchmarks.real_models import MODELS as REAL_MODELS
-from cinn.build import KernelSpec, build_kernel, workload_key
-from cinn.cuda_module import device_present
-from cinn.frontend.zoo import MODELS, get_model, symbolic_encoder
-from cinn.lower import lower_group
-from cinn.ops import OPS
-from cinn.passes.fusion import fuse
-from cinn.passes.pipeline import optimize
-from cinn.schedules import apply_default
-from cinn.schedules.cuda_common import unbound_blocks
-from cinn.target import parse_target
+from benchmarks.real_models import MODELS as REAL_MODELS
+from cinn.compiler.build import KernelSpec, build_kernel, workload_key
+from cinn.compiler.lower import lower_group
+from cinn.compiler.passes.fusion import fuse
+from cinn.compiler.passes.pipeline import optimize
+from cinn.core.ops import OPS
+from cinn.core.target import parse_target
+from cinn.runtime.cuda_module import device_present
+from frontend.zoo import MODELS, get_model, symbolic_encoder
+from schedules import apply_default
+from schedules.cuda_common import unbound_blocks
 from tests.test_ops import CASES, _build, _case_id
 
 TARGET = parse_target("cuda")
@@ -143,8 +143,8 @@ def test_tuning_candidates_build_for_cuda(tmp_path):
     """The tuner's CUDA space: sampled thread/register/shared-memory decisions bind every block and compile to PTX."""
     import random
 
-    from cinn.autotune import space
-    from cinn.autotune.task import extract_tasks
+    from autotune import space
+    from autotune.task import extract_tasks
 
     b = cinn.NetBuilder("mm")
     x = b.create_input("float32", (64, 128), "x")

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn import compiled_cache, disk_cache
+from cinn.compiler import compiled_cache
+from cinn.runtime import disk_cache
 from tests.test_compiled_cache import _mlp, lowerings  # noqa: F401  (the fixture)
 
 KERNEL = "0123456789abcdef0123456789abcdef"

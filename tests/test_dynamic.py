@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn.frontend.zoo import symbolic_encoder
-from cinn.symbolic import ShapeBindingError, SymbolicProgram
+from cinn.core.symbolic import ShapeBindingError, SymbolicProgram
+from frontend.zoo import symbolic_encoder
 from tests.test_passes import evaluate
 from tests.timeouts import scaled
 
@@ -199,8 +199,8 @@ def test_paddle_dynamic_dims_are_symbols(tmp_cache):
 
 
 def test_symbolic_bert_exports_with_dim_params_and_matches_onnxruntime(tmp_cache):
-    from cinn.benchmarks.onnx_export import to_onnx
-    from cinn.frontend.zoo import bert_feeds, symbolic_bert_base
+    from benchmarks.onnx_export import to_onnx
+    from frontend.zoo import bert_feeds, symbolic_bert_base
 
     model = to_onnx(symbolic_bert_base(small=True))
     assert [[d.dim_param for d in i.type.tensor_type.shape.dim] for i in model.graph.input] == [["batch", "seq"]] * 3
@@ -216,7 +216,7 @@ def test_dynamic_benchmark_smoke(tmp_path):
 
     csv = tmp_path / "dyn.csv"
     args = ["--small", "--size", "batch=1,2", "--size", "seq=3", "--repeat", "1", "--csv", str(csv)]
-    result = subprocess.run([sys.executable, "-m", "cinn.benchmarks.dynamic", *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "benchmarks.dynamic", *args], capture_output=True, text=True,
                             timeout=scaled(600))
     assert result.returncode == 0, result.stderr
     assert "0 built after it, 0 sizes on its symbolic kernels" in result.stdout  # cinn-dynamic: every size hinted
@@ -224,15 +224,15 @@ def test_dynamic_benchmark_smoke(tmp_path):
     assert "max abs difference from onnxruntime" in result.stdout
     assert csv.read_text().splitlines()[0].startswith(
         "batch,seq,cinn-dynamic ms,cinn-symbolic ms,cinn-static ms,onnxruntime ms")
-    bad = subprocess.run([sys.executable, "-m", "cinn.benchmarks.dynamic", "--small", "--size", "nope=1"],
+    bad = subprocess.run([sys.executable, "-m", "benchmarks.dynamic", "--small", "--size", "nope=1"],
                          capture_output=True, text=True, timeout=scaled(600))
     assert bad.returncode == 2 and "unknown ['nope']" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_cinn_tune_shape_hints_tune_every_binding(tmp_path, tmp_cache, capsys):
-    from cinn import tune_cli
-    from cinn.autotune.database import read_records
-    from cinn.autotune.task import extract_tasks
+    from autotune.database import read_records
+    from autotune.task import extract_tasks
+    from cinn.facade import tune_cli
 
     path = tmp_path / "m.onnx"
     onnx.save(_reshape_by_shape_model(), path)
@@ -274,7 +274,7 @@ def test_shape_read_from_an_input_is_specialized_by_value(tmp_cache):
 
 
 def test_many_bindings_built_at_run_time_are_warned_of(tmp_cache, monkeypatch):
-    from cinn import dynamic
+    from cinn.runtime import dynamic
 
     monkeypatch.setattr(dynamic, "MANY_ON_DEMAND", 3)
     exe = cinn.compile(_mlp(), cache_dir=tmp_cache, symbolic_kernels=False)

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn.ops import PatternKind
-from cinn.passes.fusion import fuse
-from cinn.passes.pipeline import optimize
-from cinn.passes.views import View, concat_views, find_views, resolve
+from cinn.compiler.passes.fusion import fuse
+from cinn.compiler.passes.pipeline import optimize
+from cinn.core.ops import PatternKind
+from cinn.core.views import View, concat_views, find_views, resolve
 
 RNG = np.random.default_rng(0)
 

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cinn
-from cinn.ir import Program
-from cinn.ops import OPS, PatternKind
-from cinn.ops.registry import dtype_class
+from cinn.core.ir import Program
+from cinn.core.ops import OPS, PatternKind
+from cinn.core.ops.registry import dtype_class
 
 EXAMPLES = int(os.environ.get("CINN_FUZZ_EXAMPLES", "30"))
 # libm-grade functions whose float32 kernels use vectorized polynomial forms: compared with a looser tolerance

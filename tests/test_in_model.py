@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn import in_model
-from cinn.autotune import space
-from cinn.autotune.database import DEFAULT_TRACE, Record, Scope, append_records, best_traces, read_records
-from cinn.autotune.task import extract_tasks
-from cinn.frontend import NetBuilder
-from cinn.runtime import Executable
-from cinn.target import parse_target
+from autotune import space
+from autotune.database import DEFAULT_TRACE, Record, Scope, append_records, best_traces, read_records
+from autotune.task import extract_tasks
+from cinn.core.target import parse_target
+from cinn.facade import in_model
+from cinn.runtime.executable import Executable
+from frontend import NetBuilder
 
 TARGET = parse_target("llvm")
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn.lower import lower_program
-from cinn.passes.integer_kernels import int8_weights, integer_kernels
-from cinn.target import parse_target
+from cinn.compiler.lower import lower_program
+from cinn.compiler.passes.integer_kernels import int8_weights, integer_kernels
+from cinn.core.target import parse_target
 from tests.test_passes import evaluate
 
 RNG = np.random.default_rng(5)
@@ -77,7 +77,7 @@ def test_only_vnni_targets_and_exact_weights_take_the_integer_path(tmp_cache):
 
 
 def test_the_vnni_kernel_uses_vpdpbusd(tmp_cache):
-    from cinn.target import parse_target
+    from cinn.core.target import parse_target
 
     if not parse_target("llvm").has_vnni:
         pytest.skip("this CPU has no AVX-512 VNNI")
@@ -128,7 +128,7 @@ def test_narrow_convs_are_padded_and_grouped_ones_stay_in_float(tmp_cache):
 
 
 def test_opposite_transposes_meet_through_elementwise_ops_and_cancel():
-    from cinn.passes.sink_transposes import sink_transposes
+    from cinn.compiler.passes.sink_transposes import sink_transposes
 
     b = cinn.NetBuilder("sink")
     x, r = b.create_input("float32", (1, 5, 6, 16), "x"), b.create_input("float32", (1, 5, 6, 16), "r")
@@ -147,7 +147,7 @@ def test_opposite_transposes_meet_through_elementwise_ops_and_cancel():
 
 def test_a_concat_of_transposes_becomes_a_transposed_concat():
     """squeezenet's fire modules: the two expand convs' channels-last outputs concatenated over channels."""
-    from cinn.passes.sink_transposes import sink_transposes
+    from cinn.compiler.passes.sink_transposes import sink_transposes
 
     b = cinn.NetBuilder("cat")
     x, y = b.create_input("float32", (1, 5, 6, 16), "x"), b.create_input("float32", (1, 5, 6, 8), "y")

@@ -1,4 +1,4 @@
-"""cinn.ir_json: every op's attrs and whole optimized programs go to JSON and back unchanged; anything else is
+"""cinn.core.ir_json: every op's attrs and whole optimized programs go to JSON and back unchanged; anything else is
 refused with a DecodeError naming where (finding 1 of issue 49: the compile cache's format holds no code)."""
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pkgutil
 import pytest
 
 import tests.cases
-from cinn import ir_json
-from cinn.ir import Node, Program, TensorType, Value, field_types
-from cinn.ops import OPS
-from cinn.passes.pipeline import optimize
-from cinn.target import parse_target
+from cinn.compiler.passes.pipeline import optimize
+from cinn.core import ir_json
+from cinn.core.ir import Node, Program, TensorType, Value, field_types
+from cinn.core.ops import OPS
+from cinn.core.target import parse_target
 from tests.test_integer_kernels import _quantized_matmul, _weights
 from tests.test_passes import _bottlenecks
 

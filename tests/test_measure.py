@@ -13,9 +13,9 @@ import cloudpickle
 import numpy as np
 import pytest
 
-import cinn.frontend
-from cinn.autotune.database import FailureKind
-from cinn.autotune.measure import (
+import frontend
+from autotune.database import FailureKind
+from autotune.measure import (
     ArgInfo,
     LocalRunner,
     MeasureConfig,
@@ -27,10 +27,10 @@ from cinn.autotune.measure import (
     compare_outputs,
     run_kernel,
 )
-from cinn.autotune.task import Task
-from cinn.build import KernelSpec, build_kernel
-from cinn.lower import lower_program
-from cinn.target import Target, parse_target
+from autotune.task import Task
+from cinn.compiler.build import KernelSpec, build_kernel
+from cinn.compiler.lower import lower_program
+from cinn.core.target import Target, parse_target
 from tests.timeouts import FOREVER_S, scaled
 
 # the workers unpickle this module's injected build/run functions: ship them by value, whatever the cwd
@@ -44,7 +44,7 @@ NO_DEFAULT = "workload-without-default"  # a workload whose default schedule fai
 
 
 def _task(epilogue: str = "relu") -> Task:
-    b = cinn.frontend.NetBuilder("mm")
+    b = frontend.NetBuilder("mm")
     x = b.create_input("float32", (64, 64), "x")
     w = b.create_input("float32", (64, 64), "w")
     _, (lg,) = lower_program(b.build([getattr(b, epilogue)(b.matmul(x, w))]))

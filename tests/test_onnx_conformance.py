@@ -13,7 +13,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 
 import cinn  # noqa: E402
-from cinn.frontend.onnx import CONVERTERS, OnnxImportError  # noqa: E402
+from frontend.onnx import CONVERTERS, OnnxImportError  # noqa: E402
 
 # Cases whose ops are all supported but that are expected to fail, each with its reason.
 _ARGMAX_POOL = "MaxPool's Indices output: no argmax-pooling op"

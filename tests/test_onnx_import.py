@@ -13,12 +13,12 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import cinn  # noqa: E402
+from benchmarks.real_models import MODELS, light_path  # noqa: E402
 from cinn import cli  # noqa: E402
-from cinn.benchmarks.real_models import MODELS, light_path  # noqa: E402
-from cinn.frontend.onnx import OnnxImportError  # noqa: E402
-from cinn.machine import Peaks  # noqa: E402
-from cinn.passes.pipeline import optimize  # noqa: E402
-from cinn.passes.simplify import simplify  # noqa: E402
+from cinn.compiler.passes.pipeline import optimize  # noqa: E402
+from cinn.compiler.passes.simplify import simplify  # noqa: E402
+from cinn.runtime.machine import Peaks  # noqa: E402
+from frontend.onnx import OnnxImportError  # noqa: E402
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 RNG = np.random.default_rng(0)

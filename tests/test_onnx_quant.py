@@ -15,7 +15,8 @@ from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import cinn  # noqa: E402
-from cinn.target import parse_target  # noqa: E402
+from cinn.core.target import parse_target  # noqa: E402
+from frontend.onnx import OnnxImportError  # noqa: E402
 from tests.test_onnx_import import make_model, ort_run  # noqa: E402
 
 RNG = np.random.default_rng(11)
@@ -119,5 +120,5 @@ def test_block_quantization_and_its_errors(tmp_cache):
     (got,) = cinn.compile(cinn.load_onnx(model), cache_dir=tmp_cache).run({"q": q})
     np.testing.assert_allclose(got, q * np.repeat(s, 2, axis=0)[:5], rtol=1e-6)
     bad = make_model(nodes, [("q", TensorProto.INT8, (5, 2))], [("y", F32, None)], [("s", s[:2])], opset=21)
-    with pytest.raises(cinn.frontend.onnx.OnnxImportError, match=r"block_size 2: .* \(expected \(3, 2\)\)"):
+    with pytest.raises(OnnxImportError, match=r"block_size 2: .* \(expected \(3, 2\)\)"):
         cinn.load_onnx(bad)

@@ -9,8 +9,8 @@ import pytest
 
 import cinn
 import tests.cases as cases_pkg
-from cinn.ops import OPS
-from cinn.ops.registry import infer
+from cinn.core.ops import OPS
+from cinn.core.ops.registry import infer
 from tests.cases import Case
 from tests.cases.spatial import max_pooled
 from tests.guarded import guarded

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn import cli
-from cinn.frontend.paddle import PaddleImportError
-from cinn.frontend.paddle.registry import dtype_of_code, dtype_of_name
-from cinn.frontend.paddle.schema import AttrType, VarKind, program_desc
+from cinn.facade import cli
+from frontend.paddle import PaddleImportError
+from frontend.paddle.registry import dtype_of_code, dtype_of_name
+from frontend.paddle.schema import AttrType, VarKind, program_desc
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "paddle"
 MODELS = ("mlp", "cnn", "encoder", "ops")
@@ -234,8 +234,8 @@ def test_missing_files(tmp_path):
 
 
 def test_importing_cinn_does_not_import_protobuf_or_the_importer():
-    code = ("import sys, cinn; assert 'google.protobuf' not in sys.modules and 'cinn.frontend.paddle' not in sys.modules; "
-            "cinn.load_paddle; assert 'cinn.frontend.paddle' in sys.modules")
+    code = ("import sys, cinn; assert 'google.protobuf' not in sys.modules and 'frontend.paddle' not in sys.modules; "
+            "cinn.load_paddle; assert 'frontend.paddle' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

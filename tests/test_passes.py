@@ -8,19 +8,19 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn.ir import Program, TensorType
-from cinn.ops import get_op, infer
-from cinn.ops.nn import MatmulAttrs, WeightLayout
-from cinn.passes import fold_constants as fold_module
-from cinn.passes.conv_forms import conv_forms
-from cinn.passes.cse import cse
-from cinn.passes.dce import dce
-from cinn.passes.fold_constants import fold_constants
-from cinn.passes.pack_weights import pack_weights
-from cinn.passes.pipeline import optimize
-from cinn.passes.simplify import simplify
-from cinn.passes.verify import verify
-from cinn.target import parse_target
+from cinn.compiler.passes import fold_constants as fold_module
+from cinn.compiler.passes.conv_forms import conv_forms
+from cinn.compiler.passes.cse import cse
+from cinn.compiler.passes.dce import dce
+from cinn.compiler.passes.fold_constants import fold_constants
+from cinn.compiler.passes.pack_weights import pack_weights
+from cinn.compiler.passes.pipeline import optimize
+from cinn.compiler.passes.simplify import simplify
+from cinn.compiler.passes.verify import verify
+from cinn.core.ir import Program, TensorType
+from cinn.core.ops import get_op, infer
+from cinn.core.ops.nn import MatmulAttrs, WeightLayout
+from cinn.core.target import parse_target
 
 RNG = np.random.default_rng(0)
 
@@ -53,7 +53,7 @@ def check_pass(program: Program, feeds: dict, pass_fn: Callable[[Program], Progr
     return result
 
 
-def check_compiled(program: Program, feeds: dict, cache, rtol: float = 1e-5) -> cinn.runtime.Executable:
+def check_compiled(program: Program, feeds: dict, cache, rtol: float = 1e-5) -> cinn.runtime.executable.Executable:
     """The program compiled through the default pipeline gives the unoptimized numpy reference."""
     exe = cinn.compile(program, cache_dir=cache)
     for got, want, v in zip(exe.run(feeds), evaluate(program, feeds), program.outputs, strict=True):
@@ -466,7 +466,7 @@ def test_optimize_pipeline_end_to_end(tmp_cache):
 def test_rewriter_keeps_a_scalar_constant_scalar():
     """np.ascontiguousarray makes 0-d arrays 1-d: a folded scalar must keep shape () (a CUDA buffer of shape ()
     refused the (1,) array)."""
-    from cinn.passes.rewrite import Rewriter
+    from cinn.compiler.passes.rewrite import Rewriter
 
     b = cinn.NetBuilder("s")
     x = b.create_input("float32", (), "x")

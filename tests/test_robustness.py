@@ -17,9 +17,9 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 import cinn
-from cinn.autotune.cost_model import CostModel
-from cinn.frontend.onnx import OnnxImportError
-from cinn.ir import ShapeTooLarge
+from autotune.cost_model import CostModel
+from cinn.core.ir import ShapeTooLarge
+from frontend.onnx import OnnxImportError
 from tests.test_onnx_import import make_model
 from tests.timeouts import scaled
 
@@ -446,8 +446,8 @@ def test_a_corrupt_cost_model_file_is_named(tmp_path):
 
 
 def test_cinn_tune_checks_the_log_directory_before_measuring(tmp_path, capsys):
-    from cinn.command import ExitStatus
-    from cinn.tune_cli import main
+    from cinn.facade.command import ExitStatus
+    from cinn.facade.tune_cli import main
 
     assert main(["mlp", "--trials", "1", "--log", str(tmp_path / "missing" / "t.jsonl")]) == ExitStatus.USAGE
     assert "no such directory" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn.ir import Node, Program, TensorType, Value
+from cinn.core.ir import Node, Program, TensorType, Value
 from tests.timeouts import scaled
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -128,8 +128,9 @@ def test_an_entry_rewritten_while_it_is_read_is_never_seen_half_replaced(tmp_pat
     import threading
     import warnings
 
-    from cinn import build, trust
-    from cinn.target import parse_target
+    from cinn.compiler import build
+    from cinn.core.target import parse_target
+    from cinn.runtime import trust
 
     target = parse_target("llvm")
     libs = []

@@ -10,15 +10,15 @@ tvm = pytest.importorskip("tvm")
 from tvm import te, topi  # noqa: E402
 from tvm.s_tir import Schedule  # noqa: E402
 
-from cinn.build import OutOfBounds, check_in_bounds  # noqa: E402
-from cinn.ir import TensorType  # noqa: E402
-from cinn.ops import PatternKind as K  # noqa: E402
-from cinn.ops import get_op, infer  # noqa: E402
-from cinn.schedules import apply_default, cpu_matmul, cpu_reduction, cpu_tiling  # noqa: E402
-from cinn.schedules.analysis import blocks, extents, single_reduction  # noqa: E402
-from cinn.schedules.cpu_common import lanes  # noqa: E402
-from cinn.schedules.knobs import DefaultKnobs, Knob  # noqa: E402
-from cinn.target import parse_target  # noqa: E402
+from cinn.compiler.build import OutOfBounds, check_in_bounds  # noqa: E402
+from cinn.core.ir import TensorType  # noqa: E402
+from cinn.core.ops import PatternKind as K  # noqa: E402
+from cinn.core.ops import get_op, infer  # noqa: E402
+from cinn.core.target import parse_target  # noqa: E402
+from schedules import apply_default, cpu_matmul, cpu_reduction, cpu_tiling  # noqa: E402
+from schedules.analysis import blocks, extents, single_reduction  # noqa: E402
+from schedules.cpu_common import lanes  # noqa: E402
+from schedules.knobs import DefaultKnobs, Knob  # noqa: E402
 
 TARGET = parse_target("llvm")
 LANES = lanes("float32", TARGET)  # float32 lanes of the host's vectors: AVX-512 16, AVX2 8
@@ -338,7 +338,7 @@ def test_transposing_copies_run_in_tiles(dtype):
     y = topi.transpose(x, [0, 3, 1, 2])
     sch = check([x], [y], K.INJECTIVE, lambda xa: [xa.transpose(0, 3, 1, 2)])
     loops = [sch.get(lp) for lp in sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[0])]
-    from cinn.schedules.cpu_common import lanes as vector_lanes
+    from schedules.cpu_common import lanes as vector_lanes
 
     width = vector_lanes(dtype, TARGET)  # the widest vector (of 1, 1/2, 1/4 register) that divides the 32 columns
     lanes = next(w for w in (width, width // 2, width // 4) if 32 % w == 0)
@@ -673,8 +673,8 @@ def test_tiles_of_one_vector_by_many_rows_are_compiled_without_partial_unrolling
     """AVX2, a 512->1000 1x1 conv on 13x13: 8 channels x 13 columns a tile, 13 broadcasts a step; LLVM's Zen model
     unrolled the step twice and spilled the accumulators (5.6 -> 2.8-3.8 ms on one core without). 14x14 takes 7
     columns, which ran faster unrolled."""
-    from cinn.schedules.analysis import blocks
-    from cinn.target import NO_PARTIAL_UNROLL
+    from cinn.core.target import NO_PARTIAL_UNROLL
+    from schedules.analysis import blocks
 
     x = te.placeholder((1, 512, hw, hw), name="x")
     w = te.placeholder((512, 1, 1, 1000), name="w")
@@ -686,7 +686,7 @@ def test_tiles_of_one_vector_by_many_rows_are_compiled_without_partial_unrolling
 
 def test_kernel_compiled_without_partial_unrolling_matches_numpy(tmp_path):
     import cinn
-    from cinn.builder import NetBuilder
+    from cinn.core.builder import NetBuilder
 
     b = NetBuilder("conv13")
     x = b.create_input("float32", (1, 64, 13, 13), "x")

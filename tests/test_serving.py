@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn import machine, runtime
-from cinn.machine import Peaks
-from cinn.runtime import ALIGNMENT, aligned_empty
-from cinn.target import parse_target
+from cinn.core.target import parse_target
+from cinn.runtime import executable as runtime
+from cinn.runtime import machine
+from cinn.runtime.executable import ALIGNMENT, aligned_empty
+from cinn.runtime.machine import Peaks
 
 RNG = np.random.default_rng(0)
 

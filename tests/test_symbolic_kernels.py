@@ -9,13 +9,14 @@ from onnx import TensorProto, helper
 from tvm import tirx
 
 import cinn
-from cinn import build as build_module
-from cinn import dynamic, symbolic_kernels
-from cinn.frontend.zoo import bert_feeds, symbolic_bert_base, symbolic_encoder
-from cinn.ops import OPS
-from cinn.ops.te_util import dim_at
-from cinn.symbolic import SymbolicProgram
-from cinn.target import parse_target
+from cinn.compiler import build as build_module
+from cinn.compiler import symbolic_kernels
+from cinn.core.ops import OPS
+from cinn.core.ops.te_util import dim_at
+from cinn.core.symbolic import SymbolicProgram
+from cinn.core.target import parse_target
+from cinn.runtime import dynamic
+from frontend.zoo import bert_feeds, symbolic_bert_base, symbolic_encoder
 from tests.test_dynamic import _mlp, _reference, _reshape_by_shape_model, rand
 from tests.test_onnx_import import make_model, ort_run
 from tests.test_ops import CASES, emit

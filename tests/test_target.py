@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from cinn.schedules import cpu_matmul
-from cinn.target import DEFAULT_CACHES, KIB, KNOWN_CACHES, CacheSizes, _host_caches, host_cpu, parse_target
+from cinn.core.target import DEFAULT_CACHES, KIB, KNOWN_CACHES, CacheSizes, _host_caches, host_cpu, parse_target
+from schedules import cpu_matmul
 
 
 @pytest.mark.parametrize("mcpu, bits, registers, l1d, l2", [
@@ -58,8 +58,8 @@ def test_weight_panel_follows_the_l2():
 
 
 def test_targets_that_schedule_differently_do_not_share_cache_entries():
-    from cinn.build import KernelSpec, cache_key
-    from cinn.ops import PatternKind
+    from cinn.compiler.build import KernelSpec, cache_key
+    from cinn.core.ops import PatternKind
 
     t = parse_target("llvm -mcpu=znver3")
     spec = KernelSpec("w", None, PatternKind.OUT_FUSIBLE, None)

@@ -14,10 +14,10 @@ import tvm
 from tvm.script import tirx as T
 
 import cinn
-from cinn import thread_pool
-from cinn.build import load_library
-from cinn.machine import configure_threads
-from cinn.target import parse_target
+from cinn.compiler.build import load_library
+from cinn.core.target import parse_target
+from cinn.runtime import thread_pool
+from cinn.runtime.machine import configure_threads
 from tests.timeouts import scaled
 
 RNG = np.random.default_rng(0)

@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from cinn.benchmarks import tune_bench
-from cinn.benchmarks.report import render_table, write_rows_csv
-from cinn.benchmarks.tune_bench import (
+from benchmarks import tune_bench
+from benchmarks.report import render_table, write_rows_csv
+from benchmarks.tune_bench import (
     WORKLOADS,
     BenchSettings,
     Candidate,
@@ -27,8 +27,8 @@ from cinn.benchmarks.tune_bench import (
     tune_columns,
     write_tune_plot,
 )
-from cinn.benchmarks.tune_worker import workload_task
-from cinn.target import parse_target
+from benchmarks.tune_worker import workload_task
+from cinn.core.target import parse_target
 from tests.timeouts import scaled
 
 TINY = "matmul_64"
@@ -110,8 +110,8 @@ def test_outcome_keeps_failure_counts_through_json():
 
 def test_our_tuner_counts_failures_by_kind(tmp_path, monkeypatch):
     """tune_ours counts the log's failed records by their FailureKind, not by parsing messages."""
-    from cinn.autotune.database import FailureKind, Record, append_records
-    from cinn.benchmarks import tune_worker
+    from autotune.database import FailureKind, Record, append_records
+    from benchmarks import tune_worker
 
     log = tmp_path / "tuning.jsonl"
     recs = [Record("w", "llvm", "[[], []]", (), error="after 10 s", failure=FailureKind.RUN_TIMEOUT),

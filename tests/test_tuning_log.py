@@ -20,8 +20,8 @@ from tvm.s_tir import Schedule
 
 import cinn
 import tests.cases as cases_pkg
-from cinn.autotune import space
-from cinn.autotune.database import (
+from autotune import space
+from autotune.database import (
     DEFAULT_TRACE,
     FailureKind,
     Record,
@@ -31,12 +31,12 @@ from cinn.autotune.database import (
     noted_baselines,
     read_records,
 )
-from cinn.autotune.task import extract_tasks
-from cinn.build import KernelSpec, build_kernel
-from cinn.ops import PatternKind
-from cinn.schedules import replay
-from cinn.schedules.analysis import blocks
-from cinn.target import parse_target
+from autotune.task import extract_tasks
+from cinn.compiler.build import KernelSpec, build_kernel
+from cinn.core.ops import PatternKind
+from cinn.core.target import parse_target
+from schedules import replay
+from schedules.analysis import blocks
 from tests.test_onnx_import import tiny_relu_model
 from tests.test_ops import emit
 
@@ -145,7 +145,7 @@ def test_baseline_round_trips_and_old_lines_have_none():
     assert Record.from_json('{"workload": "a", "target": "llvm", "trace": "", "costs": [1.0], "scope": "model"}').baseline == ""
 
 
-# --- replaying a log: only what cinn's schedules emit (cinn.schedules.replay) ---
+# --- replaying a log: only what cinn's schedules emit (schedules.replay) ---
 
 CPU = parse_target("llvm")
 
@@ -212,7 +212,7 @@ def test_a_log_that_would_link_code_is_refused(key, tmp_path, tmp_cache):
 
 
 def test_cinn_run_refuses_a_log_that_would_link_code(tmp_path):
-    from cinn.frontend.loading import load_model
+    from frontend.loading import load_model
 
     model = tiny_relu_model(tmp_path / "tiny.onnx")
     marker = tmp_path / "marker"
@@ -373,8 +373,8 @@ def test_every_trace_the_search_space_samples_is_replayable(module, target):
 def test_every_allowed_annotation_is_one_the_schedules_emit():
     """The rarer paths' traces replay too, and every annotation the allow-list names is one of theirs (no key is
     allowed that cinn never writes)."""
-    from cinn.autotune.algorithms import conv_program
-    from cinn.passes.winograd import TILES, ConvShape
+    from autotune.algorithms import conv_program
+    from cinn.compiler.passes.winograd import TILES, ConvShape
 
     shape = ConvShape(1, 16, 16, (14, 14), (1, 1, 1, 1))
     winograd = [t for tile in TILES

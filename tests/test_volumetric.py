@@ -17,7 +17,7 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 import cinn  # noqa: E402
-from cinn.target import parse_target  # noqa: E402
+from cinn.core.target import parse_target  # noqa: E402
 from tests.guarded import guarded  # noqa: E402
 from tests.test_onnx_import import assert_matches_ort, make_model, ort_run, rand  # noqa: E402
 

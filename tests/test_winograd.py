@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 
 import cinn
-from cinn.autotune.algorithms import ROUNDS, select_winograd, winograd_choices
-from cinn.autotune.database import FailureKind, Record, append_records, read_records
-from cinn.autotune.measure import MeasureResult
-from cinn.ir import TensorType
-from cinn.lower import lower_program
-from cinn.ops import get_op, infer
-from cinn.ops.winograd import POINTS, WinogradInputAttrs, transforms, weight_transform
-from cinn.passes.pipeline import winograd_shapes
-from cinn.passes.winograd import ALGORITHM_FAMILY, ALGORITHM_PREFIX, DIRECT, ROW_PANEL, ConvShape, choose_tile
-from cinn.target import parse_target
+from autotune.algorithms import ROUNDS, select_winograd, winograd_choices
+from autotune.database import FailureKind, Record, append_records, read_records
+from autotune.measure import MeasureResult
+from cinn.compiler.lower import lower_program
+from cinn.compiler.passes.pipeline import winograd_shapes
+from cinn.compiler.passes.winograd import ALGORITHM_FAMILY, ALGORITHM_PREFIX, DIRECT, ROW_PANEL, ConvShape, choose_tile
+from cinn.core.ir import TensorType
+from cinn.core.ops import get_op, infer
+from cinn.core.ops.winograd import POINTS, WinogradInputAttrs, transforms, weight_transform
+from cinn.core.target import parse_target
 from tests.test_passes import evaluate
 
 RNG = np.random.default_rng(0)

@@ -1,5 +1,5 @@
 """The ONNX importer: `load_onnx(path_or_ModelProto, input_shapes=None) -> Program`."""
-from cinn.frontend.onnx.loader import load_onnx
-from cinn.frontend.onnx.registry import CONVERTERS, OnnxImportError
+from frontend.onnx.loader import load_onnx
+from frontend.onnx.registry import CONVERTERS, OnnxImportError
 
 __all__ = ["CONVERTERS", "OnnxImportError", "load_onnx"]

@@ -10,9 +10,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-from cinn.builder import program_names
-from cinn.frontend.folding import FoldingBuilder
-from cinn.frontend.onnx import (  # noqa: F401  (register converters)
+from cinn.core.builder import program_names
+from cinn.core.ir import Node, Program, Value, shape_of
+from cinn.core.ops.common import normalize_axis
+from cinn.core.symbolic import Dim, SymbolicInput, SymbolicProgram, symbol_name
+from frontend.folding import FoldingBuilder
+from frontend.onnx import (  # noqa: F401  (register converters)
     ops_attention,
     ops_contrib,
     ops_elementwise,
@@ -24,7 +27,7 @@ from cinn.frontend.onnx import (  # noqa: F401  (register converters)
     ops_rnn,
     ops_shape,
 )
-from cinn.frontend.onnx.registry import (
+from frontend.onnx.registry import (
     CONVERTERS,
     DEFAULT_DOMAINS,
     NEEDS_CONSTANT,
@@ -37,9 +40,6 @@ from cinn.frontend.onnx.registry import (
     onnx_dtype,
     tensor_to_array,
 )
-from cinn.ir import Node, Program, Value, shape_of
-from cinn.ops.common import normalize_axis
-from cinn.symbolic import Dim, SymbolicInput, SymbolicProgram, symbol_name
 
 # 7-21 is the contract; the newer opsets only added element types to the ops converted here (the
 # conformance test runs their cases)

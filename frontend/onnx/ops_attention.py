@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter, onnx_dtype
-from cinn.ir import TensorType, Value
+from cinn.core.ir import TensorType, Value
+from frontend.onnx.registry import NodeContext, OnnxImportError, converter, onnx_dtype
 
 NEG_INF = float("-inf")
 

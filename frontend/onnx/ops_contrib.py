@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from cinn.frontend.onnx.ops_nn import layer_norm_outputs
-from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
-from cinn.ir import TensorType, Value
+from cinn.core.ir import TensorType, Value
+from frontend.onnx.ops_nn import layer_norm_outputs
+from frontend.onnx.registry import NodeContext, OnnxImportError, converter
 
 MS = "com.microsoft."
 

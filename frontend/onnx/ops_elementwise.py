@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from functools import reduce
 
-from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter, onnx_dtype
-from cinn.ir import Value
+from cinn.core.ir import Value
+from frontend.onnx.registry import NodeContext, OnnxImportError, converter, onnx_dtype
 
 # ONNX op -> cinn op, for ops without attributes taking their inputs as they are
 _UNARY = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from cinn.frontend.onnx.ops_elementwise import scalar
-from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter, onnx_dtype
-from cinn.ir import Value
+from cinn.core.ir import Value
+from frontend.onnx.ops_elementwise import scalar
+from frontend.onnx.registry import NodeContext, OnnxImportError, converter, onnx_dtype
 
 
 def _positions(ctx: NodeContext, n: int, trailing: int, dtype: str) -> Value:

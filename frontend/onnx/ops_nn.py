@@ -8,9 +8,9 @@ from functools import reduce
 
 import numpy as np
 
-from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
-from cinn.frontend.volumetric import Window3d, conv3d, pool3d, window3d
-from cinn.ir import Value
+from cinn.core.ir import Value
+from frontend.onnx.registry import NodeContext, OnnxImportError, converter
+from frontend.volumetric import Window3d, conv3d, pool3d, window3d
 
 
 def _as_2d(ctx: NodeContext, x: Value) -> Value:

@@ -10,10 +10,10 @@ import dataclasses
 
 import numpy as np
 
-from cinn.frontend.onnx.ops_contrib import MS
-from cinn.frontend.onnx.ops_nn import convolve, gemm
-from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter, onnx_dtype
-from cinn.ir import Value
+from cinn.core.ir import Value
+from frontend.onnx.ops_contrib import MS
+from frontend.onnx.ops_nn import convolve, gemm
+from frontend.onnx.registry import NodeContext, OnnxImportError, converter, onnx_dtype
 
 
 def _along(ctx: NodeContext, param: Value, rank: int, axis: int) -> Value:

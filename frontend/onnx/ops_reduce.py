@@ -5,8 +5,8 @@ import math
 
 import numpy as np
 
-from cinn.frontend.onnx.registry import NodeContext, converter
-from cinn.ir import Value
+from cinn.core.ir import Value
+from frontend.onnx.registry import NodeContext, converter
 
 # ONNX op -> (cinn reduction, elementwise op applied before it or None, after it or None)
 _REDUCE = {

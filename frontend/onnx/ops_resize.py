@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
-from cinn.ir import Value
+from cinn.core.ir import Value
+from frontend.onnx.registry import NodeContext, OnnxImportError, converter
 
 TF_CROP = "tf_crop_and_resize"
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
-from cinn.ir import Value
+from cinn.core.ir import Value
+from frontend.onnx.registry import NodeContext, OnnxImportError, converter
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 DEFAULT_ACTIVATIONS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}

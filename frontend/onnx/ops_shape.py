@@ -5,10 +5,10 @@ import math
 
 import numpy as np
 
-from cinn.frontend.onnx.registry import NodeContext, OnnxImportError, converter
-from cinn.ir import TensorType, Value
-from cinn.ops.common import broadcast_shapes
-from cinn.passes.fold_constants import MAX_FOLDED_BYTES
+from cinn.compiler.passes.fold_constants import MAX_FOLDED_BYTES
+from cinn.core.ir import TensorType, Value
+from cinn.core.ops.common import broadcast_shapes
+from frontend.onnx.registry import NodeContext, OnnxImportError, converter
 
 
 def _axis(axis: int, rank: int) -> int:

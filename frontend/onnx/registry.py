@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from cinn.frontend.folding import FoldingBuilder
-from cinn.ir import DTYPES, Value
+from cinn.core.ir import DTYPES, Value
+from frontend.folding import FoldingBuilder
 
 
 class OnnxImportError(ValueError):

@@ -7,15 +7,15 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from cinn.frontend.folding import FoldingBuilder
-from cinn.frontend.paddle import ops_math, ops_nn, ops_shape  # noqa: F401  (register converters)
-from cinn.frontend.paddle.graph import PaddleImportError, PaddleModel, PaddleOp, Tensor
-from cinn.frontend.paddle.params import params_path, read_params
-from cinn.frontend.paddle.pdmodel import read_pdmodel
-from cinn.frontend.paddle.pir import read_pir
-from cinn.frontend.paddle.registry import CONVERTERS, Bound, OpContext, Unavailable
-from cinn.ir import Program, Value, shape_of
-from cinn.symbolic import Dim, SymbolicInput, SymbolicProgram, symbol_name
+from cinn.core.ir import Program, Value, shape_of
+from cinn.core.symbolic import Dim, SymbolicInput, SymbolicProgram, symbol_name
+from frontend.folding import FoldingBuilder
+from frontend.paddle import ops_math, ops_nn, ops_shape  # noqa: F401  (register converters)
+from frontend.paddle.graph import PaddleImportError, PaddleModel, PaddleOp, Tensor
+from frontend.paddle.params import params_path, read_params
+from frontend.paddle.pdmodel import read_pdmodel
+from frontend.paddle.pir import read_pir
+from frontend.paddle.registry import CONVERTERS, Bound, OpContext, Unavailable
 
 MODEL_SUFFIXES = (".json", ".pdmodel")
 

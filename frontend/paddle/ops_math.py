@@ -1,9 +1,9 @@
 """Converters of Paddle elementwise ops: activations, arithmetic (legacy `axis` broadcast), scale, cast, dropout."""
 from __future__ import annotations
 
-from cinn.frontend.paddle.graph import PaddleImportError
-from cinn.frontend.paddle.registry import OpContext, converter, dtype_arg
-from cinn.ir import Value
+from cinn.core.ir import Value
+from frontend.paddle.graph import PaddleImportError
+from frontend.paddle.registry import OpContext, converter, dtype_arg
 
 # Paddle op (legacy and PIR names) -> cinn op, for ops taking one input X and no attributes used here
 _UNARY = {

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cinn.frontend.paddle.graph import PaddleImportError
-from cinn.frontend.paddle.registry import OpContext, converter
-from cinn.frontend.volumetric import Window3d, conv3d, pool3d, window3d
-from cinn.ir import Value
+from cinn.core.ir import Value
+from frontend.paddle.graph import PaddleImportError
+from frontend.paddle.registry import OpContext, converter
+from frontend.volumetric import Window3d, conv3d, pool3d, window3d
 
 
 def _attr_of(ctx: OpContext, names: Sequence[str], default):

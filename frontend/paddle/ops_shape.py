@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
-from cinn.frontend.paddle.graph import PaddleImportError
-from cinn.frontend.paddle.registry import OpContext, converter, dtype_arg, dtype_of_name
-from cinn.ir import Value
+from cinn.core.ir import Value
+from frontend.paddle.graph import PaddleImportError
+from frontend.paddle.registry import OpContext, converter, dtype_arg, dtype_of_name
 
 
 def _axis(axis: int, rank: int) -> int:

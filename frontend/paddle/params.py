@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from cinn.frontend.paddle.graph import PaddleImportError, Tensor
-from cinn.frontend.paddle.registry import dtype_of_code
-from cinn.frontend.paddle.schema import tensor_desc
+from frontend.paddle.graph import PaddleImportError, Tensor
+from frontend.paddle.registry import dtype_of_code
+from frontend.paddle.schema import tensor_desc
 
 
 class _Reader:

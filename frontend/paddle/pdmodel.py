@@ -5,9 +5,9 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from cinn.frontend.paddle.graph import Operand, PaddleImportError, PaddleModel, PaddleOp, Tensor
-from cinn.frontend.paddle.registry import dtype_of_code
-from cinn.frontend.paddle.schema import ATTR_FIELD, AttrType, ScalarType, VarKind, program_desc
+from frontend.paddle.graph import Operand, PaddleImportError, PaddleModel, PaddleOp, Tensor
+from frontend.paddle.registry import dtype_of_code
+from frontend.paddle.schema import ATTR_FIELD, AttrType, ScalarType, VarKind, program_desc
 
 # attributes every op carries for Paddle's own bookkeeping
 _BOOKKEEPING = frozenset({"op_callstack", "op_device", "op_namescope", "op_role", "op_role_var", "with_quant_attr"})

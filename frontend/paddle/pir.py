@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cinn.frontend.paddle.graph import Operand, PaddleImportError, PaddleModel, PaddleOp, Tensor
-from cinn.frontend.paddle.registry import dtype_of_name
+from frontend.paddle.graph import Operand, PaddleImportError, PaddleModel, PaddleOp, Tensor
+from frontend.paddle.registry import dtype_of_name
 
 # op-name dialect prefixes: pd_op names are kept bare (shared with legacy converters where they agree)
 _DIALECTS = {"0": "builtin.", "1": "", "2": "cf."}

@@ -14,10 +14,10 @@ from typing import Any, Union
 
 import numpy as np
 
-from cinn.frontend.folding import FoldingBuilder
-from cinn.frontend.paddle.graph import Operand, PaddleImportError, PaddleOp
-from cinn.frontend.paddle.schema import DTYPE_OF_CODE, UNSUPPORTED_CODES
-from cinn.ir import DTYPES, Value
+from cinn.core.ir import DTYPES, Value
+from frontend.folding import FoldingBuilder
+from frontend.paddle.graph import Operand, PaddleImportError, PaddleOp
+from frontend.paddle.schema import DTYPE_OF_CODE, UNSUPPORTED_CODES
 
 # what a value key is bound to while converting: a tensor, a PIR vector (builtin.combine), or an
 # output no converter produces (reading it is an error naming the op)
@@ -98,7 +98,7 @@ class OpContext:
         if any(a is None for a in arrays):
             raise PaddleImportError(f"{what} must be constant or computable from static input shapes"
                                     " (give input_shapes for dynamic dims)")
-        return np.concatenate([np.asarray(a).reshape(-1) for a in arrays]) if isinstance(v, tuple) else arrays[0]
+        return np.concatenate([np.asarray(a).reshape(-1) for a in arrays]) if isinstance(v, tuple) else np.asarray(arrays[0])
 
     def int_array(self, attr: str, pos: int, what: str, tensor_slots: Sequence[str] = ()) -> tuple[int, ...]:
         """A list of ints: PIR operand `pos`; legacy: the first non-empty tensor slot; else attribute `attr`."""

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 
-from cinn import disk_cache, trust
+from cinn.runtime import disk_cache, trust
 from tests.bad_inputs import payloads
 from tests.bad_inputs.core import MARKER, Action, Api, Case, Category, Expect, Unavailable, Want
 

@@ -75,8 +75,8 @@ class Entry(enum.Enum):
     """The CLIs, as `python -m MODULE`."""
 
     RUN = "cinn"
-    TUNE = "cinn.autotune"
-    BENCH = "cinn.benchmarks"
+    TUNE = "autotune"
+    BENCH = "benchmarks"
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cinn import trust
+from cinn.runtime import trust
 from tests.bad_inputs import cache, cli, feeds, models, tiny, tuning, worker
 from tests.bad_inputs.core import (
     MARKER,

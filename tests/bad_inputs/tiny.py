@@ -30,8 +30,8 @@ def reference(path: pathlib.Path, x: np.ndarray) -> np.ndarray:
 def _kernel(model: pathlib.Path):
     """The tiny model's one kernel: its lowered group and the target, as compile sees them."""
     import cinn
-    from cinn.lower import lower_program
-    from cinn.target import parse_target
+    from cinn.compiler.lower import lower_program
+    from cinn.core.target import parse_target
 
     target = parse_target("llvm")
     _, lowered = lower_program(cinn.load_model(str(model)), True, True, True, target, {})
@@ -44,10 +44,10 @@ def record(model: pathlib.Path, annotation: tuple[str, str] | None = None, workl
     import tvm
     from tvm.s_tir import Schedule
 
-    from cinn.autotune.database import Record
-    from cinn.autotune.space import trace_json
-    from cinn.build import workload_key
-    from cinn.schedules.analysis import blocks
+    from autotune.database import Record
+    from autotune.space import trace_json
+    from cinn.compiler.build import workload_key
+    from schedules.analysis import blocks
 
     group, target = _kernel(model)
     sch = Schedule(tvm.IRModule({"main": group.func}))

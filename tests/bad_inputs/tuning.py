@@ -141,7 +141,7 @@ def _meta(**config: object) -> np.ndarray:
 
 
 def _valid(d: pathlib.Path) -> bytes:
-    from cinn.autotune.cost_model import CostModel
+    from autotune.cost_model import CostModel
 
     CostModel(seed=0).save(d / COST_MODEL)
     return (d / COST_MODEL).read_bytes()

@@ -47,7 +47,7 @@ def _load(d: pathlib.Path, path: str, arg: str) -> Callable[[], None] | None:
 
 def _load_compile(d: pathlib.Path, path: str, arg: str) -> Callable[[], None] | None:
     import cinn
-    from cinn.utils import random_feeds
+    from cinn.core.utils import random_feeds
 
     program = cinn.load_model(str(d / path))
     cinn.compile(program, workers=1).run(random_feeds(program.inputs, 0))
@@ -73,7 +73,7 @@ def _feed(d: pathlib.Path, path: str, arg: str) -> Callable[[], None] | None:
 
 
 def _cost_model(d: pathlib.Path, path: str, arg: str) -> Callable[[], None] | None:
-    from cinn.autotune.cost_model import CostModel
+    from autotune.cost_model import CostModel
 
     CostModel.load(d / path)
     return None

@@ -100,7 +100,7 @@ CASES = [
 
 def _u8i8(rows: tuple[int, ...], k: int, n: int):
     def make(rng: np.random.Generator) -> list[np.ndarray]:
-        from cinn.ops.quant import pack_vnni
+        from cinn.core.ops.quant import pack_vnni
 
         x = rng.integers(0, 256, (*rows, k)).astype("uint8")  # the extremes: 255 x -128 summed over k
         w = rng.integers(-128, 128, (k, n)).astype("int8")
@@ -117,7 +117,7 @@ CASES += [
 
 def _u8i8_conv(x: tuple[int, ...], oc: int, k: int):
     def make(rng: np.random.Generator) -> list[np.ndarray]:
-        from cinn.ops.quant import pack_vnni_conv
+        from cinn.core.ops.quant import pack_vnni_conv
 
         w = rng.integers(-128, 128, (oc, x[3], k, k)).astype("int8")
         return [rng.integers(0, 256, x).astype("uint8"), pack_vnni_conv(w)]

@@ -1,0 +1,1 @@
+"""cinn's compiler layer (see docs/architecture.md)."""

@@ -1,0 +1,212 @@
+"""Depthwise convolutions whose output rows are no whole vectors, and the 1x1 convolutions around them, computed
+channels last (NHWC), so that the layout carries from one conv to the next.
+
+In NCHW such a depthwise conv vectorizes over channels anyway: each parallel task copied its input channels last
+and its output back, two transposing copies per kernel, and the 1x1 convs around it transposed their accumulators
+back to NCHW as well. Channels last, each conv reads and writes whole channel vectors in place. The convs are
+rewritten between two transposes (to NHWC and back), which then sink through the elementwise ops between them
+(bias, relu6, residual add) and cancel where two meet (sink_transposes); only the chain's ends keep one.
+
+Measured (2 cores, AVX-512, each kernel alone, ms, NCHW -> NHWC): mobilenet_v2's 384-channel 3x3 on 14x14
+0.034-0.048 -> 0.028, its 960-channel 3x3 on 7x7 0.025-0.043 -> 0.019-0.024, the 192-channel one on 28x28
+0.059-0.078 -> 0.062, the 144-channel 3x3/2 on 56x56 0.066-0.082 -> 0.065; the 1x1 convs as fast as before; the
+whole model 5.21 -> 4.69 ms (interleaved runs, on a VM at half the FMA peak of the one measured elsewhere).
+Dense 1x1 convs over pixels that are no whole vectors (14x14, 7x7) vectorize over 8 output channels in NCHW with 7
+output columns a tile: 7 accumulators, no more than half the FMA peak. Channels last they are matmuls over flat
+pixels in whole register tiles (conv2d's PIXEL_TILE; 1024->256 on 14x14, 2 cores, AVX2: 1.05-1.14 -> 0.74 ms;
+512->2048 on 7x7 1.06 -> 0.74). Such convs joined through elementwise ops (resnet50's bottlenecks and residual adds)
+go channels last together where the time they gain exceeds the transposes left at the ends (resnet50 69 -> 61 ms
+with rows of pixels, 0.87x again with flat ones; densenet121 44 -> 41 ms; inception_v1, all of whose 1x1 convs sit
+between concats and kxk convs, 24 -> 31 ms had they all been taken). Strided dense convs over 32 or more input
+channels join them: NCHW they vectorize over output channels and broadcast input values gathered at the stride,
+7-8 accumulators; channels last they read each output pixel's window in place, the channels innermost (resnet50's
+3x3/2 convs, 2 cores, AVX2: 512->512 to 7x7 2.59 -> 2.24 ms, 256->256 to 14x14 2.40 -> 1.61, 128->128 to 28x28 2.04
+-> 1.68). Stride-1 kxk convs gain nothing (96->208 3x3 on 14x14, 64->192 on 56x56, 16->48 5x5 within 3%) and a
+3-channel stem loses (3->64 7x7/2: 1.75 -> 2.45 ms): they stay NCHW. With 32 vector registers (AVX-512)
+the NCHW tile is 2 vectors x 14 columns, 28 accumulators, near the FMA peak already (1024->256 on 14x14: 0.27 ms,
+~380 GFLOP/s): those convs stay NCHW there.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import cast
+
+from cinn.compiler.passes.rewrite import Rewriter, rewrite
+from cinn.compiler.passes.sink_transposes import sink_transposes
+from cinn.core.ir import Node, Program, Value
+from cinn.core.ops import PatternKind, get_op, op_flops
+from cinn.core.ops.nn import FLAT_LANES, TO_NCHW, TO_NHWC, Conv2dAttrs, DataFormat
+from cinn.core.ops.shape import TransposeAttrs
+
+# vector registers under which an NCHW 1x1 conv over ragged pixels has too few accumulators (AVX2's 16: 7 of them)
+FEW_REGISTERS = 32
+# input channels from which a strided dense conv gains channels last (its inner loop runs over them; a 3-channel stem
+# took 1.75 -> 2.45 ms)
+STRIDED_CHANNELS = 32
+# seconds a conv gains per FLOP channels last (~90 -> ~125 GFLOP/s on 2 AVX2 cores) and a transpose costs per
+# element (0.42-0.49 ns measured over resnet50's and densenet121's)
+GAIN_PER_FLOP = 3e-12
+TRANSPOSE_PER_ELEMENT = 0.45e-9
+
+
+def channels_last(program: Program, lanes: int, registers: int) -> Program:
+    """Compute the depthwise convs whose output rows are not whole half-vectors of `lanes` floats (the CPU's vector
+    width) and that have 1x1 convs on both sides, through elementwise ops, channels last with those 1x1 convs."""
+    chosen = _chosen(program, lanes) | (_flat_chosen(program) if registers < FEW_REGISTERS else set())
+    if not chosen:
+        return program
+    transposed: dict[str, Value] = {}  # convs reading one tensor share its transpose
+    return sink_transposes(rewrite(program, lambda rw, node: node.outputs[0].name in chosen
+                                   and _to_nhwc(rw, node, transposed)))
+
+
+def _chosen(program: Program, lanes: int) -> set[str]:
+    """The output names of the convs to compute channels last: each such depthwise conv with the 1x1 convs that
+    feed it and that it feeds, where both exist (a lone depthwise conv would keep a transpose on each side: shufflenet's,
+    between channel shuffles, took 3.0 -> 4.0 ms)."""
+    producers, consumers = program.producers(), program.consumers()
+    chosen: set[str] = set()
+    for conv in program.nodes:
+        if not (_is_depthwise(conv) and conv.outputs[0].shape[3] % (lanes // 2)):
+            continue
+        before = [n for n in _joined(conv, producers, consumers, True)[0] if _is_pointwise(n)]
+        after = [n for n in _joined(conv, producers, consumers, False)[0] if _is_pointwise(n)]
+        if before and after:
+            chosen |= {n.outputs[0].name for n in (conv, *before, *after)}
+    return chosen
+
+
+@dataclasses.dataclass(frozen=True)
+class _Walks:
+    """A candidate conv and what `_joined` finds from it: the convs upstream and downstream, and whether each walk
+    also ends elsewhere."""
+
+    conv: Node
+    up: list[Node]
+    up_ends: bool
+    down: list[Node]
+    down_ends: bool
+
+
+def _flat_chosen(program: Program) -> set[str]:
+    """The output names of the dense convs to compute channels last over flat pixels (_is_flat_candidate): each set of
+    them joined through elementwise ops whose estimated gain exceeds the transposes left where the set meets other
+    ops."""
+    producers, consumers = program.producers(), program.consumers()
+    outputs = {v.name for v in program.outputs}
+    walks = {n.outputs[0].name: _Walks(n, *_joined(n, producers, consumers, True, outputs),
+                                       *_joined(n, producers, consumers, False, outputs))
+             for n in program.nodes if _is_flat_candidate(n)}
+    chosen: set[str] = set()
+    for component in _components(walks):
+        gain = sum(_flops(w.conv) for w in component) * GAIN_PER_FLOP
+        if gain > _boundary_elements(component) * TRANSPOSE_PER_ELEMENT:
+            chosen |= {w.conv.outputs[0].name for w in component}
+    return chosen
+
+
+def _components(walks: dict[str, _Walks]) -> list[list[_Walks]]:
+    """The candidate convs grouped by the elementwise paths that join them."""
+    groups: list[list[_Walks]] = []
+    placed: set[str] = set()
+    for name in walks:
+        if name in placed:
+            continue
+        group, stack = [], [name]
+        placed.add(name)
+        while stack:
+            walk = walks[stack.pop()]
+            group.append(walk)
+            for n in (*walk.up, *walk.down):
+                if (o := n.outputs[0].name) in walks and o not in placed:
+                    placed.add(o)
+                    stack.append(o)
+        groups.append(group)
+    return groups
+
+
+def _boundary_elements(component: list[_Walks]) -> int:
+    """The elements of the transposes left around a set of convs computed channels last: an input none of them
+    produces, an output that also reaches another op (a kxk conv, a pool, a concat, the graph's output)."""
+    members = {id(w.conv) for w in component}
+    inputs: dict[str, int] = {}
+    elements = 0
+    for w in component:
+        if w.up_ends or not any(id(n) in members for n in w.up):
+            inputs[w.conv.inputs[0].name] = w.conv.inputs[0].type.size
+        if w.down_ends or any(id(n) not in members for n in w.down):
+            elements += w.conv.outputs[0].type.size
+    return elements + sum(inputs.values())
+
+
+def _joined(conv: Node, producers: dict[str, Node], consumers: dict[str, list[Node]], upstream: bool,
+            outputs: frozenset[str] | set[str] = frozenset()) -> tuple[list[Node], bool]:
+    """The convs reached from a conv's input upstream, or from its output downstream, through elementwise ops; and
+    whether the walk also ends elsewhere (another op, a graph input, or one of `outputs`)."""
+    found, seen, ends = [], set(), False
+    start = conv.inputs[:1] if upstream else conv.outputs
+    stack: list[Value] = list(start)
+    while stack:
+        value = stack.pop()
+        if upstream:
+            nodes = [p] if (p := producers.get(value.name)) else []
+        else:
+            nodes = consumers.get(value.name, [])
+        ends |= not nodes or (not upstream and value.name in outputs)
+        for node in nodes:
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op == "conv2d":
+                found.append(node)
+            elif get_op(node.op).kind is PatternKind.ELEMENTWISE and len(node.outputs) == 1:
+                stack += list(node.inputs) if upstream else list(node.outputs)
+            else:
+                ends = True
+    return found, ends
+
+
+def _is_flat_candidate(node: Node) -> bool:
+    """A dense conv that NCHW has few accumulators or gathers its input and channels last computes over flat pixels
+    (conv2d's PIXEL_TILE): a 1x1 at stride 1 without padding over pixels that are no whole vectors, or a strided one
+    over at least STRIDED_CHANNELS input channels."""
+    a = cast(Conv2dAttrs, node.attrs)
+    if not (_is_nchw_float_conv(node) and a.groups == 1):
+        return False
+    if max(a.strides) > 1:
+        return node.inputs[0].shape[1] >= STRIDED_CHANNELS
+    h, w = node.outputs[0].shape[2:]
+    return _is_pointwise(node) and not any(a.paddings) and h * w % FLAT_LANES != 0
+
+
+def _flops(node: Node) -> int:
+    return op_flops(get_op(node.op), [v.type for v in node.inputs], node.attrs, [v.type for v in node.outputs])
+
+
+def _is_depthwise(node: Node) -> bool:
+    if not _is_nchw_float_conv(node):
+        return False
+    channels = node.inputs[0].shape[1]
+    return cast(Conv2dAttrs, node.attrs).groups == channels == node.outputs[0].shape[1]
+
+
+def _is_pointwise(node: Node) -> bool:
+    a = cast(Conv2dAttrs, node.attrs)
+    return _is_nchw_float_conv(node) and a.groups == 1 and a.weight_layout.oihw(node.inputs[1].shape)[2:] == (1, 1)
+
+
+def _is_nchw_float_conv(node: Node) -> bool:
+    return (node.op == "conv2d" and node.outputs[0].dtype == "float32"
+            and cast(Conv2dAttrs, node.attrs).data_format is DataFormat.NCHW)
+
+
+def _to_nhwc(rw: Rewriter, node: Node, transposed: dict[str, Value]) -> bool:
+    """conv(x) -> transpose(conv_nhwc(transpose(x, to NHWC)), to NCHW), x's transpose shared by convs reading x."""
+    x, w = rw.inputs(node)
+    if x.name not in transposed:
+        (transposed[x.name],) = rw.emit("transpose", [x], TransposeAttrs(TO_NHWC))
+    xt = transposed[x.name]
+    (y,) = rw.emit("conv2d", [xt, w], dataclasses.replace(cast(Conv2dAttrs, node.attrs), data_format=DataFormat.NHWC))
+    (yt,) = rw.emit("transpose", [y], TransposeAttrs(TO_NCHW))
+    rw.substitute(node.outputs[0], yt)
+    return True

@@ -1,0 +1,1 @@
+"""cinn's core layer (see docs/architecture.md)."""

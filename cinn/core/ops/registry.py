@@ -1,0 +1,133 @@
+"""The op table: one OpDef per op is the single source of truth for every layer."""
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tvm import te
+
+from cinn.core.ir import Attrs, NoAttrs, ShapeTooLarge, TensorType
+
+
+class PatternKind(enum.IntEnum):
+    """Fusion pattern kinds, ordered from most to least fusible (as CINN)."""
+
+    ELEMENTWISE = 0
+    BROADCAST = 1
+    INJECTIVE = 2
+    REDUCTION = 3
+    OUT_FUSIBLE = 4
+    NON_FUSIBLE = 5
+
+
+class DtypeClass(enum.Flag):
+    """Which dtype families an op accepts."""
+
+    FLOAT = enum.auto()
+    INT = enum.auto()
+    BOOL = enum.auto()
+    NUMBER = FLOAT | INT
+    ANY = FLOAT | INT | BOOL
+
+
+def dtype_class(dtype: str) -> DtypeClass:
+    """The family of a dtype string."""
+    if dtype == "bool":
+        return DtypeClass.BOOL
+    return DtypeClass.FLOAT if np.dtype(dtype).kind == "f" else DtypeClass.INT
+
+
+# The functions of an op take its own Attrs subclass (Any here: a Callable's parameters are contravariant, so a
+# function of ConvAttrs is not a function of Attrs).
+InferFn = Callable[[Sequence[TensorType], Any], Sequence[TensorType]]
+# output types: TensorTypes, or in a symbolic kernel SymbolicTypes (dims that are TIR expressions of its symbols);
+# Any, as the computes are written for TensorType (a Callable's parameters are contravariant)
+ComputeFn = Callable[[Sequence["te.Tensor"], Any, Sequence[Any]], Sequence["te.Tensor"]]
+ReferenceFn = Callable[[Sequence[np.ndarray], Any], Sequence[np.ndarray]]
+# Composite ops are expanded into primitive ops by the decompose pass; the emitter is a NetBuilder.
+DecomposeFn = Callable[[Any, Sequence[Any], Any], Any]
+# The arithmetic an op application performs (a multiply-add counts 2), for the profiler's GFLOP/s.
+FlopsFn = Callable[[Sequence[TensorType], Any, Sequence[TensorType]], int]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """Everything the compiler knows about one op."""
+
+    name: str
+    kind: PatternKind
+    infer: InferFn
+    reference: ReferenceFn
+    compute: ComputeFn | None = None
+    decompose: DecomposeFn | None = None
+    attrs: type[Attrs] = NoAttrs
+    num_inputs: int | None = 1  # None: variadic (one list argument)
+    dtypes: DtypeClass = DtypeClass.ANY
+    doc: str = ""
+    # the input holding indices into input 0 along attrs.axis: constant ones are range-checked before compiling, run-
+    # time ones are clamped into the axis by the compute (negative ones count from the end, as numpy)
+    index_input: int | None = None
+    flops: FlopsFn | None = None  # None: one per element read or written, whichever is more
+    # its attrs only say the output's shape (a reshape's target): its compute reads that from the output's type, so a
+    # symbolic kernel takes the op whatever sizes its attrs hold (a Shape-computed target differs at each size)
+    shape_attrs: bool = False
+
+    @property
+    def is_composite(self) -> bool:
+        return self.decompose is not None
+
+    def reads_gathered(self, i: int) -> bool:
+        """Whether input `i` is read only where the index input points (an embedding table), not whole."""
+        return self.index_input is not None and i == 0
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    """Add an op to the table (names are unique)."""
+    if op.name in OPS:
+        raise ValueError(f"op {op.name!r} registered twice")
+    if (op.compute is None) == (op.decompose is None):
+        raise ValueError(f"op {op.name!r} needs exactly one of compute or decompose")
+    OPS[op.name] = op
+    return op
+
+
+def op_flops(op: OpDef, inputs: Sequence[TensorType], attrs: Attrs, outputs: Sequence[TensorType]) -> int:
+    """The arithmetic of one application of an op (an elementwise op or a reduction: one per element)."""
+    if op.flops is not None:
+        return op.flops(inputs, attrs, outputs)
+    read = sum(t.size for i, t in enumerate(inputs) if not op.reads_gathered(i))
+    return max(read, sum(t.size for t in outputs))
+
+
+def get_op(name: str, node: str = "") -> OpDef:
+    """Look an op up; unknown names raise with the node that used them."""
+    try:
+        return OPS[name]
+    except KeyError:
+        where = f" (node {node!r})" if node else ""
+        raise NotImplementedError(f"unknown op {name!r}{where}") from None
+
+
+def check_dtypes(op: OpDef, types: Sequence[TensorType]) -> None:
+    """Raise a clear error when an input dtype is outside the op's dtype classes."""
+    for t in types:
+        if not dtype_class(t.dtype) & op.dtypes:
+            raise TypeError(f"{op.name}: dtype {t.dtype} not supported (shapes {[tuple(x.shape) for x in types]})")
+
+
+def infer(op: OpDef, types: Sequence[TensorType], attrs: Attrs) -> tuple[TensorType, ...]:
+    """Validated shape/dtype inference for one op application."""
+    if op.num_inputs is not None and len(types) != op.num_inputs:
+        raise ValueError(f"{op.name}: expects {op.num_inputs} inputs, got {len(types)}")
+    check_dtypes(op, types)
+    try:
+        return tuple(op.infer(types, attrs))
+    except ShapeTooLarge as e:
+        shapes = ", ".join(str(t.shape) for t in types)
+        raise ShapeTooLarge(f"{op.name}: output {e} (input shapes {shapes}, attributes {attrs})") from None

@@ -1,0 +1,1 @@
+"""cinn's facade layer (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""cinn's runtime layer (see docs/architecture.md)."""
