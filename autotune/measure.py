@@ -346,8 +346,8 @@ class _PoolRunner:
     def _timed(self, specs: list[KernelSpec], built: dict[KernelSpec, _Outcome[str]],
                target: Target) -> list[MeasureResult]:
         """Time the candidates in `passes` passes, every candidate in each, alternating order, a pass taking its share
-        of the repeats. A slow stretch of a shared machine (this VM's two cores at times ran a kernel at half speed
-        for a tenth of a second: a whole candidate's repeats, 13.3 against 6.7 ms) then spoils one pass of a
+        of the repeats. A slow stretch of a shared machine (a kernel at half speed for a tenth of a second: a whole
+        candidate's repeats; see docs/notes/measurement-noise.md) then spoils one pass of a
         candidate, which the median passes over, and not every repeat of the one timed then. Outputs are checked in
         the first pass."""
         c = self.config

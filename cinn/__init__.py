@@ -16,8 +16,8 @@ except PackageNotFoundError:  # a source tree used without installing it
     __version__ = "0+unknown"
 
 # OpenBLAS's idle threads spin for 2**28 cycles (~0.1 s) after each numpy BLAS call and take the cores from cinn's
-# kernels (an encoder run right after a numpy matmul: 3.5x slower); 2**4 cycles stops that and costs numpy's small
-# matmuls a few percent. OpenBLAS reads this once, when numpy loads it: it has effect when cinn is imported first.
+# kernels (see docs/notes/runtime-overheads.md); 2**4 cycles stops that and costs numpy's small matmuls little.
+# OpenBLAS reads this once, when numpy loads it: it has effect when cinn is imported first.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 # public name -> the module that defines it

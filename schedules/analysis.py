@@ -84,7 +84,7 @@ def vars_in(expr) -> set:
 
 # Characters of TIR text a producer may put into its consumers by inlining: an expression read k times by its
 # consumer is copied k times, so chained polynomial forms grew exponentially (three tanh-GELUs in a row, each reading
-# its input 9 times, took 192 s to build); past this the producer stays a stage.
+# its input 9 times, took minutes to build; see docs/notes/build-time-limits.md); past this the producer stays a stage.
 INLINE_MAX_CHARS = 12_000
 
 

@@ -92,8 +92,8 @@ def _pads_a_window(sch: Schedule, block) -> bool:
 
 def padded_window(sch: Schedule, block) -> set[str]:
     """A window over its padded input: parallel over channels, the input padded per channel (small, hot), each
-    output row one vector (any width: LLVM splits it) with no bounds test (inception_v2's 576x14x14 avgpool 3x3/1:
-    0.073 -> 0.02 ms, 256x28x28: 0.108 -> 0.04 ms)."""
+    output row one vector (any width: LLVM splits it) with no bounds test (see
+    docs/notes/pooling-and-reductions.md)."""
     loops = sch.get_loops(block)
     n = spatial_count(sch, block)
     pad = next(b for b in sch.get_producers(block) if _pads_a_window(sch, b))
@@ -138,8 +138,8 @@ def compute_at_vectorized(sch: Schedule, consumer, loop) -> None:
 def _is_window(sch: Schedule, block, target: Target) -> bool:
     """A fresh reduction over a few elements per output (a pooling window) whose innermost output axis steps the
     innermost axis of what it reads by a stride, in a whole number of 4-lane or wider registers. Strided windows were
-    scalar loads either way, so vector max/add win (64x112x112 maxpool 3x3/2: 0.33 -> 0.13 ms); stride-1 windows with
-    padding on both sides lost to the per-lane bounds checks (256x28x28 avgpool 3x3/1: 0.17 -> 0.35 ms)."""
+    scalar loads either way, so vector max/add win; stride-1 windows with padding on both sides lost to the per-lane
+    bounds checks (see docs/notes/pooling-and-reductions.md)."""
     if not is_fresh(sch, block):
         return False
     ext = extents(sch, sch.get_loops(block))
@@ -203,8 +203,8 @@ def column_axis(sch: Schedule, block, target: Target) -> int | None:
 
 def columns(sch: Schedule, block, axis: int, target: Target) -> set[str]:
     """A reduction over outer axes vectorized over its contiguous outputs: parallel over vectors of them, each
-    reduce step a vector add (squeezenet's mean over 13x13 pixels of 1000 channels-last channels read one strided
-    element per channel: 0.27 -> 0.04 ms). Returns the consumers computed inside (see _consumers_at)."""
+    reduce step a vector add, not one strided element per channel (see docs/notes/pooling-and-reductions.md).
+    Returns the consumers computed inside (see _consumers_at)."""
     loops = sch.get_loops(block)
     n = spatial_count(sch, block)
     reg = register_lanes(extents(sch, loops[axis : axis + 1])[0], lanes(write_dtype(sch, block), target))
@@ -244,9 +244,8 @@ def injective(sch: Schedule, block, target: Target, knobs: Knobs = DEFAULT) -> N
 
 def _transpose_in_tiles(sch: Schedule, block, target: Target) -> bool:
     """A copy that moves the input's innermost axis (a transpose): tiles of TRANSPOSE_TILE input rows x one vector
-    of output columns, the tile in L1, each output row written as a vector (a 64x112x112 NHWC -> NCHW float copy:
-    0.37 -> 0.07 ms, against whole output rows that read every input row once per column). Returns whether it
-    applied."""
+    of output columns, the tile in L1, each output row written as a vector, not whole output rows that read every
+    input row once per column (see docs/notes/injective-vectorization.md). Returns whether it applied."""
     loops = sch.get_loops(block)
     b = sch.get(block)
     if not is_fresh(sch, block) or len(b.reads) != 1 or len(loops) < 2:
@@ -289,8 +288,8 @@ def _tile_side(extent: int, preferred: tuple[int, ...], limit: int) -> int:
 def _vector_suffix(sch: Schedule, block, width: int) -> tuple[int, int]:
     """Where the vectorized (fused) inner loops start, and their lanes: the longest suffix of axes that every read
     indexes by the bare iterator (or not at all), so lanes never straddle an axis with a select or index arithmetic
-    that would make every load a gather (a concat's or a channel shuffle's channel: shufflenet's concat + slices over
-    34-channel groups took 0.29 ms for 106K elements); all loops when that suffix is empty or under 4 lanes."""
+    that would make every load a gather (a concat's or a channel shuffle's channel; see
+    docs/notes/injective-vectorization.md); all loops when that suffix is empty or under 4 lanes."""
     loops = sch.get_loops(block)
     if not is_fresh(sch, block):
         return 0, width
@@ -300,7 +299,7 @@ def _vector_suffix(sch: Schedule, block, width: int) -> tuple[int, int]:
     while cut > 0 and all(_bare_lanes(index, iters[cut - 1], iters[cut:]) for index in reads):
         cut -= 1
     # lanes over three or more fused axes index them by nested divisions that TVM's vectorizer may turn into a
-    # gather per lane (a relu over 1x136x28x28: 0.09 ms instead of 0.011); two axes that make whole vectors suffice
+    # gather per lane (see docs/notes/injective-vectorization.md); two axes that make whole vectors suffice
     if len(iters) - cut > 2 and prod(extents(sch, loops[-2:])) % width == 0:
         cut = len(iters) - 2
     reg = register_lanes(prod(extents(sch, loops[cut:])), width)
@@ -310,8 +309,7 @@ def _vector_suffix(sch: Schedule, block, width: int) -> tuple[int, int]:
 def _bare_lanes(index: list, var, suffix: list) -> bool:
     """Whether a read's index lets the vector lanes extend over `var`: it uses var as a bare iterator or not at all,
     and a read of var that uses no axis of the suffix is not one constant broadcast over the suffix (a batch norm's
-    per-channel scale: lanes across channels would gather it; densenet's BN + ReLU over 256x56x56 took 0.37 ms for
-    3.2 MB)."""
+    per-channel scale: lanes across channels would gather it; see docs/notes/injective-vectorization.md)."""
     if not any(var in vars_in(e) for e in index):
         return True
     used = set().union(*(vars_in(e) for e in index))
@@ -321,8 +319,7 @@ def _bare_lanes(index: list, var, suffix: list) -> bool:
 def deinterleave(sch: Schedule, main, stage) -> bool:
     """Store a producer that the vector loop reads at a stride s (a strided depthwise conv's padded input, vectorized
     over output columns) phase by phase, [..., w % s, w // s], so that its vector loads are contiguous rather than
-    one scalar insert per lane (mobilenet_v2's 96-channel 3x3/2 on 112x112: 0.22 -> 0.09 ms); returns whether it
-    did."""
+    one scalar insert per lane (see docs/notes/depthwise-conv.md); returns whether it did."""
     block = sch.get(main)
     var = block.iter_vars[spatial_count(sch, main) - 1].var
     buffer = sch.get(stage).writes[0].source
@@ -358,7 +355,7 @@ def vector_width(sch: Schedule, knobs: Knobs, width: int, extent: int, min_vecto
 def parallel_spatial(sch: Schedule, block) -> None:
     """Parallelize the leading spatial loops of a fresh reduction block (loops map 1:1 to iterators). The innermost
     stays a serial loop when the others make enough tasks, so its outputs' indices are increments, not divisions per
-    output (squeezenet's 64x111x111 maxpool 3x3/2, odd columns so not a vector window: 0.25 -> 0.033 ms)."""
+    output (a pooling window on odd columns; see docs/notes/pooling-and-reductions.md)."""
     loops = sch.get_loops(block)
     n = spatial_count(sch, block)
     lead = n - 1 if n > 1 and prod(extents(sch, loops[: n - 1])) >= PARALLEL_TASKS else n

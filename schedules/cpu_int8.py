@@ -1,5 +1,5 @@
 """uint8 x int8 matmuls and convolutions on AVX-512 VNNI: register tiles of rows x 16-lane int32 vectors, each step one vpdpbusd
-per (row, vector) over 4 values of k (1800 GOP/s on a 128x768x768 matmul here: 3.4x this machine's float32 FMA peak).
+per (row, vector) over 4 values of k, several times the float32 FMA rate (see docs/notes/vnni-kernels.md).
 """
 from __future__ import annotations
 

@@ -51,14 +51,13 @@ from schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knob, Knobs, divisors, 
 
 MAX_COLS = 32
 MAX_ROWS = 16  # register-tile rows the tuner may try
-# measured on a 2 MiB-L2 host (LLVM: rocketlake) with IHWO weights and 2-vector tiles: 512->512 3x3 on 7x7 with a 590 KB
-# panel 0.96 ms against 1.25 ms with 1 vector (295 KB); 256->256 on 14x14 (295 KB) 0.60 against 0.65 ms
+# larger weight panels lost even where they fit L2 (see docs/notes/register-tiles.md)
 PANEL_CAP = 1024 * 1024
 IMBALANCE = 1.1  # work of the busiest core over the average above which row tiles run in parallel too
 ROW_BLOCK_L2 = 0.25  # the share of L2 a block of parallel row tiles' row operand takes (the panels need the rest)
 TRANSPOSED_SHARE = 0.25  # a channel-vectorized 1x1 conv's output per tile, of L2, beyond which rows run in parallel
 MIN_CHUNK = 256  # reduction steps per chunk run outside the tiles: shorter ones spend more on the accumulators' trips
-CHANNEL_VECTORS = 2  # weight vectors of a conv tile over output channels (4 x 3 or 4 x 6: 1.2-2x slower than 2 x 7)
+CHANNEL_VECTORS = 2  # weight vectors of a conv tile over output channels (see docs/notes/register-tiles.md)
 
 
 @dataclass(frozen=True)
@@ -142,8 +141,8 @@ def _col_candidates(extent: int, width: int, default: int) -> list[int]:
 
 def _tile_rows(extent: int, budget: int, limit: int = 0) -> int:
     """The largest row count within the accumulator budget that divides the axis (no predicated tails); where that
-    leaves more than half the budget unused, the largest up to `limit` (shufflenet's 34-channel 1x1 convs: 17 rows
-    instead of 2, 0.0156 -> 0.0075 ms)."""
+    leaves more than half the budget unused, the largest up to `limit` (34 rows: 17 per tile, not 2; see
+    docs/notes/register-tiles.md)."""
     rows = max(divisors(extent, budget))
     return max(divisors(extent, limit)) if 2 * rows < budget and limit > budget else rows
 
@@ -176,15 +175,14 @@ def _channel_vectors(channels: int, reduce_elems: int, width: int, budget: int, 
 def panel_bytes(target: Target) -> int:
     """A channel tile's packed weight panel is read again for every pixel tile, so it must stay in L2 (a 7x7 512->512
     conv's 64-channel panel, 1.2 MB, streamed from L3 on a 512 KiB L2), and even within L2 larger panels lose
-    (PANEL_CAP). Three quarters of L2: on a 1 MiB L2 the same conv's 32-channel panel (590 KB, read in place from
-    IHWO32 weights) took 0.48 ms against 0.60 ms with 16-channel tiles."""
+    (PANEL_CAP). Three quarters of L2 (see docs/notes/register-tiles.md)."""
     return min(PANEL_CAP, target.l2_bytes * 3 // 4)
 
 
 def tile_elems(target: Target) -> int:
     """Accumulators (fp32 elements) of the default register tile: half the 32 zmm registers with AVX-512 (8x32; a
-    4x32 tile in 8 made matmul 512^3 0.636 ms against 0.556, a 64->64 3x3 56x56 conv 1.13 ms against 0.61), 12 of
-    the 16 ymm registers with AVX2 (3x32); the rest hold the loaded operands."""
+    4x32 tile lost, see docs/notes/register-tiles.md), 12 of the 16 ymm registers with AVX2 (3x32); the rest hold
+    the loaded operands."""
     accumulators = target.vector_registers // 2 if target.vector_registers >= 32 else target.vector_registers * 3 // 4
     return accumulators * target.vector_bits // 32
 
@@ -231,7 +229,7 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
                              default_rows2)
     pack, perm = _packable(block, n, col, vec_reads) if free else (None, ())
     # a panel packed for a single tile (one row tile, no other spatial axis to reuse it over) is read once: the
-    # copy is all cost (the 1024 -> 10 classifier of a batch-32 MLP: 7.9 -> 6.0 us)
+    # copy is all cost (the 1024 -> 10 classifier of a batch-32 MLP; see docs/notes/matmul-blocking.md)
     single = row is not None and ext[row] <= rows and prod(e for i, e in enumerate(ext[:n]) if i not in (col, row)) == 1
     if pack is not None and not knobs.choose(sch, Knob.PACK, [0, 1], int(not single)):
         pack, perm = None, ()
@@ -256,8 +254,8 @@ def _depthwise_channels(block, n: int, ext: list[int], width: int) -> int | None
     if n < 3 or register_lanes(ext[last], width) >= width // 2 or len(block.reads) != 2 or ext[n] != 1 \
             or prod(ext[n:]) == 1:
         return None
-    # a strided conv's input is deinterleaved per tile, so rows of whole xmm registers stay the vector axis (the
-    # 144-channel 3x3/2 on 56x56: 0.084 -> 0.041 ms); 7 columns do not
+    # a strided conv's input is deinterleaved per tile, so rows of whole xmm registers stay the vector axis (see
+    # docs/notes/depthwise-conv.md); 7 columns do not
     if register_lanes(ext[last], width) >= MIN_LANES and not _unit_stride(block.iter_vars[last].var, block.reads):
         return None
     used = [c for c in range(last) if ext[c] % width == 0 and len(_reads_using(block, c)) == 2]
@@ -266,9 +264,8 @@ def _depthwise_channels(block, n: int, ext: list[int], width: int) -> int | None
 
 def _depthwise_tiling(sch: Schedule, knobs: Knobs, main, ext: list[int], col: int, width: int, target: Target) -> Tiling:
     """A depthwise conv over channel vectors times output columns, its input copied per channel tile channels last
-    (mobilenet_v2's 960-channel 3x3 on 7x7, one scalar per output column over rows of 7: 0.046 -> 0.015 ms; 384 on
-    14x14: 0.049 -> 0.022 ms; the model 3.2 -> 2.95 ms). The copy is the input read whose channel index is not a
-    bare iterator: the weights are IHWO, channels last already."""
+    (rather than one scalar per output column over rows of 7; see docs/notes/depthwise-conv.md). The copy is the
+    input read whose channel index is not a bare iterator: the weights are IHWO, channels last already."""
     block, n = sch.get(main), spatial_count(sch, main)
     row = n - 1
     cols, rows, _ = _channel_tile(ext, n, col, row, width, tile_elems(target) // width, target, write_dtype(sch, main))
@@ -284,7 +281,7 @@ def _depthwise_tiling(sch: Schedule, knobs: Knobs, main, ext: list[int], col: in
 def _enough_tasks(spatial: list[int], col: int, cols: int, row: int | None, rows: int, width: int,
                   target: Target) -> int:
     """Vector tiles halved (down to one register) while the tiles make fewer parallel tasks than cores (a batch-32
-    MLP's 1024 -> 10 classifier was one 32 x 10 tile on one core: 13 -> 8 us)."""
+    MLP's 1024 -> 10 classifier was one 32 x 10 tile on one core; see docs/notes/matmul-blocking.md)."""
     tiles = prod(-(-e // rows) if i == row else e for i, e in enumerate(spatial) if i != col)
     while cols > width and cols % 2 == 0 and tiles * -(-spatial[col] // cols) < target.num_cores:
         cols //= 2
@@ -297,7 +294,7 @@ def _panel_tile(panel: int, rows: int, width: int, target: Target) -> tuple[int,
     vectors = [v for v in range(1, panel // width + 1) if panel % (v * width) == 0]
     budget = target.vector_registers - 4
     # the accumulators, a panel row and a broadcast fit the registers: AVX2's 4 x 3 tile over a 32-channel panel
-    # spilled every step (a 1024->256 1x1 conv over 14x14 pixels: 1.65 ms against 0.73 with 2 x 5)
+    # spilled every step (see docs/notes/register-tiles.md)
     tiles = [_register_tile([v], divisors(rows, budget), [1], min(budget, target.vector_registers - v - 1), False)
              for v in vectors]
     v, r, _ = max(tiles, key=lambda t: (_fmas_per_load(t, False), t[0]))
@@ -315,8 +312,7 @@ def _default_tile(ext: list[int], n: int, col: int, row: int | None, row2: int |
     """The hand-written (cols, rows, rows2): matmul-like tiles take the widest vector tile and the rows that fill the
     accumulator budget; conv tiles (over channels, or with a second row axis) the most FMAs per load. Without
     `reuse` (no operand is shared by the rows: a depthwise conv), a tile spans whole output rows, so each task reads
-    and writes contiguous memory (mobilenet_v2's 144-channel 3x3 on 56x56: 0.285 -> 0.074 ms against 28-column
-    tiles)."""
+    and writes contiguous memory (see docs/notes/depthwise-conv.md)."""
     if row is None or (row2 is None and col == n - 1):
         lanes_ = register_lanes(ext[col], width)
         whole = not reuse and lanes_ >= min(4, width) and ext[col] // lanes_ <= tile_elems(target) // width
@@ -325,8 +321,8 @@ def _default_tile(ext: list[int], n: int, col: int, row: int | None, row2: int |
             cols = _panel_in_l1(cols, prod(ext[n:]), width, dtype, target)
         # accumulators count in registers: 28 columns take 7 xmm registers, not 28/16 of a zmm one
         regs = cols // register_lanes(cols, width)
-        # the accumulators, a row of vectors and a broadcast in registers: AVX2's 4 x 3 tile spilled (mobilenet_v2's
-        # 24->144 1x1 on 56x56: 0.33 ms against 0.26 with 4 x 2)
+        # the accumulators, a row of vectors and a broadcast in registers: AVX2's 4 x 3 tile spilled (see
+        # docs/notes/register-tiles.md)
         budget = max(1, min(tile_elems(target) // width, target.vector_registers - 1 - regs) // regs)
         # rows that share an operand may also take the registers its loads leave (a row of vectors, a broadcast)
         limit = (target.vector_registers - 2) // regs - 1 if reuse else budget
@@ -344,8 +340,8 @@ def _default_tile(ext: list[int], n: int, col: int, row: int | None, row2: int |
 
 def _panel_in_l1(cols: int, reduce_elems: int, width: int, dtype: str, target: Target) -> int:
     """The vector tile halved, down to two registers, while its panel of the vector operand (the reduction's elements
-    times the tile) takes more than half of L1: the panel is read again for every row tile (AVX2, 256->64 1x1 conv
-    on 56x56: 32 columns, a 32 KB panel, 1.08-1.24 ms; 16 columns and 4 rows 0.74-0.88 ms)."""
+    times the tile) takes more than half of L1: the panel is read again for every row tile (see
+    docs/notes/register-tiles.md)."""
     while cols % (4 * width) == 0 and reduce_elems * cols * DataType(dtype).bits // 8 > target.l1d_bytes // 2:
         cols //= 2
     return cols
@@ -355,8 +351,8 @@ def _channel_tile(ext: list[int], n: int, col: int, row: int, width: int, budget
                   dtype: str) -> tuple[int, int, int]:
     """A conv tile over output channels: up to CHANNEL_VECTORS weight vectors times the output columns that fill the
     accumulators, in one output row. A 1x1 conv's step is one weight load per vector and a broadcast per column, so
-    its accumulators take all registers but those (2 x 14 on AVX-512: 1024->256 on 14x14 0.42 -> 0.27 ms); wider
-    windows keep the default budget (2 x 7: 14 columns took 256->256 3x3 on 14x14 from 0.60 to 1.11 ms)."""
+    its accumulators take all registers but those (2 x 14 on AVX-512); wider windows keep the default budget (2 x 7;
+    see docs/notes/register-tiles.md)."""
     one_by_one = all(e == 1 for e in ext[n + 1 :])
 
     def rows(v: int) -> int:
@@ -411,8 +407,7 @@ def _vector_axis(sch: Schedule, knobs: Knobs, block, n: int, ext: list[int], wid
 
 def _unit_stride(var, reads: list) -> bool:
     """Whether each read's innermost index steps by at most one element per step of `var`: vector loads, not the
-    gathers of a strided conv's input (resnet50's 7x7 stride-2 stem: 3.76 ms over output columns, 0.82 ms over
-    output channels)."""
+    gathers of a strided conv's input (see docs/notes/register-tiles.md)."""
     return all(index_step(r.region[-1].min, var) in (0, 1) for r in reads)
 
 
@@ -553,8 +548,8 @@ def _padded_view(sch: Schedule, main):
 def _reads_flat(sch: Schedule, main, view) -> bool:
     """Whether a padded view reads the reduction's output at an index that joins several of its axes (i * W + j);
     an NCHW conv's extra columns (conv2d's whole columns) are read axis by axis, and the view keeps its own order, so
-    its write-back stores whole output rows (zfnet's stem on 109 columns: stores of 96 channels, 109 x 109 apart,
-    took 3.4 ms against 2.5)."""
+    its write-back stores whole output rows, not stores of every channel a plane apart (see
+    docs/notes/parallel-loops.md)."""
     read = next(r for r in sch.get(view).reads if r.source.same_as(sch.get(main).writes[0].source))
     return any(len(vars_in(rg.min)) > 1 for rg in read.region)
 
@@ -570,8 +565,8 @@ def _flat_rows(sch: Schedule, main, view) -> None:
 
 def vectorize_registers(sch: Schedule, loop, cols: int, width: int) -> None:
     """Vectorize the tile's vector loop one register at a time, unrolling over its registers: LLVM scalarizes a
-    loop-carried accumulator that is not a power of two lanes wide (a 48-lane tile of a 576->96 1x1 conv moved every
-    lane through the stack, 7.8 GFLOP/s; a 28-lane one of shufflenet's grouped 1x1 convs too)."""
+    loop-carried accumulator that is not a power of two lanes wide, moving every lane through the stack (48 or 28
+    lanes; see docs/notes/register-tiles.md)."""
     reg = register_lanes(cols, width)
     if cols > reg:
         registers, loop = sch.split(loop, [None, reg])
@@ -582,7 +577,7 @@ def vectorize_registers(sch: Schedule, loop, cols: int, width: int) -> None:
 
 def _producer_at_tile(sch: Schedule, knobs: Knobs, columns, par, stages: list, producers: set[str]) -> list:
     """Compute a lone producer stage (padding) per parallel tile: the tile's input lands in a small contiguous buffer,
-    hot in cache (a 64->64 3x3 56x56 conv: 3.06 -> 1.78 ms), instead of a full padded copy beforehand; the tuner may
+    hot in cache (see docs/notes/parallel-loops.md), instead of a full padded copy beforehand; the tuner may
     choose the full copy. `columns` is the reduction block when it is vectorized over output columns (the stage may
     then be deinterleaved), else None. Returns the stages still to schedule on their own."""
     mine = [b for b in stages if sch.get(b).name_hint in producers]
@@ -668,8 +663,7 @@ def _tile(sch: Schedule, main, t: Tiling, target: Target, knobs: Knobs, outside:
 def _per_channel(block, col: int) -> bool:
     """Whether every operand is read per vector channel, none a row operand (a channels-last depthwise conv): its
     parallel tasks then run channel tiles outermost, each core the channels its producer's (a 1x1 conv's channel
-    tiles) left in its cache, rather than image rows of every channel (mobilenet_v2's 14x14 and 7x7 blocks: the model
-    0.98-0.99x in runs)."""
+    tiles) left in its cache, rather than image rows of every channel (see docs/notes/parallel-loops.md)."""
     operands = [r for r in block.reads if not r.source.same_as(block.writes[0].source)]
     return len(operands) >= 2 and not _row_operands(block, col)
 
@@ -677,7 +671,7 @@ def _per_channel(block, col: int) -> bool:
 def _tile_output_spills(sch: Schedule, main, tiles: int, target: Target) -> bool:
     """Whether each channel tile's share of the output outgrows L2: its accumulators, laid out channels last, would
     reach memory before the write-back transposes them. Output rows then run in parallel, each written back while hot
-    (squeezenet's 3->64 3x3/2 stem on 111x111, 1.6 MB a tile: 0.35 -> 0.20 ms; resnet50's 7x7/2 stem 0.71 -> 0.58 ms)."""
+    (a stem; see docs/notes/parallel-loops.md)."""
     return _output_share(sch, main, tiles) > target.l2_bytes
 
 
@@ -688,14 +682,11 @@ def _output_share(sch: Schedule, main, tiles: int) -> int:
 
 def _rows_in_parallel(sch: Schedule, main, col: int, tiles: int, target: Target, rows_in_l2: bool) -> bool:
     """Whether row tiles should join the parallel loop rather than run serially inside each vector tile: when the
-    vector tiles leave the cores unbalanced beyond IMBALANCE (3 channel tiles on 2 cores: 16->96 1x1 on 112x112 0.33
-    -> 0.20 ms; 125 tiles of 512->1000 1x1 on 13x13 stay serial, 1.01 against 1.83 ms), or when a reduction without
-    window reuse (a 1x1 conv, a matmul) has a row operand larger than L2, which each vector tile would read again
-    from memory (256->64 1x1 on 56x56, a 3.2 MB input: 0.61 -> 0.39 ms). Where the input is reused (3x3) or fits in
-    L2, serial rows keep each weight panel hot (64->256 1x1 on 56x56: 0.34 against 0.41 ms). A 1x1 conv vectorized
-    over channels whose tile's share of the output outgrows TRANSPOSED_SHARE of L2 also runs rows in parallel, each
-    row tile transposed back to NCHW while hot (squeezenet's 16->64 1x1 on 55x55, 387 KB a tile: 0.062 -> 0.040
-    ms)."""
+    vector tiles leave the cores unbalanced beyond IMBALANCE (3 channel tiles on 2 cores), or when a reduction
+    without window reuse (a 1x1 conv, a matmul) has a row operand larger than L2, which each vector tile would read
+    again from memory. Where the input is reused (3x3) or fits in L2, serial rows keep each weight panel hot. A 1x1
+    conv vectorized over channels whose tile's share of the output outgrows TRANSPOSED_SHARE of L2 also runs rows in
+    parallel, each row tile transposed back to NCHW while hot (see docs/notes/parallel-loops.md)."""
     if not balanced(tiles, target):
         return True
     if rows_in_l2:  # batches or reduction chunks run outside the tiles (_outside): the rows inside fit L2
@@ -732,7 +723,8 @@ def _outside(sch: Schedule, knobs: Knobs, main, t: Tiling, target: Target) -> Ou
     tiles, so that the rows inside (one batch's, a chunk of the reduction: at most 3/4 of L2) stay hot while every
     core sweeps its columns; the accumulators stay in the output between chunks. BERT-base's FFN-down ([128, 3072] x
     [3072, 768], 1.5 MB of rows) had each vector tile stream the rows from L3, or each block of row tiles every
-    panel; batch 8's [8, 128, 768] x [768, 768] streamed the panels per block of 32 rows."""
+    panel; batch 8's [8, 128, 768] x [768, 768] streamed the panels per block of 32 rows (see
+    docs/notes/matmul-blocking.md)."""
     block = sch.get(main)
     n = spatial_count(sch, main)
     rows = _row_operands(block, t.col)
@@ -754,8 +746,7 @@ def _outside(sch: Schedule, knobs: Knobs, main, t: Tiling, target: Target) -> Ou
 def _row_block(sch: Schedule, knobs: Knobs, main, t: Tiling, row_outer, target: Target) -> int:
     """Row tiles per block of parallel row tiles, 0 for one block: the vector tiles run inside each block, so each
     weight panel is read once per block rather than once per row tile, and the block's rows stay in L2 (ROW_BLOCK_L2
-    of it). BERT batch 8 (1024 rows): 768->768 2.57 -> 2.34 ms, 768->3072 10.40 -> 10.06 ms, 3072->768 10.01 -> 9.95
-    ms, against 24 KB-row tiles that each streamed every panel from L3."""
+    of it), rather than row tiles that each stream every panel from L3 (see docs/notes/matmul-blocking.md)."""
     rows = _row_operands(sch.get(main), t.col)
     tiles = size(sch, sch.get(row_outer).extent)
     if len(rows) != 1 or tiles == 1 or not is_static(sch, [row_outer]):  # symbolic tiles: no guarded blocks of them
@@ -794,8 +785,8 @@ def _panel_blocking(sch: Schedule, main, t: Tiling, target: Target) -> tuple[int
     """(vector tiles, reduced channels) per step of a conv vectorized over output channels whose vector tile is
     narrower than its weight panel (AVX2's 8-lane tiles over IHWO32 panels): the tiles of one panel run inside each
     chunk of the reduction, so each weight line fetched serves them all while the chunk's panel (3/4 of L1) stays
-    hot; (1, 0) where there is no such panel. Each tile had streamed its own quarter of every line from L2 (znver3,
-    one core: 1024->256 1x1 on 14x14 2.4-3.1 -> 1.8 ms; 256->256 3x3/2 to 14x14 5.7-6.6 -> 4.1-5.0 ms)."""
+    hot; (1, 0) where there is no such panel. Each tile had streamed its own quarter of every line from L2 (see
+    docs/notes/parallel-loops.md)."""
     block = sch.get(main)
     n = spatial_count(sch, main)
     panel = _panel_width(block, t.col, _reads_using(block, t.col))
@@ -837,7 +828,7 @@ def _pack(sch: Schedule, main, t: Tiling, par) -> None:
 def _pack_once(sch: Schedule, main, t: Tiling, target: Target) -> None:
     """Transpose the whole vector operand once, before the parallel loop, where row tiles run in parallel (no serial
     loop to pack a panel at): unpacked, each vector of a channel-vectorized conv would be a strided gather of weights
-    (a 64->64 3x3 conv on AVX-512 took 3.9 ms for 0.5)."""
+    (see docs/notes/register-tiles.md)."""
     injective(sch, _packed_copy(sch, main, t), target)
 
 

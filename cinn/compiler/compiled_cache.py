@@ -1,8 +1,8 @@
 """Whole compiles cached on disk: a static program compiled before skips the passes and the lowering.
 
 The kernel cache (cinn.compiler.build) keys each library by its PrimFunc, so even a compile whose kernels are all cached
-optimized the program and lowered every group to find their keys (resnet50: 1.8 of its 1.9 s from cache on a
-2-core znver3). This cache keys the whole compile by the input program (its nodes and the bytes of its constants),
+optimized the program and lowered every group to find their keys: most of its time (see docs/notes/compile-time.md).
+This cache keys the whole compile by the input program (its nodes and the bytes of its constants),
 the target, compile's options, the schedule log's records and the compiler's code, and keeps the optimized program
 (its constants in the layouts the kernels read: about the model's size per entry) with its kernels' libraries.
 An entry whose libraries have left the kernel cache, or that cannot be read, is compiled again. Only a compile of
@@ -64,7 +64,7 @@ class CachedCompile:
 
 def entry_path(cache_dir: pathlib.Path, program: Program, options: Sequence[object]) -> pathlib.Path:
     """Where the compile of `program` with `options` (target, flags, schedule records) is kept."""
-    h = hashlib.sha256()  # the fastest here: SHA extensions hash resnet50's 100 MB in ~0.07 s, blake2b in ~0.2
+    h = hashlib.sha256()  # CPUs' SHA extensions make it the fastest (see docs/notes/compile-time.md)
     h.update(f"{code_version()}|{options!r}|{program.name}|{program.inputs!r}|{program.nodes!r}|{program.outputs!r}".encode())
     for name in sorted(program.constants):
         array = np.ascontiguousarray(program.constants[name])

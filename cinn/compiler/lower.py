@@ -61,8 +61,8 @@ def lower_group(group: Group, constants: Mapping[str, np.ndarray], shapes: Mappi
 def _hot_first(args: list[Value], constants: Mapping[str, np.ndarray]) -> list[Value]:
     """The arguments with a computed input first where a constant leads (the Winograd matmul's weights): the tuner
     times kernels with the caches of all arguments but the first flushed, as a kernel finds them inside a run (its
-    input just written, its weights in memory); a leading constant stayed cached, so 4 tiles of F(4x4) on 7x7 measured
-    0.55 ms alone against 1.21-1.27 ms inside resnet50's runs."""
+    input just written, its weights in memory); a leading constant stayed cached, so such a kernel measured about half
+    its time inside a model's runs (see docs/notes/measurement-noise.md)."""
     hot = next((i for i, v in enumerate(args) if v.name not in constants), 0)
     return [*args[hot : hot + 1], *args[:hot], *args[hot + 1 :]]
 
@@ -70,7 +70,7 @@ def _hot_first(args: list[Value], constants: Mapping[str, np.ndarray]) -> list[V
 def _inlined(array: np.ndarray, consumers: set[str]) -> bool:
     """A scalar constant is folded into the kernel, except a float zero that a product or a sum takes: TVM's
     simplifier would fold x * 0 to 0 and x + 0 to x, as if x could not be NaN, inf or -0.0 (max(x, 0), relu6's
-    clip, stays folded: passed as a buffer it slowed mobilenet_v2 from 3.2 to 4.0 ms)."""
+    clip, stays folded: passed as a buffer it slowed mobilenet_v2; see docs/notes/graph-rewrites.md)."""
     if array.size != 1:
         return False
     zero = array.dtype.kind == "f" and array.reshape(()) == 0

@@ -84,9 +84,8 @@ class SymbolicPlan:
 
     def unpadded_at(self, binding: Binding) -> list[bool]:
         """Per kernel: whether it takes its unpadded variant (rows of one) at a binding: where its matmul has at
-        most half a tile of rows, a padded tile would compute 2 to 8 times the rows there are (BERT-base at batch 1,
-        seq 1: 1.05x a static compile unpadded; at batch 8, seq 5 the unpadded one took 2.1x, the padded one 1.6x
-        the rows)."""
+        most half a tile of rows, a padded tile would compute 2 to 8 times the rows there are (see
+        docs/notes/matmul-blocking.md)."""
         return [r is not None and 2 * dim_at(r, dict(binding.sizes)) <= TILE_ROWS for r in self.rows]
 
     def sizes(self, binding: Binding) -> tuple[int, ...]:

@@ -59,9 +59,8 @@ def interleaved_medians(samplers: Mapping[str, Callable[[], float]], repeat: int
     return {label: float(np.median(s)) for label, s in samples.items()}
 
 
-# Right after a compile that kept both cores busy (cinn's build workers), runs are up to 1.9x slower for about half a
-# second (the fused mlp: 1.2 ms instead of 0.66 in half of the measuring processes). Latencies reported to the user
-# are taken after this long of untimed runs.
+# Right after a compile that kept the cores busy (cinn's build workers), runs are slower for a moment (see
+# docs/notes/measurement-noise.md). Latencies reported to the user are taken after this long of untimed runs.
 SETTLE_S = 1.0
 
 

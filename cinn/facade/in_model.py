@@ -1,6 +1,6 @@
 """Tuned schedules judged inside the model, cinn-tune's last step. The tuner times each kernel alone with its caches
 flushed; inside a run its inputs come warm from the kernel before it, and a schedule that won alone can lose there
-(shufflenet's 1x1 convs: 0.046 ms tuned against 0.030 ms default inside runs). So the model is compiled twice, with
+(see docs/notes/measurement-noise.md). So the model is compiled twice, with
 the log's tuned schedules and with the default ones (the log's conv algorithms in both: the same kernels), both are
 timed kernel by kernel inside runs in interleaved rounds, and every tuned workload's times go to the log as
 model-scope records, which compile then prefers to the kernel-scope ones."""
@@ -25,7 +25,7 @@ from cinn.runtime.executable import Executable
 ROUNDS = 5  # interleaved: a slow stretch of a shared machine hits both variants, and the median drops it
 REPEAT = 10  # runs per round at most; each kernel's median of them is the round's time
 MIN_REPEAT = 3
-ROUND_S = 1.0  # a build's runs per round are fewer where they would take longer (BERT-base at batch 8: 0.85 s a run)
+ROUND_S = 1.0  # a build's runs per round are fewer where they would take longer (a large model's run nears a second)
 
 
 @dataclass(frozen=True)

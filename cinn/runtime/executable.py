@@ -200,7 +200,8 @@ class ConstantPool:
     def __init__(self):
         self._tensors: dict[tuple, tvm.runtime.Tensor] = {}
         # an array uploaded before, by identity (the array is held, so its id is not reused): the symbolic kernels'
-        # executables upload the same arrays for every binding, and hashing BERT-base's weights takes 0.3 s
+        # executables upload the same arrays for every binding, and hashing a model's weights is slow
+        # (see docs/notes/runtime-overheads.md)
         self._seen: dict[tuple, tuple[np.ndarray, tvm.runtime.Tensor]] = {}
         self._lock = threading.Lock()
 
@@ -484,7 +485,8 @@ def aligned_empty(shape: Sequence[int], dtype) -> np.ndarray:
     of a kernel's rows then never straddle cache lines."""
     dtype = np.dtype(dtype)
     raw = np.empty(math.prod(shape) * dtype.itemsize + ALIGNMENT, np.uint8)
-    # the address through DLPack: numpy's own (.ctypes.data) costs 0.8 us, a tenth of a small model's run
+    # the address through DLPack: numpy's own (.ctypes.data) is slow next to a small model's run
+    # (see docs/notes/runtime-overheads.md)
     return np.ndarray(shape, dtype, raw, -_tensor(raw).data_ptr() % ALIGNMENT)
 
 

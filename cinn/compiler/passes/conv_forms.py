@@ -1,6 +1,6 @@
 """Convolutions rewritten into forms the conv kernels run near the FMA peak: a strided 1x1 conv without padding
 reads a strided slice of its input, so the slice is taken first (a small copy) and the conv runs at stride 1 on it
-(resnet50's 1024->2048 downsample: 1.14 ms strided, 0.89 ms on the slice). (Rows with no register tile of output
+(see docs/notes/graph-rewrites.md). (Rows with no register tile of output
 columns are computed wider by the conv itself: conv2d's `_whole_columns`.)"""
 from __future__ import annotations
 

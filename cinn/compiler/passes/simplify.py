@@ -165,7 +165,7 @@ def _swaps_last_two(perm: tuple[int, ...]) -> bool:
 # -- powers ---------------------------------------------------------------------------------------
 def pow_to_roots(rw: Rewriter, node: Node) -> bool:
     """x ** c for c in {0.5, 0.75, 1, 2} -> square roots and products: vector instructions instead of a scalar libm
-    pow per element (LRN's x ** 0.75 made alexnet's LRN kernels 1 ms each). Only -inf ** 0.5 differs (NaN, not inf)."""
+    pow per element (LRN's x ** 0.75; see docs/notes/graph-rewrites.md). Only -inf ** 0.5 differs (NaN, not inf)."""
     if node.op != "pow":
         return False
     x, e = rw.inputs(node)
@@ -191,8 +191,8 @@ def pow_to_roots(rw: Rewriter, node: Node) -> bool:
 # -- integer round trips --------------------------------------------------------------------------
 def drop_integer_round_trip(rw: Rewriter, node: Node) -> bool:
     """cast(cast(y, int type), y's float type) -> y when y is integral and clipped into the int type's range: a
-    quantize-dequantize pair's epilogue stays in float vectors (a uint8 round trip made resnet50_int8's convs run at
-    110 GFLOP/s). Only a NaN y differs: it stays NaN instead of becoming an arbitrary integer."""
+    quantize-dequantize pair's epilogue stays in float vectors (see docs/notes/vnni-kernels.md). Only a NaN y
+    differs: it stays NaN instead of becoming an arbitrary integer."""
     if node.op != "cast":
         return False
     (mid,) = rw.inputs(node)

@@ -50,7 +50,7 @@ def transforms(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def weight_transform(w: np.ndarray, m: int) -> np.ndarray:
     """U[t, k, c] = (G w[k, c] G^T) flattened over t, from OIHW 3x3 weights."""
     g = transforms(m)[1]
-    # two tensordots (BLAS), not one three-operand einsum: 10x faster, a quarter of resnet50's cached compile
+    # two tensordots (BLAS), not one three-operand einsum, which dominated a cached compile (docs/notes/compile-time.md)
     gw = np.tensordot(g, w.astype(np.float64), ([1], [2]))  # [a, k, c, j]
     u = np.tensordot(gw, g, ([3], [1])).transpose(0, 3, 1, 2)  # [a, b, k, c]
     return np.ascontiguousarray(u, dtype=w.dtype).reshape(-1, *w.shape[:2])
@@ -154,7 +154,7 @@ def _transform(left: np.ndarray, right: np.ndarray, rows, cols, tap, dtype: str)
 def _input_compute(tensors, a: WinogradInputAttrs, out_types: Sequence[TensorType]):
     """A zero-padded copy of each input plane, Q[row % m, column, s] for s = tile row * tiles per row + tile column,
     so that a tap of consecutive tiles of an image is a contiguous vector even across tile rows (a 14x14 input's 16
-    tiles one 16-lane vector, not four vectors of 4: 0.088 -> 0.032 ms for 256 channels); then V[t, c, p], p running
+    tiles one 16-lane vector, not four vectors of 4; see docs/notes/winograd-kernels.md); then V[t, c, p], p running
     over (image, tile row, tile column)."""
     (x,) = tensors
     m, alpha, bt = a.tile, a.tile + 2, transforms(a.tile)[2]
