@@ -82,6 +82,78 @@ def vars_in(expr) -> set:
     return set(undefined_vars(expr))
 
 
+def is_matmul(sch: Schedule) -> bool:
+    """A matmul or conv: one fresh reduction block with spatial and reduce iterators whose last spatial iterator
+    indexes the output's last dimension."""
+    main = single_reduction(sch)
+    if main is None or not is_fresh(sch, main):
+        return False
+    n = spatial_count(sch, main)
+    block = sch.get(main)
+    if n == 0 or n == len(block.iter_vars) or len(block.writes) != 1:
+        return False
+    last = block.writes[0].region[-1].min
+    return vars_in(last) == {block.iter_vars[n - 1].var}
+
+
+def is_gemv(sch: Schedule) -> bool:
+    """One reduction block with a single non-unit spatial axis whose operands are all contiguous along the reduction
+    (a batch-1 fully connected layer with [N, K] weights): a dot product per output, not a register tile."""
+    main = single_reduction(sch)
+    if main is None or not is_fresh(sch, main):
+        return False
+    block = sch.get(main)
+    n = spatial_count(sch, main)
+    reduced = {iv.var for iv in block.iter_vars[n:]}
+    operands = [r for r in block.reads if not r.source.same_as(block.writes[0].source)]
+    return (sum(size(sch, iv.dom.extent) > 1 for iv in block.iter_vars[:n]) == 1 and bool(operands)
+            and all(vars_in(r.region[-1].min) & reduced for r in operands))
+
+
+def output_anchor(sch: Schedule):
+    """The single output block, or None."""
+    outs = [b for b in blocks(sch) if is_output(sch, b)]
+    return outs[0] if len(outs) == 1 else None
+
+
+def _nonunit(values: list[int]) -> list[int]:
+    return [v for v in values if v != 1]
+
+
+def row_depth(sch: Schedule, anchor) -> int | None:
+    """How many leading anchor loops are rows: the non-unit spatial extents of every reduction block must equal
+    the anchor's leading extents, and the rest of the anchor must be reduced. None when they disagree."""
+    anchor_ext = extents(sch, sch.get_loops(anchor))
+    if is_reduction(sch, anchor):
+        anchor_ext = anchor_ext[: spatial_count(sch, anchor)]
+    depth = None
+    for block in blocks(sch):
+        if not is_reduction(sch, block):
+            continue
+        if not is_fresh(sch, block):
+            return None
+        spatial = _nonunit(extents(sch, sch.get_loops(block))[: spatial_count(sch, block)])
+        d = len(spatial)
+        while d <= len(anchor_ext) and _nonunit(anchor_ext[:d]) != spatial:
+            d += 1
+        if d > len(anchor_ext) or (depth is not None and depth != d):
+            return None
+        depth = d
+    return depth
+
+
+def is_row_reduction(sch: Schedule, per_row_work: bool = True) -> bool:
+    """One fresh output block whose leading loops are the rows of every reduction (at least one row loop); with
+    `per_row_work`, the output block also has work inside a row (it reduces, or has loops besides the rows)."""
+    anchor = output_anchor(sch)
+    if anchor is None or not is_fresh(sch, anchor):
+        return False
+    depth = row_depth(sch, anchor)
+    if depth is None or depth == 0:
+        return False
+    return not per_row_work or is_reduction(sch, anchor) or depth < len(sch.get_loops(anchor))
+
+
 # Characters of TIR text a producer may put into its consumers by inlining: an expression read k times by its
 # consumer is copied k times, so chained polynomial forms grew exponentially (three tanh-GELUs in a row, each reading
 # its input 9 times, took minutes to build; see docs/notes/build-time-limits.md); past this the producer stays a stage.

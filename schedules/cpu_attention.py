@@ -7,7 +7,7 @@ Inside a task: q's rows are transposed into a small [dim, rows] buffer; the scor
 (key rows x query vectors, reduced over dim); the max and the sum over keys are vector max/add across query lanes;
 the exponentials one vector pass; the context a register-tiled matmul (query rows x value-dim vectors, reduced over
 keys); the output divides by the sum as it writes [.., rows, heads * dim] in place. In a causal attention every
-stage's loop over keys stops at its query block's last visible key (skip_masked_keys, applied by the build).
+stage's loop over keys stops at its query block's last visible key (skip_masked_keys, a post-processor).
 """
 from __future__ import annotations
 
@@ -18,12 +18,14 @@ import tvm_ffi
 from tvm import tirx
 from tvm.s_tir import Schedule
 
+from cinn.core.ops import PatternKind, RuleName, TargetKind
 from cinn.core.ops.attention import CAUSAL
 from cinn.core.target import Target
 from schedules.analysis import blocks, extents, inline_all, is_static, size
 from schedules.cpu_common import injective, lanes, register_lanes
 from schedules.cpu_matmul import balanced, vectorize_innermost, vectorize_registers
 from schedules.knobs import DEFAULT, Knob, Knobs, divisors
+from schedules.registry import postprocessor, schedule_rule
 
 STAGES = ("attention_qt", "attention_scores", "attention_max", "attention_exp", "attention_sum", "attention_context")
 # query rows per task by preference: a 32 x 128-key block's scores are 16 KB (in a BERT run 32 rows took 0.155 ms,
@@ -92,6 +94,7 @@ def _skip_masked_keys(sch: Schedule, query_block, layout: tuple[int, int, int], 
         sch.annotate(loop, KEY_STEP, step)
 
 
+@postprocessor(TargetKind.CPU)
 def skip_masked_keys(mod: tvm.IRModule) -> tvm.IRModule:
     """A causal attention kernel with each stage's loop over keys cut short where a query block's keys are masked:
     block b of R rows needs keys below (b + 1) R + offset. The schedule marks the loops (_skip_masked_keys), this
@@ -218,3 +221,14 @@ def _lane_reduction(sch: Schedule, block, width: int):
     init = sch.decompose_reduction(block, red)
     vectorize_registers(sch, sch.get_loops(init)[-1], rows, width)
     return red
+
+
+@schedule_rule(TargetKind.CPU, 60, serves=RuleName.CPU_ATTENTION)
+class Attention:
+    """The attention op's stages."""
+
+    def applicable(self, sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs) -> bool:
+        return kind == PatternKind.NON_FUSIBLE and applicable(sch)
+
+    def apply(self, sch: Schedule, target: Target, knobs: Knobs) -> None:
+        schedule(sch, target, knobs)

@@ -9,6 +9,7 @@ from tvm.s_tir.schedule import SBlockRV
 from tvm.sym.pattern import detect_linear_equation
 from tvm.tirx import IndexMap
 
+from cinn.core.ops import PatternKind, TargetKind
 from cinn.core.target import Target
 from schedules.analysis import (
     blocks,
@@ -23,6 +24,7 @@ from schedules.analysis import (
     write_dtype,
 )
 from schedules.knobs import DEFAULT, Knob, Knobs, divisors, unroll
+from schedules.registry import FALLBACK, schedule_rule
 
 PARALLEL_MIN = 4096  # elements below which a thread fork costs more than it saves
 PARALLEL_TASKS = 64  # parallel iterations that balance the cores whatever each one costs
@@ -361,3 +363,14 @@ def parallel_spatial(sch: Schedule, block) -> None:
     lead = n - 1 if n > 1 and prod(extents(sch, loops[: n - 1])) >= PARALLEL_TASKS else n
     if lead:
         sch.parallel(sch.fuse(*loops[:lead]) if lead > 1 else loops[0])
+
+
+@schedule_rule(TargetKind.CPU, FALLBACK)
+class Generic:
+    """Every kernel (the fallback): producers inlined, the other blocks parallel and vectorized."""
+
+    def applicable(self, sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs) -> bool:
+        return True
+
+    def apply(self, sch: Schedule, target: Target, knobs: Knobs) -> None:
+        generic(sch, target, knobs)

@@ -8,12 +8,14 @@ import functools
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
+from cinn.core.ops import PatternKind, TargetKind
 from cinn.core.ops.quant import COLUMN_TILES, DEPTH, LANES, tiles_columns
 from cinn.core.target import Target
 from schedules.analysis import blocks, inline_all, reverse_inline_all, single_reduction, spatial_count
 from schedules.cpu_common import injective
 from schedules.cpu_matmul import vectorize_innermost
 from schedules.knobs import DEFAULT, Knob, Knobs, divisors
+from schedules.registry import schedule_rule
 
 INTRIN = "cinn_vnni_16x4"
 # the default register tiles: a matmul's 4 rows x 4 vectors (16 accumulators, 4 weight loads and 4 broadcasts per
@@ -113,3 +115,14 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
 def _choose(sch: Schedule, knobs: Knobs, knob: Knob, extent: int, limit: int) -> int:
     """The largest divisor of `extent` up to `limit`; the tuner may take any divisor up to `limit` or 8."""
     return knobs.choose(sch, knob, divisors(extent, max(limit, 8)), max(divisors(extent, limit)))
+
+
+@schedule_rule(TargetKind.CPU, 50)
+class Int8:
+    """An integer matmul or conv on a CPU with VNNI."""
+
+    def applicable(self, sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs) -> bool:
+        return kind == PatternKind.OUT_FUSIBLE and applicable(sch, target)
+
+    def apply(self, sch: Schedule, target: Target, knobs: Knobs) -> None:
+        schedule(sch, target, knobs)

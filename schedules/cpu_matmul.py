@@ -19,13 +19,15 @@ import tvm
 from tvm import DataType, tirx
 from tvm.s_tir import Schedule, ScheduleError
 
+from cinn.core.ops import PatternKind, TargetKind
 from cinn.core.target import NO_PARTIAL_UNROLL, Target
+from schedules import cpu_tiling
 from schedules.analysis import (
     NOMINAL_SIZES,
     blocks,
     extents,
     inline_all,
-    is_fresh,
+    is_matmul,
     is_output,
     is_reduction,
     is_static,
@@ -48,6 +50,7 @@ from schedules.cpu_common import (
     register_lanes,
 )
 from schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knob, Knobs, divisors, unroll
+from schedules.registry import schedule_rule
 
 MAX_COLS = 32
 MAX_ROWS = 16  # register-tile rows the tuner may try
@@ -95,34 +98,6 @@ class Outside:
 
 
 INSIDE = Outside()
-
-
-def applicable(sch: Schedule) -> bool:
-    """One fresh reduction block with spatial and reduce iterators whose last spatial iterator indexes the output's
-    last dimension."""
-    main = single_reduction(sch)
-    if main is None or not is_fresh(sch, main):
-        return False
-    n = spatial_count(sch, main)
-    block = sch.get(main)
-    if n == 0 or n == len(block.iter_vars) or len(block.writes) != 1:
-        return False
-    last = block.writes[0].region[-1].min
-    return vars_in(last) == {block.iter_vars[n - 1].var}
-
-
-def is_gemv(sch: Schedule) -> bool:
-    """One reduction block with a single non-unit spatial axis whose operands are all contiguous along the reduction
-    (a batch-1 fully connected layer with [N, K] weights): a dot product per output, not a register tile."""
-    main = single_reduction(sch)
-    if main is None or not is_fresh(sch, main):
-        return False
-    block = sch.get(main)
-    n = spatial_count(sch, main)
-    reduced = {iv.var for iv in block.iter_vars[n:]}
-    operands = [r for r in block.reads if not r.source.same_as(block.writes[0].source)]
-    return (sum(size(sch, iv.dom.extent) > 1 for iv in block.iter_vars[:n]) == 1 and bool(operands)
-            and all(vars_in(r.region[-1].min) & reduced for r in operands))
 
 
 def _tile_cols(extent: int, width: int) -> int:
@@ -843,3 +818,18 @@ def vectorize_innermost(sch: Schedule, block) -> None:
     loops = sch.get_loops(block)
     if loops and extents(sch, loops[-1:])[0] > 1:
         sch.vectorize(loops[-1])
+
+
+@schedule_rule(TargetKind.CPU, 30)
+class Matmul:
+    """A matmul or conv with its epilogue: cinn's register tiles by default, the tuner may try generic multi-level
+    tiling (cpu_tiling) instead."""
+
+    def applicable(self, sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs) -> bool:
+        return kind == PatternKind.OUT_FUSIBLE and is_matmul(sch)
+
+    def apply(self, sch: Schedule, target: Target, knobs: Knobs) -> None:
+        # not over a padded view: cpu_tiling's cache_write write-back would store the rows past the view's end (heap
+        # corruption)
+        tiled = not writes_past_its_view(sch) and knobs.choose(sch, Knob.SKETCH, [0, 1], 0)
+        (cpu_tiling.schedule if tiled else schedule)(sch, target, knobs)

@@ -10,70 +10,30 @@ from math import prod
 
 from tvm.s_tir import Schedule, ScheduleError
 
+from cinn.core.ops import PatternKind, TargetKind
 from cinn.core.target import Target
 from schedules.analysis import (
     blocks,
     compute_at_row,
     extents,
     inline_all,
-    is_fresh,
-    is_output,
+    is_gemv,
     is_reduction,
+    is_row_reduction,
+    output_anchor,
+    row_depth,
     size,
     spatial_count,
     write_dtype,
 )
 from schedules.cpu_common import PARALLEL_MIN, column_reduction, columns, lanes, vector_width
 from schedules.knobs import DEFAULT, Knob, Knobs, unroll
-
-
-def _anchor(sch: Schedule):
-    """The single output block, or None."""
-    outs = [b for b in blocks(sch) if is_output(sch, b)]
-    return outs[0] if len(outs) == 1 else None
-
-
-def _nonunit(values: list[int]) -> list[int]:
-    return [v for v in values if v != 1]
-
-
-def row_depth(sch: Schedule, anchor) -> int | None:
-    """How many leading anchor loops are rows: the non-unit spatial extents of every reduction block must equal
-    the anchor's leading extents, and the rest of the anchor must be reduced. None when they disagree."""
-    anchor_ext = extents(sch, sch.get_loops(anchor))
-    if is_reduction(sch, anchor):
-        anchor_ext = anchor_ext[: spatial_count(sch, anchor)]
-    depth = None
-    for block in blocks(sch):
-        if not is_reduction(sch, block):
-            continue
-        if not is_fresh(sch, block):
-            return None
-        spatial = _nonunit(extents(sch, sch.get_loops(block))[: spatial_count(sch, block)])
-        d = len(spatial)
-        while d <= len(anchor_ext) and _nonunit(anchor_ext[:d]) != spatial:
-            d += 1
-        if d > len(anchor_ext) or (depth is not None and depth != d):
-            return None
-        depth = d
-    return depth
-
-
-def applicable(sch: Schedule, per_row_work: bool = True) -> bool:
-    """One fresh output block whose leading loops are the rows of every reduction (at least one row loop); with
-    `per_row_work`, the output block also has work inside a row (it reduces, or has loops besides the rows)."""
-    anchor = _anchor(sch)
-    if anchor is None or not is_fresh(sch, anchor):
-        return False
-    depth = row_depth(sch, anchor)
-    if depth is None or depth == 0:
-        return False
-    return not per_row_work or is_reduction(sch, anchor) or depth < len(sch.get_loops(anchor))
+from schedules.registry import schedule_rule
 
 
 def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Parallelize the rows of the anchor and compute every other block (vectorized) inside a row."""
-    anchor = _anchor(sch)
+    anchor = output_anchor(sch)
     # a spatial block read by several consumers is kept (computed once per row) instead of recomputed per use
     inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
     if _columns(sch, target):
@@ -141,3 +101,25 @@ def _vectorize_partial(sch: Schedule, partial) -> None:
     sch.vectorize(lane)  # before decompose_reduction: the update block alone is no longer a reduction
     init = sch.decompose_reduction(partial, reduce_loop)
     sch.vectorize(sch.get_loops(init)[-1])
+
+
+@schedule_rule(TargetKind.CPU, 40)
+class Gemv:
+    """A matrix-vector product: one dot product per output column, over contiguous operands."""
+
+    def applicable(self, sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs) -> bool:
+        return kind == PatternKind.OUT_FUSIBLE and is_gemv(sch) and is_row_reduction(sch, per_row_work=False)
+
+    def apply(self, sch: Schedule, target: Target, knobs: Knobs) -> None:
+        schedule(sch, target, knobs)
+
+
+@schedule_rule(TargetKind.CPU, 20)
+class RowReduction:
+    """Reductions over rows (softmax, layer_norm)."""
+
+    def applicable(self, sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs) -> bool:
+        return kind == PatternKind.REDUCTION and is_row_reduction(sch)
+
+    def apply(self, sch: Schedule, target: Target, knobs: Knobs) -> None:
+        schedule(sch, target, knobs)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from tvm.s_tir import Schedule
 
+from cinn.core.ops import PatternKind, RuleName, TargetKind
 from cinn.core.ops.winograd import ROW_ANNOTATION, tile_size
 from cinn.core.target import Target
 from schedules.analysis import blocks, reverse_inline_all, size, split
 from schedules.cpu_common import lanes
 from schedules.cpu_matmul import vectorize_innermost
+from schedules.knobs import Knobs
+from schedules.registry import schedule_rule
 
 INPUT, OUTPUT, PAD, TILES = "winograd_input", "winograd_output", "winograd_pad", "winograd_tiles"
 
@@ -88,3 +91,14 @@ def _innermost(sch: Schedule, loop):
     """The innermost loop of the (one) block under `loop`."""
     (block,) = sch.get_child_blocks(loop)
     return sch.get_loops(block)[-1]
+
+
+@schedule_rule(TargetKind.CPU, 70, serves=RuleName.CPU_WINOGRAD)
+class Winograd:
+    """A Winograd transform, whatever else its group holds."""
+
+    def applicable(self, sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs) -> bool:
+        return kind in (PatternKind.NON_FUSIBLE, PatternKind.OUT_FUSIBLE) and applicable(sch)
+
+    def apply(self, sch: Schedule, target: Target, knobs: Knobs) -> None:
+        schedule(sch, target)

@@ -10,9 +10,11 @@ from math import prod
 import tvm
 from tvm.s_tir import Schedule, ScheduleError
 
+from cinn.core.ops import PatternKind, TargetKind
 from cinn.core.target import Target
 from schedules.analysis import blocks, extents, inline_all, is_reduction, spatial_count, write_dtype
 from schedules.knobs import DEFAULT, Knob, Knobs
+from schedules.registry import FALLBACK, schedule_rule
 
 THREADS = 256  # threads per block for injective kernels and cross-thread reductions
 WARP = 32
@@ -155,3 +157,14 @@ def _all_blocks(sch: Schedule, parent) -> list:
     for child in sch.get_child_blocks(parent):
         out += [child, *_all_blocks(sch, child)]
     return out
+
+
+@schedule_rule(TargetKind.CUDA, FALLBACK)
+class CudaGeneric:
+    """Every kernel (the fallback): producers inlined, every other block bound to blocks and threads."""
+
+    def applicable(self, sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs) -> bool:
+        return True
+
+    def apply(self, sch: Schedule, target: Target, knobs: Knobs) -> None:
+        generic(sch, target, knobs)

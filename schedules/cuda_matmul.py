@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 from tvm.s_tir import Schedule, ScheduleError
 
+from cinn.core.ops import PatternKind, TargetKind
 from cinn.core.target import Target
 from schedules.analysis import (
     blocks,
     inline_all,
+    is_matmul,
     is_reduction,
     reverse_inline_all,
     single_reduction,
@@ -24,6 +26,7 @@ from schedules.analysis import (
 )
 from schedules.cuda_common import injective, is_bound, thread_inner
 from schedules.knobs import DEFAULT, Knob, Knobs, unroll
+from schedules.registry import schedule_rule
 
 COL_THREADS, ROW_THREADS = 16, 16  # a 16x16 thread block
 REGS = 4  # register tile per thread along each tiled axis: 4x4 accumulators
@@ -151,3 +154,14 @@ def _unroll_inner(sch: Schedule, write_back) -> None:
     """Unroll the write-back's register-tile loops (below the thread loop) so accumulators stay in registers."""
     for loop in sch.get_loops(write_back)[2:]:
         sch.unroll(loop)
+
+
+@schedule_rule(TargetKind.CUDA, 30)
+class CudaMatmul:
+    """A matmul or conv with its epilogue."""
+
+    def applicable(self, sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs) -> bool:
+        return kind == PatternKind.OUT_FUSIBLE and is_matmul(sch)
+
+    def apply(self, sch: Schedule, target: Target, knobs: Knobs) -> None:
+        schedule(sch, target, knobs)

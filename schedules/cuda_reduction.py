@@ -1,6 +1,6 @@
 """Row schedule for REDUCTION groups on CUDA (softmax, layer_norm): one thread block per row.
 
-The rows are those of cpu_reduction's analysis (the anchor's leading loops, kept by every reduction). Each row is a
+The rows are those of analysis.row_depth (the anchor's leading loops, kept by every reduction). Each row is a
 thread block: every reduction of the row is a cross-thread reduction over the block's threads (TVM lowers it to
 warp shuffles), the intermediates shared by several consumers live in shared memory, and the elementwise tail
 writes the row, all in one kernel that reads the row once.
@@ -11,18 +11,25 @@ from math import prod
 
 from tvm.s_tir import Schedule
 
+from cinn.core.ops import PatternKind, TargetKind
 from cinn.core.target import Target
-from schedules.analysis import blocks, compute_at_row, extents, inline_all, is_output, is_reduction, write_dtype
-from schedules.cpu_reduction import row_depth
+from schedules.analysis import (
+    blocks,
+    compute_at_row,
+    extents,
+    inline_all,
+    is_output,
+    is_reduction,
+    is_row_reduction,
+    output_anchor,
+    row_depth,
+    write_dtype,
+)
 from schedules.cuda_common import FEW_OUTPUTS, STAGE_BLOCKS, TWO_STAGE_MIN, cross_thread_ok, thread_inner, tuned_threads
 from schedules.knobs import DEFAULT, Knobs
+from schedules.registry import schedule_rule
 
 SHARED_BYTES = 48 * 1024  # static shared memory a block may use without opting in
-
-
-def _anchor(sch: Schedule):
-    """The group's single output block (cpu_reduction.applicable has checked there is one)."""
-    return next(b for b in blocks(sch) if is_output(sch, b))
 
 
 def _row_elems(sch: Schedule, anchor) -> int:
@@ -37,7 +44,7 @@ def fits(sch: Schedule) -> bool:
     row-sized buffer)."""
     if not all(cross_thread_ok(sch, b) for b in blocks(sch) if is_reduction(sch, b)):
         return False
-    anchor = _anchor(sch)
+    anchor = output_anchor(sch)
     row = _row_elems(sch, anchor)
     rows = prod(extents(sch, sch.get_loops(anchor)[: row_depth(sch, anchor)]))
     if row >= TWO_STAGE_MIN and rows * STAGE_BLOCKS <= FEW_OUTPUTS:  # few long rows: two-stage reductions instead
@@ -53,7 +60,7 @@ def _bytes(dtype: str) -> int:
 
 def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Bind the anchor's rows to blocks and compute every other block inside its row over the same threads."""
-    anchor = _anchor(sch)
+    anchor = output_anchor(sch)
     # a spatial block read by several consumers is kept (computed once per row, in shared memory) instead of
     # recomputed per use
     inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
@@ -66,3 +73,14 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
         thread_inner(sch, block, sch.get_loops(block)[1:], threads)
     for block in others:
         sch.set_scope(block, 0, "shared")
+
+
+@schedule_rule(TargetKind.CUDA, 20)
+class CudaRowReduction:
+    """Reductions over rows whose intermediates fit in shared memory."""
+
+    def applicable(self, sch: Schedule, kind: PatternKind, target: Target, knobs: Knobs) -> bool:
+        return kind == PatternKind.REDUCTION and is_row_reduction(sch) and fits(sch)
+
+    def apply(self, sch: Schedule, target: Target, knobs: Knobs) -> None:
+        schedule(sch, target, knobs)

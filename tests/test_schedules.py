@@ -15,8 +15,8 @@ from cinn.core.ir import TensorType  # noqa: E402
 from cinn.core.ops import PatternKind as K  # noqa: E402
 from cinn.core.ops import get_op, infer  # noqa: E402
 from cinn.core.target import parse_target  # noqa: E402
-from schedules import apply_default, cpu_matmul, cpu_reduction, cpu_tiling  # noqa: E402
-from schedules.analysis import blocks, extents, single_reduction  # noqa: E402
+from schedules import apply_default, cpu_matmul, cpu_tiling  # noqa: E402
+from schedules.analysis import blocks, extents, is_matmul, is_row_reduction, single_reduction  # noqa: E402
 from schedules.cpu_common import lanes  # noqa: E402
 from schedules.knobs import DefaultKnobs, Knob  # noqa: E402
 
@@ -78,7 +78,7 @@ def matmul(shape_a, shape_b, trans_y=False, epilogue=True):
 def test_matmul(shape_a, shape_b, trans_y, epilogue):
     inputs, out, ref = matmul(shape_a, shape_b, trans_y, epilogue)
     sch = schedule_of([*inputs, out])
-    assert cpu_matmul.applicable(sch)
+    assert is_matmul(sch)
     check(inputs, [out], K.OUT_FUSIBLE, ref)
 
 
@@ -117,7 +117,7 @@ def test_conv_epilogue(c, o, hw, stride, groups, channels_vectorized):
         conv = conv_ref(xa, wa, stride, 1, groups)
         return [np.maximum(conv * sa[:, None, None] + ha[:, None, None], 0)]
 
-    assert cpu_matmul.applicable(schedule_of([x, w, scale, shift, z]))
+    assert is_matmul(schedule_of([x, w, scale, shift, z]))
     sch = check([x, w, scale, shift], [z], K.OUT_FUSIBLE, ref)
     # output rows that are not a whole number of vectors: vectorized over output channels, accumulated channels-last
     # (a depthwise conv's rows of 10 too where its 8 channels are whole vectors: AVX2's 8 lanes, not AVX-512's 16)
@@ -198,14 +198,14 @@ def layer_norm_gelu(rows, cols):
 @pytest.mark.parametrize("make", [lambda: softmax((2, 4, 16)), lambda: layer_norm_gelu(4, 40), lambda: softmax((3, 5, 6))])
 def test_row_reduction(make):
     inputs, out, ref = make()
-    assert cpu_reduction.applicable(schedule_of([*inputs, out]))
+    assert is_row_reduction(schedule_of([*inputs, out]))
     check(inputs, [out], K.REDUCTION, ref)
 
 
 def test_plain_reduction_output():
     x = te.placeholder((6, 32), name="x")
     s = topi.sum(x, axis=1)
-    assert cpu_reduction.applicable(schedule_of([x, s]))
+    assert is_row_reduction(schedule_of([x, s]))
     check([x], [s], K.REDUCTION, lambda a: [a.sum(1)])
 
 
@@ -240,13 +240,13 @@ def test_fallbacks():
     x = te.placeholder((12, 8), name="x")
     col = topi.sum(x, axis=0, keepdims=True)
     out = te.compute(x.shape, lambda i, j: x[i, j] - col[0, j], name="out")
-    assert not cpu_reduction.applicable(schedule_of([x, out]))
+    assert not is_row_reduction(schedule_of([x, out]))
     check([x], [out], K.REDUCTION, lambda a: [a - a.sum(0, keepdims=True)])
 
     inputs, c, _ = matmul((4, 6), (6, 8), epilogue=False)
     k = te.reduce_axis((0, 8), name="k2")
     d = te.compute((4, 4), lambda i, j: te.sum(c[i, k] * c[j, k], axis=k), name="D")
-    assert not cpu_matmul.applicable(schedule_of([*inputs, d]))
+    assert not is_matmul(schedule_of([*inputs, d]))
     check(inputs, [d], K.OUT_FUSIBLE, lambda a, b: [(a @ b) @ (a @ b).T])
 
 

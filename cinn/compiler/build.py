@@ -21,7 +21,7 @@ from cinn.core.ops import PatternKind
 from cinn.core.target import NO_PARTIAL_UNROLL, Target
 from cinn.runtime import cuda_module, disk_cache, thread_pool, trust
 from cinn.runtime.worker_pool import WorkerPool
-from schedules import apply_default, cpu_attention
+from schedules import apply_default, postprocess
 from schedules.analysis import NOMINAL_SIZES, PLAIN_SCHEDULE, blocks
 from schedules.cpu_common import parallel_outer
 from schedules.cuda_common import unbound_blocks
@@ -156,7 +156,7 @@ def _scheduled(mod: tvm.IRModule, spec: KernelSpec, target: Target) -> tuple[Sch
 def _compiled(sch: Schedule, target: Target):
     tvm_target = target.tvm(partial_unroll=not _annotated(sch, NO_PARTIAL_UNROLL))
     with tvm_target:  # CUDA compilation reads the architecture from the current target
-        return tvm.compile(cpu_attention.skip_masked_keys(sch.mod), target=tvm_target)
+        return tvm.compile(postprocess(sch.mod, target), target=tvm_target)
 
 
 def _annotated(sch: Schedule, key: str) -> bool:

@@ -9,6 +9,16 @@ from cinn.core.ops import shape as _shape  # noqa: F401  (registers)
 from cinn.core.ops import sort as _sort  # noqa: F401  (registers)
 from cinn.core.ops import spatial as _spatial  # noqa: F401  (registers)
 from cinn.core.ops import winograd as _winograd  # noqa: F401  (registers)
-from cinn.core.ops.registry import OPS, DtypeClass, OpDef, PatternKind, get_op, infer, op_flops
+from cinn.core.ops.registry import (
+    OPS,
+    DtypeClass,
+    OpDef,
+    PatternKind,
+    RuleName,
+    TargetKind,
+    get_op,
+    infer,
+    op_flops,
+)
 
-__all__ = ["OPS", "DtypeClass", "OpDef", "PatternKind", "get_op", "infer", "op_flops"]
+__all__ = ["OPS", "DtypeClass", "OpDef", "PatternKind", "RuleName", "TargetKind", "get_op", "infer", "op_flops"]

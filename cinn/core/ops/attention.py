@@ -22,7 +22,7 @@ from tvm import te, tirx, topi
 
 from cinn.core.ir import Attrs, SymbolicType, TensorType
 from cinn.core.ops.common import broadcast_shapes, keep_nan, same_dims, same_dtype
-from cinn.core.ops.registry import DtypeClass, OpDef, PatternKind, register
+from cinn.core.ops.registry import DtypeClass, OpDef, PatternKind, RuleName, register
 from cinn.core.ops.te_util import broadcast_index, const, dims, leading_rows, whole_tiles
 
 # a bias at or below this masks its key: exp(-10000 + s - max) is 0 in float32 unless that key's logit exceeds the
@@ -188,6 +188,7 @@ register(
     OpDef(
         name="attention",
         kind=PatternKind.NON_FUSIBLE,
+        needs_rules=(RuleName.CPU_ATTENTION,),  # on CUDA the generic schedule runs it
         infer=_infer,
         compute=_compute,
         reference=_reference,

@@ -10,6 +10,7 @@ import numpy as np
 from tvm import te
 
 from cinn.core.ir import Attrs, NoAttrs, ShapeTooLarge, TensorType
+from cinn.core.target import Target
 
 
 class PatternKind(enum.IntEnum):
@@ -31,6 +32,28 @@ class DtypeClass(enum.Flag):
     BOOL = enum.auto()
     NUMBER = FLOAT | INT
     ANY = FLOAT | INT | BOOL
+
+
+class TargetKind(enum.StrEnum):
+    """The kinds of target that schedules are written for (the values are Target.kind's)."""
+
+    CPU = "llvm"
+    CUDA = "cuda"
+
+    @classmethod
+    def of(cls, target: Target) -> TargetKind:
+        return cls(target.kind)
+
+
+class RuleName(enum.Enum):
+    """A schedule rule that an op may need on one kind of target (schedules.registry registers it under this name)."""
+
+    CPU_ATTENTION = (TargetKind.CPU, "attention")
+    CPU_WINOGRAD = (TargetKind.CPU, "winograd")
+
+    @property
+    def target_kind(self) -> TargetKind:
+        return self.value[0]
 
 
 def dtype_class(dtype: str) -> DtypeClass:
@@ -74,6 +97,9 @@ class OpDef:
     # its attrs only say the output's shape (a reshape's target): its compute reads that from the output's type, so a
     # symbolic kernel takes the op whatever sizes its attrs hold (a Shape-computed target differs at each size)
     shape_attrs: bool = False
+    # the schedule rules its kernels need (one per target kind at most), where the generic schedule would defeat the
+    # op's purpose; its compute names its output block after the op, by which schedules.registry finds it in a kernel
+    needs_rules: tuple[RuleName, ...] = ()
 
     @property
     def is_composite(self) -> bool:
@@ -93,6 +119,8 @@ def register(op: OpDef) -> OpDef:
         raise ValueError(f"op {op.name!r} registered twice")
     if (op.compute is None) == (op.decompose is None):
         raise ValueError(f"op {op.name!r} needs exactly one of compute or decompose")
+    if len({r.target_kind for r in op.needs_rules}) < len(op.needs_rules):
+        raise ValueError(f"op {op.name!r} needs two schedule rules for one target kind: one would schedule it")
     OPS[op.name] = op
     return op
 

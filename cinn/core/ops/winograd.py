@@ -21,7 +21,7 @@ from tvm import te, tirx
 
 from cinn.core.ir import Attrs, TensorType
 from cinn.core.ops.registry import DtypeClass as D
-from cinn.core.ops.registry import OpDef, register
+from cinn.core.ops.registry import OpDef, RuleName, register
 from cinn.core.ops.registry import PatternKind as K
 from cinn.core.ops.te_util import const, dims
 
@@ -229,6 +229,7 @@ register(
     OpDef(
         name="winograd_input",
         kind=K.NON_FUSIBLE,
+        needs_rules=(RuleName.CPU_WINOGRAD,),
         infer=_input_infer,
         compute=_input_compute,
         reference=_input_reference,
@@ -242,6 +243,7 @@ register(
     OpDef(
         name="winograd_output",
         kind=K.OUT_FUSIBLE,
+        needs_rules=(RuleName.CPU_WINOGRAD,),
         infer=_output_infer,
         compute=_output_compute,
         reference=_output_reference,

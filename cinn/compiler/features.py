@@ -1,0 +1,61 @@
+"""The special-purpose features (fused attention, Winograd convolutions, integer kernels), each with its parts in
+every layer listed in one place: its ops, the rewrite passes that bring them in, its schedule rules and
+post-processors, the modules above the compiler that take part (converters, tuning) and its docs. See
+docs/features.md; tests/test_schedule_rules.py checks every part exists and is registered."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cinn.compiler.passes.attention import fold_attention_slices, fuse_attention, mark_causal
+from cinn.compiler.passes.integer_kernels import integer_kernels
+from cinn.compiler.passes.sink_transposes import sink_transposes
+from cinn.compiler.passes.winograd import winograd
+from cinn.core.ir import Program
+from cinn.core.ops import OpDef, get_op
+from schedules import cpu_attention, cpu_int8, cpu_winograd
+from schedules.registry import PostProcessor, ScheduleRule
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One feature's parts, layer by layer."""
+
+    name: str
+    ops: tuple[OpDef, ...]
+    passes: tuple[Callable[..., Program], ...]  # the rewrites that bring its ops into a program
+    rules: tuple[type[ScheduleRule], ...]  # registered by their modules (schedules.registry)
+    postprocessors: tuple[PostProcessor, ...]
+    # its parts above the compiler layer, which cannot be imported here: module names
+    modules: tuple[str, ...]
+    docs: tuple[str, ...]  # pages that describe it, from the repository root
+
+
+ATTENTION = Feature(
+    name="attention",
+    ops=(get_op("attention"),),
+    passes=(fuse_attention, fold_attention_slices, mark_causal),
+    rules=(cpu_attention.Attention,),
+    postprocessors=(cpu_attention.skip_masked_keys,),
+    modules=("frontend.onnx.ops_attention", "frontend.onnx.ops_contrib"),  # ONNX's and onnxruntime's Attention
+    docs=("docs/architecture.md", "docs/api.md"),
+)
+WINOGRAD = Feature(
+    name="winograd",
+    ops=(get_op("winograd_input"), get_op("winograd_output")),
+    passes=(winograd,),
+    rules=(cpu_winograd.Winograd,),
+    postprocessors=(),
+    modules=("autotune.algorithms",),  # measures each conv shape's algorithms (cinn-tune)
+    docs=("docs/architecture.md",),
+)
+INT8 = Feature(
+    name="int8",
+    ops=(get_op("matmul_u8i8"), get_op("conv2d_u8i8")),
+    passes=(integer_kernels, sink_transposes),
+    rules=(cpu_int8.Int8,),
+    postprocessors=(),
+    modules=("frontend.onnx.ops_quant",),  # the quantized models' ops, whose dequantized matmuls and convs it rewrites
+    docs=("docs/architecture.md", "docs/api.md"),
+)
+FEATURES = (ATTENTION, WINOGRAD, INT8)
