@@ -14,9 +14,9 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import cinn  # noqa: E402
 from benchmarks.real_models import MODELS, light_path  # noqa: E402
-from cinn import cli  # noqa: E402
 from cinn.compiler.passes.pipeline import optimize  # noqa: E402
 from cinn.compiler.passes.simplify import simplify  # noqa: E402
+from cinn.facade import cli  # noqa: E402
 from cinn.runtime.machine import Peaks  # noqa: E402
 from frontend.onnx import OnnxImportError  # noqa: E402
 
