@@ -11,6 +11,7 @@ from tvm import te, tirx
 
 from cinn.compiler.passes.fusion import Group, unfused
 from cinn.compiler.passes.fusion import fuse as fuse_groups
+from cinn.compiler.passes.manager import Instrument, PassName
 from cinn.compiler.passes.pipeline import optimize
 from cinn.compiler.passes.verify import verify
 from cinn.core.ir import Program, SymbolicType, Value
@@ -87,13 +88,15 @@ def _ident(name: str) -> str:
 
 
 def lower_program(program: Program, fuse: bool = True, passes: bool = True, in_place: bool = True,
-                  target: Target | None = None, winograd_choices: Mapping[str, int] = MappingProxyType({})
+                  target: Target | None = None, winograd_choices: Mapping[str, int] = MappingProxyType({}),
+                  disabled: frozenset[PassName] = frozenset(), instruments: Sequence[Instrument] = ()
                   ) -> tuple[Program, list[LoweredGroup]]:
-    """Verify, optimize (`winograd_choices` as cinn.compiler.passes.pipeline.optimize takes them) and fuse a Program; returns
-    the optimized Program and one PrimFunc per kernel, in order. With fusion and `in_place`, the concats and slices of
-    find_views(program) take no kernel: their values are views of other values' buffers."""
+    """Verify, optimize (`winograd_choices`, `disabled` and `instruments` as cinn.compiler.passes.pipeline.optimize
+    takes them) and fuse a Program; returns the optimized Program and one PrimFunc per kernel, in order. With fusion
+    and `in_place`, the concats and slices of find_views(program) take no kernel: their values are views of other
+    values' buffers."""
     verify(program)
-    program = optimize(program, passes, target, winograd_choices)
+    program = optimize(program, passes, target, winograd_choices, disabled, instruments)
     skipped = kernelless(program, find_views(program)) if in_place else frozenset()
     groups = fuse_groups(program, skipped) if fuse else unfused(program)
     return program, [lower_group(g, program.constants) for g in groups]

@@ -22,6 +22,7 @@ from tvm import tirx
 
 from cinn.compiler.lower import LoweredGroup, lower_group, lower_program
 from cinn.compiler.passes.fusion import Group
+from cinn.compiler.passes.manager import PassName
 from cinn.compiler.passes.pipeline import winograd_shapes
 from cinn.core.ir import Program, TensorType, Value
 from cinn.core.ops import get_op
@@ -94,12 +95,14 @@ class SymbolicPlan:
 
 
 def plan(program: SymbolicProgram, target: Target, fuse: bool = True, passes: bool = True,
-         nominal: Mapping[str, int] = MappingProxyType({})) -> SymbolicPlan:
-    """The symbolic kernels of a program (CPU targets); raises NotSymbolic naming what stops them."""
+         nominal: Mapping[str, int] = MappingProxyType({}), disabled: frozenset[PassName] = frozenset()
+         ) -> SymbolicPlan:
+    """The symbolic kernels of a program (CPU targets), without the `disabled` passes; raises NotSymbolic naming what
+    stops them."""
     if target.is_cuda:
         raise NotSymbolic("symbolic kernels are built for CPU targets")
     probes = _probes(program)
-    optimized = [_optimized(program.specialize(p), target, fuse, passes) for p in probes]
+    optimized = [_optimized(program.specialize(p), target, fuse, passes, disabled) for p in probes]
     first, groups = optimized[0]
     for other, other_groups in optimized[1:]:
         _check_same(first, groups, other, other_groups)
@@ -144,11 +147,12 @@ def _fitted(programs: Sequence[Program], names: Sequence[str], probes: Sequence[
     return symbols, dims
 
 
-def _optimized(static: Program, target: Target, fuse: bool, passes: bool) -> tuple[Program, list[LoweredGroup]]:
+def _optimized(static: Program, target: Target, fuse: bool, passes: bool, disabled: frozenset[PassName]
+               ) -> tuple[Program, list[LoweredGroup]]:
     """A probe's optimized program and kernels. Its 3x3 convs stay direct: a Winograd conv's matmul vectorizes over
     the tiles of every image, whose count a symbolic batch makes symbolic (no vector loop of symbolic extent)."""
-    direct = {shape.key: 0 for shape in winograd_shapes(static, target)} if passes else {}
-    return lower_program(static, fuse, passes, False, target, direct)
+    direct = {shape.key: 0 for shape in winograd_shapes(static, target, disabled)} if passes else {}
+    return lower_program(static, fuse, passes, False, target, direct, disabled)
 
 
 def _lowered(group: Group, program: Program, dims: Mapping[str, tuple[Dim, ...]], symbols: Sequence[tirx.Var],

@@ -25,6 +25,8 @@ from cinn.compiler.build import (
     workload_key,
 )
 from cinn.compiler.lower import LoweredGroup, lower_program
+from cinn.compiler.passes import manager, pipeline
+from cinn.compiler.passes.manager import PassName
 from cinn.compiler.symbolic_kernels import NotSymbolic
 from cinn.core.ir import Program
 from cinn.core.symbolic import Binding, SymbolicProgram, bindings_of
@@ -40,7 +42,8 @@ from schedules.replay import replay
 def compile(program: Program, target: str | Target = ..., fuse: bool = ...,
             tuning_log: str | os.PathLike | Sequence[Record] | None = ..., *, cache_dir: str | os.PathLike | None = ...,
             workers: int | None = ..., progress: Callable[[int, int], None] | None = ..., passes: bool = ...,
-            shape_hints: None = ..., on_demand: bool = ..., symbolic_kernels: bool = ...) -> Executable: ...
+            shape_hints: None = ..., on_demand: bool = ..., symbolic_kernels: bool = ...,
+            disabled_passes: Iterable[str] = ...) -> Executable: ...
 
 
 @overload
@@ -48,7 +51,7 @@ def compile(program: SymbolicProgram, target: str | Target = ..., fuse: bool = .
             tuning_log: str | os.PathLike | Sequence[Record] | None = ..., *, cache_dir: str | os.PathLike | None = ...,
             workers: int | None = ..., progress: Callable[[int, int], None] | None = ..., passes: bool = ...,
             shape_hints: Mapping[str, Iterable[int]] | None = ..., on_demand: bool = ...,
-            symbolic_kernels: bool = ...) -> DynamicExecutable: ...
+            symbolic_kernels: bool = ..., disabled_passes: Iterable[str] = ...) -> DynamicExecutable: ...
 
 
 def compile(
@@ -64,12 +67,15 @@ def compile(
     shape_hints: Mapping[str, Iterable[int]] | None = None,
     on_demand: bool = True,
     symbolic_kernels: bool = True,
+    disabled_passes: Iterable[str] = (),
 ) -> Executable | DynamicExecutable:
     """Compile a Program for a target; fuse=False runs one kernel per op (the baseline).
 
     cache_dir defaults to $CINN_CACHE_DIR or ~/.cache/cinn; workers (default: all cores) build uncached
     kernels in parallel; progress(done, total) is called as kernels are built; passes=False skips the
-    graph simplifications (composite ops are still decomposed), so every op reaches a kernel as written.
+    graph simplifications (composite ops are still decomposed), so every op reaches a kernel as written;
+    disabled_passes skips the passes named (cinn.compiler.passes.manager.PassName: "cse", "winograd", ...; ValueError
+    for an unknown name or one that lowering needs). Executable.pass_times has each pass's time.
     tuning_log is a schedule log (cinn-tune writes one) or records already read from one.
 
     A SymbolicProgram gives a DynamicExecutable: specialized kernels built now for every combination of the sizes in
@@ -80,7 +86,8 @@ def compile(
     if not isinstance(program, (Program, SymbolicProgram)):
         raise TypeError(f"compile: expected a cinn Program (NetBuilder.build(), cinn.load_onnx, cinn.load_model), "
                         f"got {type(program).__module__}.{type(program).__name__}")
-    options = _Options(target, fuse, tuning_log, cache_dir, workers, progress, passes)
+    options = _Options(target, fuse, tuning_log, cache_dir, workers, progress, passes,
+                       pipeline.disabled_passes(disabled_passes))
     if isinstance(program, SymbolicProgram):
         pool = ConstantPool()  # the bindings' weights are the same arrays: one device copy each
         bindings = bindings_of(program, shape_hints) if shape_hints is not None else []
@@ -107,6 +114,7 @@ class _Options:
     workers: int | None
     progress: Callable[[int, int], None] | None
     passes: bool
+    disabled: frozenset[PassName]
 
 
 def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> Executable:
@@ -117,13 +125,16 @@ def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> E
     in_place = o.fuse and not tgt.is_cuda
     records = _tuning_records(o.tuning_log)  # read once: its conv algorithms and its kernels' schedules
     # a per-binding compile (with a pool) is not cached whole: see cinn.compiler.compiled_cache
-    entry = compiled_cache.entry_path(_cache_dir(o), program, (repr(tgt), o.fuse, o.passes, records)) \
+    disabled = tuple(sorted(p.value for p in o.disabled))
+    entry = compiled_cache.entry_path(_cache_dir(o), program, (repr(tgt), o.fuse, o.passes, disabled, records)) \
         if constants is None else None
-    hit = _from_cache(compiled_cache.load(entry), tgt) if entry is not None else None
+    # a compile from the cache runs no pass: none to print after
+    hit = _from_cache(compiled_cache.load(entry), tgt) if entry is not None and manager.ir_printer() is None else None
+    timer = manager.PassTimer()
     if hit is not None:
         program, kernels = hit
     else:
-        program, kernels, libraries = _compile_kernels(program, o, tgt, in_place, records)
+        program, kernels, libraries = _compile_kernels(program, o, tgt, in_place, records, timer)
         if entry is not None:
             compiled_cache.store(entry, compiled_cache.CachedCompile(program, tuple(
                 compiled_cache.CachedKernel(k.name, lib, k.params, k.flops, k.workload, k.nbytes)
@@ -131,7 +142,7 @@ def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> E
     device = tvm.cuda(0) if tgt.is_cuda else tvm.cpu(0)
     views = find_views(program) if in_place else {}
     return Executable(program, kernels, device, threads=None if tgt.is_cuda else tgt.num_cores, views=views,
-                      constants=constants)
+                      constants=constants, pass_times=timer.times)
 
 
 def _from_cache(cached: compiled_cache.CachedCompile | None, tgt: Target) -> tuple[Program, list[Kernel]] | None:
@@ -148,11 +159,12 @@ def _from_cache(cached: compiled_cache.CachedCompile | None, tgt: Target) -> tup
     return cached.program, kernels
 
 
-def _compile_kernels(program: Program, o: _Options, tgt: Target, in_place: bool, records: Sequence[Record]
-                     ) -> tuple[Program, list[Kernel], list[str]]:
-    """Optimize, fuse, lower and build a static program: the optimized program, its kernels and their libraries'
-    paths."""
-    program, lowered = lower_program(program, o.fuse, o.passes, in_place, tgt, winograd_choices(records, tgt))
+def _compile_kernels(program: Program, o: _Options, tgt: Target, in_place: bool, records: Sequence[Record],
+                     timer: manager.PassTimer) -> tuple[Program, list[Kernel], list[str]]:
+    """Optimize (each pass timed by `timer`), fuse, lower and build a static program: the optimized program, its
+    kernels and their libraries' paths."""
+    program, lowered = lower_program(program, o.fuse, o.passes, in_place, tgt, winograd_choices(records, tgt),
+                                     o.disabled, (timer,))
     keyed = [(workload_key(lg.func), lg) for lg in lowered]
     traces = _current_traces(records, tgt, keyed)
     specs = [KernelSpec(key, lg.func, lg.group.kind, _applicable(traces.get(key), lg)) for key, lg in keyed]
@@ -201,7 +213,7 @@ def _symbolic_kernels(program: SymbolicProgram, o: _Options, pool: ConstantPool,
     tgt = parse_target(o.target)
     nominal = {s: max(sizes) for s, sizes in hints.items() if sizes}
     try:
-        plan = symbolic_kernels.plan(program, tgt, o.fuse, o.passes, nominal)
+        plan = symbolic_kernels.plan(program, tgt, o.fuse, o.passes, nominal, o.disabled)
     except (ValueError, TypeError, NotImplementedError) as e:  # the program refuses a probe's sizes
         raise NotSymbolic(str(e)) from None
     variants = [*plan.lowered, *(lg for lg in plan.unpadded if lg is not None)]

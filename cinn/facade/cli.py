@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 from cinn import __version__
 from cinn.compiler.build import default_cache_dir
+from cinn.compiler.passes.manager import ir_printer, timing_table
+from cinn.compiler.passes.pipeline import PASSES, disabled_passes
 from cinn.core.ir import Program
 from cinn.core.symbolic import require_static
 from cinn.core.target import Target, parse_target
@@ -34,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true",
                    help="also time each kernel inside a run and alone, with its GFLOP/s, GB/s and percent of the "
                         "machine's peak (CPU: measured once, cached), and the time outside the kernels")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                   help=f"skip a graph pass (repeatable): {', '.join(each.name for each in PASSES if not each.required)}")
+    p.add_argument("--pass-timing", action="store_true", help="also print each graph pass's compile time")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
@@ -52,6 +57,8 @@ def _read_arguments(args: argparse.Namespace) -> tuple[Target, Program]:
             raise UsageError("--target cuda: no CUDA device present on this machine")
         if args.log is not None and not os.path.isfile(args.log):
             raise UsageError(f"--log {args.log}: no such schedule log")
+        disabled_passes(args.disable_pass, "--disable-pass")
+        ir_printer()  # a bad $CINN_PRINT_IR_AFTER is found now, not after the model is read
         return target, require_static(load_model(args.model, parse_input_shapes(args.input_shape)),
                                       "pass --input-shape NAME=D0,D1,... for each")
 
@@ -59,7 +66,8 @@ def _read_arguments(args: argparse.Namespace) -> tuple[Target, Program]:
 def run(args: argparse.Namespace) -> int:
     target, program = _read_arguments(args)
     start = time.perf_counter()
-    exe = api.compile(program, target=args.target, fuse=not args.no_fuse, tuning_log=args.log, progress=_progress)
+    exe = api.compile(program, target=args.target, fuse=not args.no_fuse, tuning_log=args.log, progress=_progress,
+                      disabled_passes=args.disable_pass)
     compile_s = time.perf_counter() - start
     feeds = random_feeds(program.inputs, args.seed)
     outputs = exe.run(feeds)  # also the warm-up run
@@ -69,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"output {v.name}: shape {tuple(out.shape)} {out.dtype}")
     print(f"median latency: {seconds * 1e3:.3f} ms over {args.repeat} runs")
     print(f"memory: {exe.workspace_bytes / 2**20:.1f} MiB workspace per run + {exe.constant_bytes / 2**20:.1f} MiB constants")
+    if args.pass_timing:
+        print(timing_table(exe.pass_times) if exe.pass_times else
+              "pass timing: no pass ran (the compile came from the compile cache)")
     if args.profile:
         peaks = None if target.is_cuda else machine_peaks(target, default_cache_dir())
         print(exe.profile(feeds, args.repeat, peaks).table())

@@ -113,6 +113,14 @@ class Workspace:
 
 
 @dataclass(frozen=True)
+class PassTime:
+    """The compile's time in one run of a graph pass (cinn.compiler.passes.manager names the passes)."""
+
+    name: str
+    seconds: float
+
+
+@dataclass(frozen=True)
 class KernelTime:
     """One kernel's median time inside a run, and alone (repeated with warm caches)."""
 
@@ -229,8 +237,10 @@ class Executable:
     """A compiled program: call run(feeds) to execute its kernels in order, from any number of threads at once."""
 
     def __init__(self, program: Program, kernels: Sequence[Kernel], device, threads: int | None = None,
-                 views: Mapping[str, View] = MappingProxyType({}), constants: ConstantPool | None = None):
+                 views: Mapping[str, View] = MappingProxyType({}), constants: ConstantPool | None = None,
+                 pass_times: Sequence[PassTime] = ()):
         self.program = program
+        self.pass_times = tuple(pass_times)  # the passes of its compile, in order (none: from the compile cache)
         self._kernels = list(kernels)
         self._funcs = [k.func for k in kernels]
         self._threads = threads

@@ -1,9 +1,10 @@
-"""The default pass pipeline run by cinn.compile before fusion."""
+"""The default pass pipelines run by cinn.compile before fusion, declared as named passes (see manager)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
+from cinn.compiler.passes import manager
 from cinn.compiler.passes.attention import fold_attention_slices, fuse_attention, mark_causal
 from cinn.compiler.passes.channels_last import channels_last
 from cinn.compiler.passes.conv_forms import conv_forms
@@ -12,6 +13,7 @@ from cinn.compiler.passes.dce import dce
 from cinn.compiler.passes.decompose import decompose
 from cinn.compiler.passes.fold_constants import fold_constants
 from cinn.compiler.passes.integer_kernels import integer_kernels
+from cinn.compiler.passes.manager import Instrument, Pass, PassContext, PassName, Pipeline, PipelineName
 from cinn.compiler.passes.pack_weights import pack_weights
 from cinn.compiler.passes.simplify import simplify
 from cinn.compiler.passes.sink_transposes import sink_transposes
@@ -20,41 +22,105 @@ from cinn.core.ir import Program
 from cinn.core.target import Target
 
 
-def optimize(program: Program, passes: bool = True, target: Target | None = None,
-             winograd_choices: Mapping[str, int] = MappingProxyType({})) -> Program:
-    """Decompose composite ops; with `passes`, also simplify (batch norm folding needs the composite ops), fuse
-    attention subgraphs into one op (the softmax is still one node) reading q, k and v sliced from one tensor in place
-    (fold_attention_slices), decompose, simplify what the expansions emit, rewrite convs into denser forms
-    (conv_forms), then fold constant subgraphs, mark the attention whose folded bias is causal (mark_causal), merge
-    common subexpressions, drop what no output needs and store constant weights as the kernels read them. The
-    target's rewrites (none without one): on a CPU with VNNI, matmuls and convs of quantized tensors and weights
-    first become integer kernels (integer_kernels), whose channels-last layout then carries from one conv to the next
-    (sink_transposes); on a CPU, stride-1 3x3 convs become Winograd convs
-    where that gains (winograd: by the measured `winograd_choices`, else by its estimate), and depthwise convs with
-    narrow rows and the 1x1 convs around them compute channels last (channels_last)."""
-    if not passes:
-        return decompose(program)
-    program = _simplified(program, target)
+def _cpu(context: PassContext) -> Target:
+    """The CPU target a CPU pass runs for."""
+    if context.target is None or context.target.is_cuda:
+        raise ValueError(f"a CPU pass given the target {context.target}")
+    return context.target
+
+
+# the one place that turns the context into the target-dependent passes' arguments
+def _winograd(program: Program, context: PassContext) -> Program:
+    target = _cpu(context)
+    return winograd(program, context.winograd_choices, target.fma_bits, target.vector_registers)
+
+
+def _channels_last(program: Program, context: PassContext) -> Program:
+    target = _cpu(context)
+    return channels_last(program, target.vector_bits // 32, target.vector_registers)
+
+
+def _pack_weights(program: Program, context: PassContext) -> Program:
+    target = context.target
     if target is None or target.is_cuda:
-        return dce(pack_weights(program))
-    program = winograd(program, winograd_choices, target.fma_bits, target.vector_registers)
-    program = channels_last(program, target.vector_bits // 32, target.vector_registers)
-    return dce(pack_weights(program, target.vector_bits // 32, target.vector_registers))
+        return pack_weights(program)
+    return pack_weights(program, target.vector_bits // 32, target.vector_registers)
 
 
-def winograd_shapes(program: Program, target: Target) -> list[ConvShape]:
+def _sink_transposes(program: Program, context: PassContext) -> Program:
+    """sink_transposes where there are integer convs (a float model's graph stays as it is)."""
+    return sink_transposes(program) if any(n.op == "conv2d_u8i8" for n in program.nodes) else program
+
+
+def _plain(rewrite: Callable[[Program], Program]) -> Callable[[Program, PassContext], Program]:
+    """A pass that reads nothing but the program."""
+    return lambda program, context: rewrite(program)
+
+
+INTEGER_KERNELS = Pass(PassName.INTEGER_KERNELS, _plain(integer_kernels))
+SINK_TRANSPOSES = Pass(PassName.SINK_TRANSPOSES, _sink_transposes)
+SIMPLIFY = Pass(PassName.SIMPLIFY, _plain(simplify))
+FUSE_ATTENTION = Pass(PassName.FUSE_ATTENTION, _plain(fuse_attention))
+FOLD_ATTENTION_SLICES = Pass(PassName.FOLD_ATTENTION_SLICES, _plain(fold_attention_slices))
+DECOMPOSE = Pass(PassName.DECOMPOSE, _plain(decompose), required="composite ops have no kernel of their own")
+CONV_FORMS = Pass(PassName.CONV_FORMS, _plain(conv_forms))
+FOLD_CONSTANTS = Pass(PassName.FOLD_CONSTANTS, _plain(fold_constants))
+MARK_CAUSAL = Pass(PassName.MARK_CAUSAL, _plain(mark_causal))
+CSE = Pass(PassName.CSE, _plain(cse))
+DCE = Pass(PassName.DCE, _plain(dce))
+WINOGRAD = Pass(PassName.WINOGRAD, _winograd)
+CHANNELS_LAST = Pass(PassName.CHANNELS_LAST, _channels_last)
+PACK_WEIGHTS = Pass(PassName.PACK_WEIGHTS, _pack_weights)
+PASSES = (INTEGER_KERNELS, SINK_TRANSPOSES, SIMPLIFY, FUSE_ATTENTION, FOLD_ATTENTION_SLICES, DECOMPOSE, CONV_FORMS,
+          FOLD_CONSTANTS, MARK_CAUSAL, CSE, DCE, WINOGRAD, CHANNELS_LAST, PACK_WEIGHTS)
+
+# simplify before decompose (batch norm folding needs the composite ops); fuse attention subgraphs into one op (the
+# softmax is still one node) reading q, k and v sliced from one tensor in place; decompose, simplify what the
+# expansions emit, rewrite convs into denser forms, fold constant subgraphs, mark the attention whose folded bias is
+# causal, merge common subexpressions and drop what no output needs
+TARGET_INDEPENDENT = Pipeline(PipelineName.TARGET_INDEPENDENT, (
+    SIMPLIFY, FUSE_ATTENTION, FOLD_ATTENTION_SLICES, DECOMPOSE, SIMPLIFY, CONV_FORMS, FOLD_CONSTANTS, MARK_CAUSAL, CSE,
+    DCE))
+# on a CPU with VNNI, matmuls and convs of quantized tensors and weights become integer kernels first, whose
+# channels-last layout then carries from one conv to the next
+VNNI = Pipeline(PipelineName.VNNI, (INTEGER_KERNELS, SINK_TRANSPOSES))
+# stride-1 3x3 convs become Winograd convs where that gains, depthwise convs with narrow rows and the 1x1 convs around
+# them compute channels last, and constant weights are stored as the kernels read them
+CPU = Pipeline(PipelineName.CPU, (*TARGET_INDEPENDENT.passes, WINOGRAD, CHANNELS_LAST, PACK_WEIGHTS, DCE))
+CPU_VNNI = Pipeline(PipelineName.CPU_VNNI, (*VNNI.passes, *CPU.passes))
+CUDA = Pipeline(PipelineName.CUDA, (*TARGET_INDEPENDENT.passes, PACK_WEIGHTS, DCE))
+# passes=False: every op reaches a kernel as written, composite ops decomposed
+UNOPTIMIZED = Pipeline(PipelineName.UNOPTIMIZED, (DECOMPOSE,))
+PIPELINES = (TARGET_INDEPENDENT, VNNI, CPU, CPU_VNNI, CUDA, UNOPTIMIZED)
+
+
+def pipeline_for(target: Target | None, passes: bool = True) -> Pipeline:
+    """The pipeline `optimize` runs for a target (None: no target's rewrites, as on a GPU)."""
+    if not passes:
+        return UNOPTIMIZED
+    if target is None or target.is_cuda:
+        return CUDA
+    return CPU_VNNI if target.has_vnni else CPU
+
+
+def disabled_passes(names: Iterable[str | PassName], where: str = "disabled_passes") -> frozenset[PassName]:
+    """The passes named to be skipped; ValueError for an unknown name or a pass that lowering needs."""
+    return manager.disabled(names, PASSES, where)
+
+
+def optimize(program: Program, passes: bool = True, target: Target | None = None,
+             winograd_choices: Mapping[str, int] = MappingProxyType({}),
+             disabled: frozenset[PassName] = frozenset(), instruments: Sequence[Instrument] = ()) -> Program:
+    """Run the target's pipeline (pipeline_for) but the `disabled` passes, with `instruments` and the printer that
+    $CINN_PRINT_IR_AFTER asks for; winograd picks by the measured `winograd_choices`, else by its estimate."""
+    printer = manager.ir_printer()
+    return manager.run(pipeline_for(target, passes), program, PassContext(target, winograd_choices), disabled,
+                       (*instruments, *([printer] if printer is not None else [])))
+
+
+def winograd_shapes(program: Program, target: Target, disabled: frozenset[PassName] = frozenset()) -> list[ConvShape]:
     """The shapes of the convs whose algorithm `optimize` chooses for this target (none on a GPU)."""
-    return [] if target.is_cuda else conv_shapes(_simplified(program, target))
-
-
-def _simplified(program: Program, target: Target | None) -> Program:
-    """The target-independent rewrites (and a VNNI CPU's integer kernels), up to the choice of conv algorithms."""
-    program = _integer(program) if target is not None and target.has_vnni else program
-    program = fold_attention_slices(fuse_attention(simplify(program)))
-    return dce(cse(mark_causal(fold_constants(conv_forms(simplify(decompose(program)))))))
-
-
-def _integer(program: Program) -> Program:
-    """integer_kernels, then sink_transposes where it made integer convs (a float model's graph stays as it is)."""
-    rewritten = integer_kernels(program)
-    return sink_transposes(rewritten) if any(n.op == "conv2d_u8i8" for n in rewritten.nodes) else rewritten
+    if target.is_cuda:
+        return []
+    return conv_shapes(manager.run(pipeline_for(target).before(PassName.WINOGRAD), program, PassContext(target),
+                                   disabled))
