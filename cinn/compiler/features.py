@@ -4,14 +4,9 @@ post-processors, the modules above the compiler that take part (converters, tuni
 docs/features.md; tests/test_schedule_rules.py checks every part exists and is registered."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from cinn.compiler.passes.attention import fold_attention_slices, fuse_attention, mark_causal
-from cinn.compiler.passes.integer_kernels import integer_kernels
-from cinn.compiler.passes.sink_transposes import sink_transposes
-from cinn.compiler.passes.winograd import winograd
-from cinn.core.ir import Program
+from cinn.compiler.passes.manager import PassName
 from cinn.core.ops import OpDef, get_op
 from schedules import cpu_attention, cpu_int8, cpu_winograd
 from schedules.registry import PostProcessor, ScheduleRule
@@ -23,7 +18,7 @@ class Feature:
 
     name: str
     ops: tuple[OpDef, ...]
-    passes: tuple[Callable[..., Program], ...]  # the rewrites that bring its ops into a program
+    passes: tuple[PassName, ...]  # the rewrites that bring its ops into a program (disabled_passes takes them)
     rules: tuple[type[ScheduleRule], ...]  # registered by their modules (schedules.registry)
     postprocessors: tuple[PostProcessor, ...]
     # its parts above the compiler layer, which cannot be imported here: module names
@@ -34,7 +29,7 @@ class Feature:
 ATTENTION = Feature(
     name="attention",
     ops=(get_op("attention"),),
-    passes=(fuse_attention, fold_attention_slices, mark_causal),
+    passes=(PassName.FUSE_ATTENTION, PassName.FOLD_ATTENTION_SLICES, PassName.MARK_CAUSAL),
     rules=(cpu_attention.Attention,),
     postprocessors=(cpu_attention.skip_masked_keys,),
     modules=("frontend.onnx.ops_attention", "frontend.onnx.ops_contrib"),  # ONNX's and onnxruntime's Attention
@@ -43,7 +38,7 @@ ATTENTION = Feature(
 WINOGRAD = Feature(
     name="winograd",
     ops=(get_op("winograd_input"), get_op("winograd_output")),
-    passes=(winograd,),
+    passes=(PassName.WINOGRAD,),
     rules=(cpu_winograd.Winograd,),
     postprocessors=(),
     modules=("autotune.algorithms",),  # measures each conv shape's algorithms (cinn-tune)
@@ -52,7 +47,7 @@ WINOGRAD = Feature(
 INT8 = Feature(
     name="int8",
     ops=(get_op("matmul_u8i8"), get_op("conv2d_u8i8")),
-    passes=(integer_kernels, sink_transposes),
+    passes=(PassName.INTEGER_KERNELS, PassName.SINK_TRANSPOSES),
     rules=(cpu_int8.Int8,),
     postprocessors=(),
     modules=("frontend.onnx.ops_quant",),  # the quantized models' ops, whose dequantized matmuls and convs it rewrites
