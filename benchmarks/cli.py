@@ -6,7 +6,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from benchmarks.harness import BenchConfig, run_benchmarks
+from benchmarks.harness import BenchConfig, find_baseline, run_benchmarks
 from benchmarks.report import format_table, write_csv, write_plot
 from cinn import __version__
 from cinn.core.target import parse_target
@@ -37,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--small", action="store_true", help="small built-in model sizes (a quick smoke test)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="shape of a model file's input with symbolic dims (repeatable)")
+    p.add_argument("--baseline", default=None, metavar="PYTHON",
+                   help="also time the fused build of the cinn installed for this Python interpreter (engine "
+                        "cinn@baseline; e.g. an older checkout's .venv/bin/python), and this cinn's paired ratio to it")
+    p.add_argument("--no-unfused", dest="unfused", action="store_false",
+                   help="leave out the unfused cinn build (one compile less per model)")
     p.add_argument("--timeout", type=seconds, default=1800.0,
                    help="seconds an engine's worker may take to get ready (import, compile) or to time one round "
                         "(default: 1800)")
@@ -83,13 +88,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(str(err))
     names = _model_names(args, p)
     _check_model_files(names, shapes)
+    baseline = None
+    if args.baseline is not None:
+        try:
+            baseline = find_baseline(args.baseline)
+        except ValueError as err:
+            p.error(f"--baseline {err}")
+        print(f"[cinn-bench] cinn@baseline: the cinn in {baseline.cinn_dir} ({baseline.python})", file=sys.stderr)
     config = BenchConfig(target=args.target, repeat=args.repeat, warmup=args.warmup, rounds=args.rounds, tuning_log=args.log,
-                         small=args.small, timeout=args.timeout, input_shapes=tuple(shapes.items()))
+                         small=args.small, timeout=args.timeout, input_shapes=tuple(shapes.items()), baseline=baseline,
+                         unfused=args.unfused)
     results = run_benchmarks(names, config)
     tuned = args.log is not None
-    print(format_table(results, tuned))
+    print(format_table(results, tuned, baseline is not None))
     if args.csv:
-        write_csv(results, tuned, args.csv)
+        write_csv(results, tuned, args.csv, baseline is not None)
     if args.plot:
         write_plot(results, config.engines(), args.plot)
     failed = [r.model for r in results if r.failed]

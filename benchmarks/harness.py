@@ -5,7 +5,8 @@ onnxruntime's spinning threads slow TVM's parallel kernels when both live in one
 worker prepares its engine (imports, compiles, saves the outputs), says so in one JSON line, then times one round per
 line it reads on stdin. The parent keeps all engines' workers of a model alive and asks each in turn for a round, so
 a change of machine speed (on a shared VM, 2x for stretches of seconds) hits all engines alike, and each round's
-ratios compare engines timed a moment apart.
+ratios compare engines timed a moment apart. A baseline (another install of cinn, `--baseline`) is one more worker,
+started by that install's Python as its own worker module: the protocol is the same.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import importlib.util
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,6 +49,7 @@ class Engine(enum.StrEnum):
     """What runs the model."""
 
     FUSED = "cinn-fused"
+    BASELINE = "cinn@baseline"  # the fused build of another install's cinn (--baseline), in that install's worker
     UNFUSED = "cinn-unfused"
     TUNED = "cinn-tuned"
     ORT = "onnxruntime"
@@ -54,6 +57,61 @@ class Engine(enum.StrEnum):
 
 
 PEERS = (Engine.ORT, Engine.OPENVINO)
+CHECKED = (Engine.FUSED, Engine.BASELINE, Engine.TUNED, Engine.OPENVINO)  # compared with onnxruntime's outputs
+WORKER = "benchmarks.harness"  # this install's worker module
+
+# run by the baseline's Python: where its cinn is, and which of its modules is the worker (it moved out of cinn/ when
+# the folders became top-level packages; parent and worker still speak the same protocol)
+_BASELINE_PROBE = """
+import importlib.util, json, os, sys
+try:
+    import cinn
+except ImportError as err:
+    sys.exit(f"no cinn there ({err})")
+for module in ("benchmarks.harness", "cinn.benchmarks.harness"):
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ImportError:
+        found = False
+    if found:
+        print(json.dumps({"cinn": os.path.dirname(cinn.__file__), "worker": module}))
+        break
+else:
+    sys.exit("its cinn has no cinn-bench worker (benchmarks.harness)")
+"""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Another install of cinn, timed beside this one: its Python, its cinn package's folder and its worker module."""
+
+    python: str
+    cinn_dir: str
+    worker: str
+
+    def command(self) -> list[str]:
+        """How to start its worker. -P: the current directory is not put first on sys.path, where a checkout of this
+        cinn would shadow the baseline's own."""
+        return [self.python, "-P", "-m", self.worker]
+
+
+def find_baseline(python: str, timeout: float = 120.0) -> Baseline:
+    """Ask the Python `python` (a path, or a name on PATH) for its cinn; ValueError saying why it cannot be a baseline."""
+    exe = shutil.which(python)
+    if exe is None:
+        raise ValueError(f"{python}: no such Python interpreter")
+    try:
+        proc = subprocess.run([exe, "-P", "-c", _BASELINE_PROBE], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise ValueError(f"{python}: cannot run it ({err})") from None
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise ValueError(f"{python}: {why}")
+    try:
+        info = json.loads(proc.stdout.strip().splitlines()[-1])
+        return Baseline(exe, info["cinn"], info["worker"])
+    except (IndexError, ValueError, KeyError, TypeError):  # /bin/true, /bin/echo: not a Python
+        raise ValueError(f"{python}: not a Python interpreter") from None
 
 
 @dataclass(frozen=True)
@@ -68,6 +126,8 @@ class BenchConfig:
     small: bool = False
     timeout: float = 1800.0
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # fixed shapes of a model file's symbolic inputs
+    baseline: Baseline | None = None  # another install of cinn whose fused build is timed too
+    unfused: bool = True  # time the unfused build (one compile more per model)
 
     @property
     def is_cuda(self) -> bool:
@@ -75,11 +135,21 @@ class BenchConfig:
         return self.target.split()[0] == "cuda"
 
     def engines(self) -> tuple[Engine, ...]:
-        """The engines to run: the tuned build only when a schedule log is given, OpenVINO (a CPU peer) where it is
-        installed and the target is a CPU."""
+        """The engines to run: the baseline's build only when one is given, the unfused build unless left out, the
+        tuned build only when a schedule log is given, OpenVINO (a CPU peer) where it is installed and the target is a
+        CPU."""
+        baseline = (Engine.BASELINE,) if self.baseline else ()
+        unfused = (Engine.UNFUSED,) if self.unfused else ()
         tuned = (Engine.TUNED,) if self.tuning_log else ()
         openvino = (Engine.OPENVINO,) if not self.is_cuda and importlib.util.find_spec("openvino") else ()
-        return (Engine.FUSED, Engine.UNFUSED, *tuned, Engine.ORT, *openvino)
+        return (Engine.FUSED, *baseline, *unfused, *tuned, Engine.ORT, *openvino)
+
+    def worker_command(self, engine: Engine) -> list[str]:
+        """How to start an engine's worker: the baseline's in its own Python, the others in this one."""
+        if engine is Engine.BASELINE:
+            assert self.baseline is not None
+            return self.baseline.command()
+        return [sys.executable, "-m", WORKER]
 
 
 @dataclass(frozen=True)
@@ -126,11 +196,19 @@ class ModelResult:
     def paired_vs_best_peer(self, engine: Engine) -> float | None:
         """The median over rounds of the engine's time over the faster peer's in the same round: robust to the
         machine changing speed between rounds, which the ratio of the medians is not."""
+        return self._paired(engine, PEERS)
+
+    def paired(self, engine: Engine, reference: Engine) -> float | None:
+        """The median over rounds of the engine's time over the reference engine's in the same round."""
+        return self._paired(engine, (reference,))
+
+    def _paired(self, engine: Engine, references: Sequence[Engine]) -> float | None:
+        """The median over rounds of the engine's time over the fastest of the references in that round."""
         mine = self.results.get(engine)
-        peers = [r.rounds_ms for e in PEERS if (r := self.results.get(e)) and r.rounds_ms]
-        if mine is None or not mine.rounds_ms or not peers:
+        others = [r.rounds_ms for e in references if (r := self.results.get(e)) and r.rounds_ms]
+        if mine is None or not mine.rounds_ms or not others:
             return None
-        best = [min(times) for times in zip(*peers, strict=True)]
+        best = [min(times) for times in zip(*others, strict=True)]
         return float(np.median([m / b for m, b in zip(mine.rounds_ms, best, strict=True)]))
 
     @property
@@ -272,7 +350,8 @@ def _progress(msg: str) -> None:
 
 
 def _worker_args(engine: Engine, model: str, config: BenchConfig, outputs_path: str) -> list[str]:
-    args = ["--worker", engine.value, model]
+    # the baseline's worker builds its own install's fused cinn
+    args = ["--worker", (Engine.FUSED if engine is Engine.BASELINE else engine).value, model]
     args += ["--target", config.target, "--repeat", str(config.repeat), "--warmup", str(config.warmup), "--outputs", outputs_path]
     if config.tuning_log:
         args += ["--log", config.tuning_log]
@@ -306,7 +385,7 @@ class Worker:
     def __init__(self, engine: Engine, model: str, config: BenchConfig, outputs_path: str):
         self.engine, self.timeout = engine, config.timeout
         args = _worker_args(engine, model, config, outputs_path)
-        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.harness", *args], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([*config.worker_command(engine), *args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=spawner_env())
         try:
             self.facts = json.loads(self._reply())
@@ -417,7 +496,7 @@ def bench_model(model: str, config: BenchConfig) -> ModelResult:
                     continue
                 _progress(f"{label} {times[engine][-1]:.3f} ms")
     results = {e: _result(e, name, workers[e].facts, ts, config) for e, ts in times.items() if e not in errors}
-    checked = [e for e in outputs if e in (Engine.FUSED, Engine.TUNED, Engine.OPENVINO)] if Engine.ORT in outputs else []
+    checked = [e for e in outputs if e in CHECKED] if Engine.ORT in outputs else []
     quantized = is_quantized(model)
     checks = tuple(compare(e, outputs[e], outputs[Engine.ORT], quantized) for e in checked)
     tolerance = f"mean abs err {QUANTIZED_MEAN_ERR:.0%} of the output's magnitude" if quantized else f"rtol/atol {RTOL}"
@@ -446,10 +525,11 @@ def run_benchmarks(models: Sequence[str], config: BenchConfig) -> list[ModelResu
 
 
 def _worker_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.harness",
+    p = argparse.ArgumentParser(prog=f"python -m {WORKER}",
                                 description="Prepare one engine on one model, then time a round per line read on stdin "
                                 "(a cinn-bench worker).")
-    p.add_argument("--worker", required=True, choices=[e.value for e in Engine], help="engine to run")
+    p.add_argument("--worker", required=True, choices=[e.value for e in Engine if e is not Engine.BASELINE],
+                   help="engine to run")
     p.add_argument("model", help="built-in model name or model file")
     p.add_argument("--target", default="llvm")
     p.add_argument("--repeat", type=int, default=20)

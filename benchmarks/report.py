@@ -96,6 +96,10 @@ def _paired(engine: Engine) -> Callable[[ModelResult], float | None]:
     return lambda r: r.paired_vs_best_peer(engine)
 
 
+def _paired_to(engine: Engine, reference: Engine) -> Callable[[ModelResult], float | None]:
+    return lambda r: r.paired(engine, reference)
+
+
 def _fused_field(name: str) -> Callable[[ModelResult], float | None]:
     def value(r: ModelResult) -> float | None:
         res = r.results.get(Engine.FUSED)
@@ -112,13 +116,15 @@ def _status(r: ModelResult) -> str:
     return "ok" if r.checks else "unchecked"
 
 
-def columns(tuned: bool) -> list[Column[ModelResult]]:
-    """The cinn-bench columns; the tuned ones only when a schedule log was given."""
+def columns(tuned: bool, baseline: bool = False) -> list[Column[ModelResult]]:
+    """The cinn-bench columns; the tuned ones only when a schedule log was given, the baseline's only with one."""
     cols: list[Column[ModelResult]] = [
         Column("model", lambda r: r.model, "{}"),
         Column("fused ms", lambda r: r.ms(Engine.FUSED)),
-        Column("unfused ms", lambda r: r.ms(Engine.UNFUSED)),
     ]
+    if baseline:
+        cols.append(Column("baseline ms", lambda r: r.ms(Engine.BASELINE)))
+    cols.append(Column("unfused ms", lambda r: r.ms(Engine.UNFUSED)))
     if tuned:
         cols.append(Column("tuned ms", lambda r: r.ms(Engine.TUNED)))
     cols += [
@@ -134,6 +140,10 @@ def columns(tuned: bool) -> list[Column[ModelResult]]:
     # our time over the faster peer's: the goal is <= 1.0; "paired" takes the ratio in each round, then the median
     cols.append(Column("fused/best peer", _vs_best_peer(Engine.FUSED), "{:.2f}x"))
     cols.append(Column("fused/best peer paired", _paired(Engine.FUSED), "{:.2f}x"))
+    if baseline:
+        # this cinn over the baseline's, round by round: above 1.0x, this one is slower
+        cols.append(Column("baseline/best peer paired", _paired(Engine.BASELINE), "{:.2f}x"))
+        cols.append(Column("fused/baseline paired", _paired_to(Engine.FUSED, Engine.BASELINE), "{:.3f}x"))
     if tuned:
         cols.append(Column("tuned/best peer", _vs_best_peer(Engine.TUNED), "{:.2f}x"))
         cols.append(Column("tuned/best peer paired", _paired(Engine.TUNED), "{:.2f}x"))
@@ -146,14 +156,14 @@ def columns(tuned: bool) -> list[Column[ModelResult]]:
     return cols
 
 
-def format_table(results: Sequence[ModelResult], tuned: bool) -> str:
+def format_table(results: Sequence[ModelResult], tuned: bool, baseline: bool = False) -> str:
     """An aligned text table, one row per model."""
-    return render_table(columns(tuned), results)
+    return render_table(columns(tuned, baseline), results)
 
 
-def write_csv(results: Sequence[ModelResult], tuned: bool, path: str) -> None:
+def write_csv(results: Sequence[ModelResult], tuned: bool, path: str, baseline: bool = False) -> None:
     """The table as CSV (numbers unformatted, missing values empty)."""
-    write_rows_csv(columns(tuned), results, path)
+    write_rows_csv(columns(tuned, baseline), results, path)
 
 
 def write_plot(results: Sequence[ModelResult], engines: Sequence[Engine], path: str) -> None:

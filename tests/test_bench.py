@@ -5,6 +5,7 @@ import csv
 import importlib.util
 import io
 import json
+import os
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ import pytest
 
 import cinn
 from autotune.database import Record
-from benchmarks.harness import ATOL, RTOL, BenchConfig, Engine, EngineResult, ModelResult, compare, ort_session, run_worker
+from benchmarks.harness import ATOL, RTOL, Baseline, BenchConfig, Engine, EngineResult, ModelResult, compare, ort_session, run_worker
 from benchmarks.onnx_export import CONVERTERS, IR_VERSION, to_onnx
 from benchmarks.report import format_table
 from cinn.core.target import parse_target
@@ -299,6 +300,65 @@ def test_paired_ratio_takes_the_faster_peer_of_each_round():
            Engine.OPENVINO: EngineResult(Engine.OPENVINO, "m", 3.0, 2, rounds_ms=(4.0, 4.0))}
     assert ModelResult("m", res).paired_vs_best_peer(Engine.FUSED) == pytest.approx(1.0)  # 2/2, 4/4
     assert ModelResult("m", {Engine.FUSED: res[Engine.FUSED]}).paired_vs_best_peer(Engine.FUSED) is None
+
+
+def test_paired_ratio_to_an_engine_takes_each_round():
+    res = {Engine.FUSED: EngineResult(Engine.FUSED, "m", 2.0, 2, rounds_ms=(2.0, 3.0, 9.0)),
+           Engine.BASELINE: EngineResult(Engine.BASELINE, "m", 2.0, 2, rounds_ms=(1.0, 3.0, 10.0))}
+    assert ModelResult("m", res).paired(Engine.FUSED, Engine.BASELINE) == pytest.approx(1.0)  # median of 2, 1, 0.9
+    assert ModelResult("m", res).paired(Engine.FUSED, Engine.ORT) is None
+
+
+def test_table_shows_the_baseline_when_given():
+    res = {e: EngineResult(e, "m", ms, 2, rounds_ms=(ms,)) for e, ms in
+           ((Engine.FUSED, 1.0), (Engine.BASELINE, 1.25), (Engine.UNFUSED, 2.0), (Engine.ORT, 4.0))}
+    header, _, row = format_table([ModelResult("m", res)], tuned=False, baseline=True).splitlines()
+    assert "baseline ms" in header and "baseline/best peer paired" in header and "0.800x" in row  # fused/baseline
+    assert "baseline" not in format_table([ModelResult("m", res)], tuned=False)
+
+
+def test_engines_follow_the_options():
+    baseline = Baseline(sys.executable, os.path.dirname(cinn.__file__), "benchmarks.harness")
+    engines = BenchConfig(baseline=baseline, unfused=False).engines()
+    assert engines[:2] == (Engine.FUSED, Engine.BASELINE) and Engine.UNFUSED not in engines
+    assert Engine.UNFUSED in BenchConfig().engines() and Engine.BASELINE not in BenchConfig().engines()
+
+
+def test_cli_rejects_a_baseline_without_cinn(tmp_path, capsys):
+    from benchmarks.cli import main
+
+    for python, why in ((str(tmp_path / "python"), "no such Python interpreter"), ("/bin/true", "not a Python"),
+                        (_python_without_cinn(tmp_path), "no cinn there")):
+        with pytest.raises(SystemExit) as exc:
+            main(["mlp", "--small", "--baseline", python])
+        assert exc.value.code == 2
+        assert f"--baseline {python}: {why}" in capsys.readouterr().err
+
+
+def _python_without_cinn(tmp_path) -> str:
+    """A Python interpreter that cannot import cinn (the environment's own, told to ignore site-packages)."""
+    script = tmp_path / "bare-python"
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_cli_times_a_baseline_install(tmp_path, tmp_cache, monkeypatch, capsys):
+    """--baseline PYTHON times that interpreter's cinn as one more engine (here: this one's own) and reports this cinn's
+    ratio to it, round by round."""
+    from benchmarks.cli import main
+
+    monkeypatch.setenv("CINN_CACHE_DIR", str(tmp_cache))
+    monkeypatch.setattr(BenchConfig, "engines", lambda self: (Engine.FUSED, Engine.BASELINE, Engine.ORT))
+    csv_path = tmp_path / "bench.csv"
+    rc = main(["mlp", "--small", "--repeat", "1", "--warmup", "0", "--rounds", "2", "--baseline", sys.executable,
+               "--csv", str(csv_path)])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.out
+    assert f"cinn@baseline: the cinn in {os.path.dirname(cinn.__file__)}" in captured.err
+    with open(csv_path) as f:
+        (row,) = list(csv.DictReader(f))
+    assert float(row["baseline ms"]) > 0 and float(row["fused/baseline paired"]) > 0 and row["check"] == "ok"
 
 
 def test_a_worker_times_a_round_per_command():
