@@ -28,10 +28,10 @@ from schedules.knobs import DEFAULT, Knob, Knobs, divisors
 from schedules.registry import postprocessor, schedule_rule
 
 STAGES = ("attention_qt", "attention_scores", "attention_max", "attention_exp", "attention_sum", "attention_context")
-# query rows per task by preference: a 32 x 128-key block's scores are 16 KB (in a BERT run 32 rows took 0.155 ms,
-# 64 rows 0.170)
+# query rows per task by preference (docs/notes/cpu-model.md)
 ROW_BLOCKS = (32, 16)
-SCORES_BYTES = 256 * 1024  # a task's scores and exponentials stay within L2 (fewer rows for long key sequences)
+SCORES_SHARE = 1 / 8  # of the L2, that a task's scores and exponentials stay within (fewer rows for long key sequences)
+FLOAT_SIZE = 4
 # a causal attention's loop annotations, read by skip_masked_keys
 QUERY_ROWS, KEY_OFFSET, QUERY_BLOCKS, KEY_STEP = (f"cinn.causal_{k}" for k in ("rows", "offset", "blocks", "step"))
 
@@ -54,10 +54,10 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     value_dim = size(sch, sch.get(stage["attention_context"]).iter_vars[-2].dom.extent)
     width = lanes(str(sch.get(out).writes[0].source.dtype), target)
     *batch, seq, cols = sch.get_loops(out)
-    rows = _row_block(queries, keys)
+    rows = _row_block(queries, keys, target)
     static = is_static(sch, [seq])
     if static:
-        rows = knobs.choose(sch, Knob.ROWS, _row_candidates(queries, keys), rows)
+        rows = knobs.choose(sch, Knob.ROWS, _row_candidates(queries, keys, target), rows)
     elif rows not in ROW_BLOCKS:  # a symbolic kernel's query blocks divide its padding (cinn.core.ops.attention)
         rows = ROW_BLOCKS[-1]
     head, dim = sch.split(cols, [None, value_dim])
@@ -134,9 +134,8 @@ def _whole_heads(sch: Schedule, loops: list, target: Target) -> bool:
 def _pack_keys_values(sch: Schedule, stage: dict, task) -> None:
     """Copy the task's head of k and of v into contiguous [keys, dim] buffers before its query blocks. In place, a
     head's rows lie a whole row of every head apart, a page apart from 1024 columns on, where the hardware
-    prefetchers stop: the matmul stages, which read them a row or two at a time, waited on memory for each (BERT at
-    batch 8, inputs fresh from the three projections: attention 6.5 ms in runs against 4.2 alone); the copy loop keeps
-    many rows in flight, and the blocks read them from the cache."""
+    prefetchers stop: the matmul stages, which read them a row or two at a time, waited on memory for each
+    (docs/notes/cpu-model.md); the copy loop keeps many rows in flight, and the blocks read them from the cache."""
     params = {p.name for p in sch.mod["main"].params}
     for name in ("attention_scores", "attention_context"):
         index = next(i for i, r in enumerate(sch.get(stage[name]).reads) if r.source.name in params)
@@ -145,16 +144,17 @@ def _pack_keys_values(sch: Schedule, stage: dict, task) -> None:
         vectorize_innermost(sch, copy)
 
 
-def _row_block(queries: int, keys: int) -> int:
-    """Query rows per task: the first of ROW_BLOCKS that divides the queries and keeps a task's scores in L2, else
-    all queries (short or odd sequences: one task per head)."""
-    fits = [r for r in ROW_BLOCKS if queries % r == 0 and 2 * 4 * r * keys <= SCORES_BYTES]
+def _row_block(queries: int, keys: int, target: Target) -> int:
+    """Query rows per task: the first of ROW_BLOCKS that divides the queries and keeps a task's scores and
+    exponentials within SCORES_SHARE of the L2, else all queries (short or odd sequences: one task per head)."""
+    budget = target.l2_bytes * SCORES_SHARE
+    fits = [r for r in ROW_BLOCKS if queries % r == 0 and 2 * FLOAT_SIZE * r * keys <= budget]
     return fits[0] if fits else queries
 
 
-def _row_candidates(queries: int, keys: int) -> list[int]:
+def _row_candidates(queries: int, keys: int, target: Target) -> list[int]:
     """Query blocks the tuner may try: the divisors of the queries that are whole vectors, and the default."""
-    return sorted({r for r in divisors(queries) if r % 16 == 0} | {_row_block(queries, keys)})
+    return sorted({r for r in divisors(queries) if r % 16 == 0} | {_row_block(queries, keys, target)})
 
 
 def _transpose(sch: Schedule, block, width: int) -> None:

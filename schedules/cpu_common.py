@@ -9,6 +9,7 @@ from tvm.s_tir.schedule import SBlockRV
 from tvm.sym.pattern import detect_linear_equation
 from tvm.tirx import IndexMap
 
+from cinn.core.cpu_model import MIN_LANES
 from cinn.core.ops import PatternKind, TargetKind
 from cinn.core.target import Target
 from schedules.analysis import (
@@ -45,8 +46,6 @@ def lanes(dtype: str, target: Target) -> int:
     return max(1, target.vector_bits // bits)
 
 
-MIN_LANES = 4  # the narrowest vector registers worth using (xmm)
-TRANSPOSE_TILE = 16  # input rows per tile of a transposing copy
 WINDOW_MAX = 64  # reduced elements per output up to which a reduction is a window (pooling), vectorized over outputs
 
 
@@ -245,9 +244,9 @@ def injective(sch: Schedule, block, target: Target, knobs: Knobs = DEFAULT) -> N
 
 
 def _transpose_in_tiles(sch: Schedule, block, target: Target) -> bool:
-    """A copy that moves the input's innermost axis (a transpose): tiles of TRANSPOSE_TILE input rows x one vector
-    of output columns, the tile in L1, each output row written as a vector, not whole output rows that read every
-    input row once per column (see docs/notes/injective-vectorization.md). Returns whether it applied."""
+    """A copy that moves the input's innermost axis (a transpose): tiles of CpuModel.transpose_rows input rows x one
+    vector of output columns, the tile in L1, each output row written as a vector, not whole output rows that read
+    every input row once per column (see docs/notes/injective-vectorization.md). Returns whether it applied."""
     loops = sch.get_loops(block)
     b = sch.get(block)
     if not is_fresh(sch, block) or len(b.reads) != 1 or len(loops) < 2:
@@ -265,7 +264,8 @@ def _transpose_in_tiles(sch: Schedule, block, target: Target) -> bool:
         return False
     width = lanes(write_dtype(sch, block), target)
     cols = _tile_side(ext[-1], (width, width // 2, width // 4), 4 * width)
-    rows = _tile_side(ext[row], (TRANSPOSE_TILE, TRANSPOSE_TILE // 2, TRANSPOSE_TILE // 4), TRANSPOSE_TILE)
+    tile = target.model.transpose_rows
+    rows = _tile_side(ext[row], (tile, tile // 2, tile // 4), tile)
     row_out, row_in = sch.split(loops[row], [None, rows])
     col_out, col_in = sch.split(loops[-1], [None, cols])
     others = [lp for k, lp in enumerate(loops[:-1]) if k != row]

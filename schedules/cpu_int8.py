@@ -1,5 +1,5 @@
-"""uint8 x int8 matmuls and convolutions on AVX-512 VNNI: register tiles of rows x 16-lane int32 vectors, each step one vpdpbusd
-per (row, vector) over 4 values of k, several times the float32 FMA rate (see docs/notes/vnni-kernels.md).
+"""uint8 x int8 matmuls and convolutions on AVX-512 VNNI: register tiles of rows x 16-lane int32 vectors, each step one
+vpdpbusd per (row, vector) over 4 values of k, several times the float32 FMA rate (see docs/notes/vnni-kernels.md).
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from tvm.s_tir import Schedule, TensorIntrin
 from tvm.script import tirx as T
 
 from cinn.core.ops import PatternKind, TargetKind
-from cinn.core.ops.quant import COLUMN_TILES, DEPTH, LANES, tiles_columns
+from cinn.core.ops.quant import DEPTH, tiles_columns
 from cinn.core.target import Target
 from schedules.analysis import blocks, inline_all, reverse_inline_all, single_reduction, spatial_count
 from schedules.cpu_common import injective
@@ -18,10 +18,12 @@ from schedules.knobs import DEFAULT, Knob, Knobs, divisors
 from schedules.registry import schedule_rule
 
 INTRIN = "cinn_vnni_16x4"
+VNNI_BITS = 512  # vpdpbusd.512: the intrinsic's 16 int32 lanes
 # the default register tiles: a matmul's 4 rows x 4 vectors (16 accumulators, 4 weight loads and 4 broadcasts per
-# step), a conv's up to 8 output columns x the vectors that keep REGISTERS accumulators
-ROWS, CONV_ROWS, REGISTERS = 4, COLUMN_TILES[-1], 24
-PIXEL_ROWS = 16  # pixels that have no divisor of 4-8 (13x13 = 169): up to 16 pixels x one vector
+# step), a conv's up to the CpuModel's widest int8_columns output columns x the vectors that keep three quarters of
+# the registers accumulating; pixels with no divisor among int8_columns (13x13 = 169) as many pixels x one vector as
+# the default tile has accumulators
+ROWS = 4
 
 
 @T.prim_func(s_tir=True)
@@ -61,13 +63,13 @@ def _register() -> str:
 def applicable(sch: Schedule, target: Target) -> bool:
     """A single matmul_u8i8 or conv2d_u8i8 reduction (uint8 rows, VNNI-packed int8 weights) on a CPU with VNNI."""
     main = single_reduction(sch)
-    if main is None or not target.has_vnni:
+    if main is None or not target.has_vnni or target.vector_bits != VNNI_BITS:
         return False
     block = sch.get(main)
     dtypes = sorted(str(r.source.dtype) for r in block.reads)
     weights = [r.source for r in block.reads if str(r.source.dtype) == "int8"]
     return (dtypes == ["int32", "int8", "uint8"] or dtypes == ["int8", "uint8"]) and len(weights) == 1 \
-        and [int(d) for d in weights[0].shape[-2:]] == [LANES, DEPTH]
+        and [int(d) for d in weights[0].shape[-2:]] == [target.model.lanes, DEPTH]
 
 
 def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
@@ -86,10 +88,13 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     *spatial, row, col = loops[: -len(reduce)]  # a conv's [n, oh], ow or [n], pixel; a matmul's batch, m
     extent = int(sch.get(row).extent)
     conv = len(reduce) == 3
-    limit = ROWS if not conv else CONV_ROWS if tiles_columns(extent) else PIXEL_ROWS
+    columns = target.model.int8_columns
+    limit = ROWS if not conv else columns[-1] if tiles_columns(extent, columns) else target.model.accumulators
     rows = _choose(sch, knobs, Knob.ROWS, extent, limit)
-    vectors = _choose(sch, knobs, Knob.COLS, int(sch.get(col).extent) // LANES, max(1, REGISTERS // rows))
-    col_out, col_vec, col_in = sch.split(col, [None, vectors, LANES])
+    lanes = target.model.lanes
+    accumulators = target.vector_registers * 3 // 4
+    vectors = _choose(sch, knobs, Knob.COLS, int(sch.get(col).extent) // lanes, max(1, accumulators // rows))
+    col_out, col_vec, col_in = sch.split(col, [None, vectors, lanes])
     row_out, row_in = sch.split(row, [None, rows])
     *reduce_out, depth = reduce
     depth_out, depth_in = sch.split(depth, [None, DEPTH])

@@ -54,13 +54,10 @@ from schedules.registry import schedule_rule
 
 MAX_COLS = 32
 MAX_ROWS = 16  # register-tile rows the tuner may try
-# larger weight panels lost even where they fit L2 (see docs/notes/register-tiles.md)
-PANEL_CAP = 1024 * 1024
 IMBALANCE = 1.1  # work of the busiest core over the average above which row tiles run in parallel too
-ROW_BLOCK_L2 = 0.25  # the share of L2 a block of parallel row tiles' row operand takes (the panels need the rest)
+ROW_BLOCK_SHARE = 0.25  # the share of L2 a block of parallel row tiles' row operand takes (the panels need the rest)
 TRANSPOSED_SHARE = 0.25  # a channel-vectorized 1x1 conv's output per tile, of L2, beyond which rows run in parallel
 MIN_CHUNK = 256  # reduction steps per chunk run outside the tiles: shorter ones spend more on the accumulators' trips
-CHANNEL_VECTORS = 2  # weight vectors of a conv tile over output channels (see docs/notes/register-tiles.md)
 
 
 @dataclass(frozen=True)
@@ -150,16 +147,15 @@ def _channel_vectors(channels: int, reduce_elems: int, width: int, budget: int, 
 def panel_bytes(target: Target) -> int:
     """A channel tile's packed weight panel is read again for every pixel tile, so it must stay in L2 (a 7x7 512->512
     conv's 64-channel panel, 1.2 MB, streamed from L3 on a 512 KiB L2), and even within L2 larger panels lose
-    (PANEL_CAP). Three quarters of L2 (see docs/notes/register-tiles.md)."""
-    return min(PANEL_CAP, target.l2_bytes * 3 // 4)
+    (CpuModel.panel_bytes). Three quarters of L2 (see docs/notes/register-tiles.md)."""
+    return target.model.panel_bytes
 
 
 def tile_elems(target: Target) -> int:
     """Accumulators (fp32 elements) of the default register tile: half the 32 zmm registers with AVX-512 (8x32; a
     4x32 tile lost, see docs/notes/register-tiles.md), 12 of the 16 ymm registers with AVX2 (3x32); the rest hold
     the loaded operands."""
-    accumulators = target.vector_registers // 2 if target.vector_registers >= 32 else target.vector_registers * 3 // 4
-    return accumulators * target.vector_bits // 32
+    return target.model.accumulators * target.model.lanes
 
 
 def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
@@ -324,7 +320,7 @@ def _panel_in_l1(cols: int, reduce_elems: int, width: int, dtype: str, target: T
 
 def _channel_tile(ext: list[int], n: int, col: int, row: int, width: int, budget: int, target: Target,
                   dtype: str) -> tuple[int, int, int]:
-    """A conv tile over output channels: up to CHANNEL_VECTORS weight vectors times the output columns that fill the
+    """A conv tile over output channels: up to CpuModel.channel_vectors weight vectors times the output columns that fill the
     accumulators, in one output row. A 1x1 conv's step is one weight load per vector and a broadcast per column, so
     its accumulators take all registers but those (2 x 14 on AVX-512); wider windows keep the default budget (2 x 7;
     see docs/notes/register-tiles.md)."""
@@ -335,7 +331,7 @@ def _channel_tile(ext: list[int], n: int, col: int, row: int, width: int, budget
         return _tile_rows(ext[row], max(1, accumulators // v))
 
     # the most accumulators, then the most vectors: 13 output columns take 1 vector x 13, not 2 x 1
-    v = max(_channel_vectors(ext[col], prod(ext[n:]), width, CHANNEL_VECTORS, dtype, target),
+    v = max(_channel_vectors(ext[col], prod(ext[n:]), width, target.model.channel_vectors, dtype, target),
             key=lambda v: (v * rows(v), v))
     return v * width, rows(v), 1
 
@@ -720,14 +716,15 @@ def _outside(sch: Schedule, knobs: Knobs, main, t: Tiling, target: Target) -> Ou
 
 def _row_block(sch: Schedule, knobs: Knobs, main, t: Tiling, row_outer, target: Target) -> int:
     """Row tiles per block of parallel row tiles, 0 for one block: the vector tiles run inside each block, so each
-    weight panel is read once per block rather than once per row tile, and the block's rows stay in L2 (ROW_BLOCK_L2
-    of it), rather than row tiles that each stream every panel from L3 (see docs/notes/matmul-blocking.md)."""
+    weight panel is read once per block rather than once per row tile, and the block's rows stay in L2
+    (ROW_BLOCK_SHARE of it), rather than row tiles that each stream every panel from L3 (see
+    docs/notes/matmul-blocking.md)."""
     rows = _row_operands(sch.get(main), t.col)
     tiles = size(sch, sch.get(row_outer).extent)
     if len(rows) != 1 or tiles == 1 or not is_static(sch, [row_outer]):  # symbolic tiles: no guarded blocks of them
         return 0
     per_tile = _bytes(sch, rows[0]) / tiles
-    fits = [d for d in divisors(tiles) if d < tiles and d * per_tile <= target.l2_bytes * ROW_BLOCK_L2]
+    fits = [d for d in divisors(tiles) if d < tiles and d * per_tile <= target.l2_bytes * ROW_BLOCK_SHARE]
     default = max(fits, default=0)
     return knobs.choose(sch, Knob.ROW_BLOCK, sorted({0, *fits[-4:], default}), default)
 

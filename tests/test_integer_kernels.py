@@ -10,6 +10,8 @@ from cinn.compiler.passes.integer_kernels import int8_weights, integer_kernels
 from cinn.core.target import parse_target
 from tests.test_passes import evaluate
 
+VNNI = parse_target("llvm -mcpu=znver4 -num-cores=2").model  # AVX-512 VNNI: weight groups of 16 int32 lanes
+
 RNG = np.random.default_rng(5)
 
 
@@ -50,7 +52,7 @@ def test_int8_weights_are_recovered_exactly(per_column):
 @pytest.mark.parametrize(("zero", "trans_y", "per_column"), [(0, False, False), (128, False, True), (7, True, True)])
 def test_quantized_matmul_runs_in_integers_and_equals_the_float_graph(zero, trans_y, per_column, tmp_cache):
     program = _quantized_matmul(_weights(32, 48, per_column), zero, trans_y, rows=(2, 3, 32))
-    rewritten = integer_kernels(program)
+    rewritten = integer_kernels(program, VNNI)
     assert [n.op for n in rewritten.nodes].count("matmul_u8i8") == 1
     assert "matmul" not in [n.op for n in rewritten.nodes]
     x = RNG.uniform(-6, 6, (2, 3, 32)).astype(np.float32)
@@ -64,9 +66,9 @@ def test_only_vnni_targets_and_exact_weights_take_the_integer_path(tmp_cache):
     program = _quantized_matmul(_weights(32, 48, False), 3)
     assert "matmul_u8i8" not in [n.op for n in lower_program(program)[0].nodes]
     floats = _quantized_matmul(RNG.standard_normal((32, 48)).astype(np.float32), 3)  # a float weight
-    assert "matmul_u8i8" not in [n.op for n in integer_kernels(floats).nodes]
+    assert "matmul_u8i8" not in [n.op for n in integer_kernels(floats, VNNI).nodes]
     odd = _quantized_matmul(_weights(32, 40, False), 3)  # 40 columns: padded to 48 with zero weights, sliced back
-    assert [n.op for n in integer_kernels(odd).nodes].count("slice") == 1
+    assert [n.op for n in integer_kernels(odd, VNNI).nodes].count("slice") == 1
     xo = RNG.uniform(-6, 6, (6, 32)).astype(np.float32)
     (got,) = cinn.compile(odd, cache_dir=tmp_cache).run({"x": xo})
     np.testing.assert_allclose(got, evaluate(odd, {"x": xo})[0], rtol=1e-5, atol=1e-4)
@@ -105,7 +107,7 @@ def _quantized_conv(w: np.ndarray, zero: int, x_shape: tuple[int, ...], **attrs)
 def test_quantized_conv_runs_in_integers_and_equals_the_float_graph(x_shape, oc, k, zero, attrs, tmp_cache):
     w = _weights(x_shape[1] * k * k, oc, per_column=True).T.reshape(oc, x_shape[1], k, k).copy()
     program = _quantized_conv(w, zero, x_shape, **attrs)
-    rewritten = integer_kernels(program)
+    rewritten = integer_kernels(program, VNNI)
     ops = [n.op for n in rewritten.nodes]
     assert ops.count("conv2d_u8i8") == 1 and "conv2d" not in ops
     x = RNG.uniform(-6, 6, x_shape).astype(np.float32)
@@ -118,13 +120,13 @@ def test_quantized_conv_runs_in_integers_and_equals_the_float_graph(x_shape, oc,
 def test_narrow_convs_are_padded_and_grouped_ones_stay_in_float(tmp_cache):
     w = _weights(8 * 9, 8, per_column=True).T.reshape(8, 8, 3, 3).copy()  # 8 output channels: padded to 16, sliced
     narrow = _quantized_conv(w, 0, (1, 8, 6, 6))
-    assert [n.op for n in integer_kernels(narrow).nodes].count("slice") == 1
+    assert [n.op for n in integer_kernels(narrow, VNNI).nodes].count("slice") == 1
     x = RNG.uniform(-6, 6, (1, 8, 6, 6)).astype(np.float32)
     (got,) = cinn.compile(narrow, cache_dir=tmp_cache).run({"x": x})
     np.testing.assert_allclose(got, evaluate(narrow, {"x": x})[0], rtol=1e-5, atol=1e-4)
     g = _weights(4 * 9, 32, per_column=True).T.reshape(32, 4, 3, 3).copy()
     grouped = _quantized_conv(g, 0, (1, 8, 6, 6), groups=2)
-    assert "conv2d_u8i8" not in [n.op for n in integer_kernels(grouped).nodes]
+    assert "conv2d_u8i8" not in [n.op for n in integer_kernels(grouped, VNNI).nodes]
 
 
 def test_opposite_transposes_meet_through_elementwise_ops_and_cancel():
@@ -189,7 +191,7 @@ def test_consecutive_quantized_convs_keep_channels_last(tmp_cache):
 
 def test_a_quantized_vector_times_a_matrix_stays_float(tmp_cache):
     program = _quantized_matmul(_weights(32, 48, False), 3, rows=(32,))
-    assert "matmul_u8i8" not in [n.op for n in integer_kernels(program).nodes]
+    assert "matmul_u8i8" not in [n.op for n in integer_kernels(program, VNNI).nodes]
     x = RNG.uniform(-6, 6, (32,)).astype(np.float32)
     (got,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": x})
     np.testing.assert_allclose(got, evaluate(program, {"x": x})[0], rtol=1e-5, atol=1e-4)

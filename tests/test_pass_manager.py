@@ -13,9 +13,7 @@ from cinn.compiler.passes.cse import cse
 from cinn.compiler.passes.dce import dce
 from cinn.compiler.passes.decompose import decompose
 from cinn.compiler.passes.fold_constants import fold_constants
-from cinn.compiler.passes.integer_kernels import integer_kernels
 from cinn.compiler.passes.manager import PRINT_IR_AFTER_ENV, PassContext, PassName
-from cinn.compiler.passes.pack_weights import pack_weights
 from cinn.compiler.passes.simplify import simplify
 from cinn.compiler.passes.sink_transposes import sink_transposes
 from cinn.core.ir import Program
@@ -48,14 +46,14 @@ def _nested(program: Program, passes: bool, target: Target | None) -> Program:
     Pass, which turns the target into their arguments)."""
     if not passes:
         return decompose(program)
+    context = PassContext(target)
     if target is not None and target.has_vnni:
-        program = integer_kernels(program)
+        program = pipeline.INTEGER_KERNELS.apply(program, context)
         program = sink_transposes(program) if any(n.op == "conv2d_u8i8" for n in program.nodes) else program
     program = fold_attention_slices(fuse_attention(simplify(program)))
     program = dce(cse(mark_causal(fold_constants(conv_forms(simplify(decompose(program)))))))
     if target is None or target.is_cuda:
-        return dce(pack_weights(program))
-    context = PassContext(target)
+        return dce(pipeline.PACK_WEIGHTS.apply(program, context))
     program = pipeline.CHANNELS_LAST.apply(pipeline.WINOGRAD.apply(program, context), context)
     return dce(pipeline.PACK_WEIGHTS.apply(program, context))
 

@@ -1,6 +1,7 @@
 """Graph passes: structure after each pass, and numerics of the optimized, compiled program vs numpy."""
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable
 
@@ -23,6 +24,9 @@ from cinn.core.ops.nn import MatmulAttrs, WeightLayout
 from cinn.core.target import parse_target
 
 RNG = np.random.default_rng(0)
+# CPU models of the passes' tests: AVX-512 (16 fp32 lanes, 32 registers) and AVX2 (8 lanes, 16 registers)
+AVX512 = parse_target("llvm -mcpu=znver5 -num-cores=2").model
+AVX2 = parse_target("llvm -mcpu=znver3 -num-cores=2").model
 
 
 def rand(*shape: int) -> np.ndarray:
@@ -237,7 +241,7 @@ def test_pack_weights_stores_conv_and_matmul_weights_as_the_kernels_read_them(tm
               b.matmul(t, b.create_constant(rand(32, 28), "p32"), trans_y=True, alpha=0.5)]
     program = b.build([rows, gemv, z, *panels])
     feeds = {"x": rand(1, 4, 7, 7), "v": rand(6, 4, 1, 1)}
-    result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
+    result = check_pass(program, feeds, lambda p: dce(pack_weights(p, AVX512)))
     convs = [n for n in result.nodes if n.op == "conv2d"]
     assert [str(n.attrs.weight_layout) for n in convs] == ["GIHWO", "OIHW"]
     # a matmul's weights go to column panels [N / p, K, p], or [K, N] where no panel width divides N; a single row's
@@ -254,7 +258,7 @@ def test_pack_weights_pads_odd_wide_weights_to_whole_panels(tmp_cache):
     y = b.add(b.matmul(x, b.create_constant(rand(257, 28), "vocab"), trans_y=True), b.create_constant(rand(257), "c"))
     program = b.build([y])
     feeds = {"x": rand(2, 9, 28)}
-    result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
+    result = check_pass(program, feeds, lambda p: dce(pack_weights(p, AVX512)))
     # N = 257 has no 8-lane divisor: 6 zero-padded 48-column panels; the matmul keeps 257 of their 288 columns, so
     # no slice copies its output, and the bias fuses into its kernel, which writes [2, 9, 257]
     assert [v.shape for v in result.const_values if v.name != "c"] == [(6, 28, 48)]
@@ -282,7 +286,7 @@ def test_pack_weights_stores_dense_conv_weights_in_whole_panels(out_channels, sh
     y = b.relu(b.add(b.conv2d(x, w), b.create_constant(rand(out_channels, 1, 1), "bias")))
     program = b.build([y])
     feeds = {"x": rand(1, 16, 5, 5)}
-    result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
+    result = check_pass(program, feeds, lambda p: dce(pack_weights(p, AVX512)))
     # IHWO32 panels of 32 output channels; 1000 classes are zero-padded to 1024 and the output sliced back; 200 and 68
     # on 5-column rows (too few for panels) are padded to whole 16-lane vectors (36 would take 33% more work: not)
     assert [v.shape for v in result.const_values if v.name.startswith("w_ihwo")] == [shape]
@@ -303,7 +307,7 @@ def test_pack_weights_has_flat_1x1_convs_compute_whole_register_tiles_of_channel
     y = b.relu(b.add(b.conv2d(x, b.create_constant(rand(out_channels, 24, 1, 1), "w")), skip))
     program = b.build([y])
     feeds = {"x": rand(1, 24, 7, 16), "skip": rand(1, out_channels, 7, 16)}
-    result = check_pass(program, feeds, lambda p: dce(pack_weights(p, 8, registers)))
+    result = check_pass(program, feeds, lambda p: dce(pack_weights(p, dataclasses.replace(AVX2, vector_registers=registers))))
     assert [n.attrs.channel_tile for n in result.nodes if n.op == "conv2d"] == [tile]
     avx2 = parse_target("llvm -mcpu=znver3 -num-cores=2")
     exe = cinn.compile(result, avx2, cache_dir=tmp_cache, passes=False)
@@ -324,7 +328,7 @@ def test_pack_weights_pads_a_strided_convs_channels_to_whole_vectors(strides, sh
     y = b.relu(b.conv2d(x, b.create_constant(rand(24, 3, 3, 3), "w"), strides=list(strides), paddings=[1, 1]))
     program = b.build([y])
     feeds = {"x": rand(1, 3, 32, 32)}
-    result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
+    result = check_pass(program, feeds, lambda p: dce(pack_weights(p, AVX512)))
     assert [v.shape for v in result.const_values if v.name.startswith("w_ihwo")] == [shape]
     assert [n.op for n in result.nodes] == ["conv2d", "relu"] + ["slice"] * (shape[-1] == 32)
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
@@ -345,7 +349,7 @@ def test_a_grouped_conv_is_one_kernel_over_gihwo_weights(channels, groups, out_c
     w = b.create_constant(rand(out_channels, channels // groups, kernel, kernel), "w")
     y = b.conv2d(x, w, strides=strides, paddings=paddings, dilations=dilations, groups=groups)
     program, feeds = b.build([b.relu(y)]), {"x": rand(1, channels, *hw)}
-    result = check_pass(program, feeds, lambda p: dce(pack_weights(p)))
+    result = check_pass(program, feeds, lambda p: dce(pack_weights(p, AVX512)))
     (conv,) = [n for n in result.nodes if n.op == "conv2d"]
     assert conv.attrs.weight_layout is WeightLayout.GIHWO and conv.inputs[1].shape == weights
     padded = weights[-1] * groups != out_channels

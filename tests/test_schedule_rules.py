@@ -68,7 +68,7 @@ def _quantized_matmul(b: cinn.NetBuilder):
 
 
 def _matmul_u8i8(b: cinn.NetBuilder):
-    w = pack_vnni(RNG.integers(-128, 128, (64, 32)).astype("int8"))
+    w = pack_vnni(RNG.integers(-128, 128, (64, 32)).astype("int8"), 16)  # AVX-512's 16 int32 lanes
     return [b.matmul_u8i8(b.create_input("uint8", (8, 64), "x"), b.create_constant(w, "w"))]
 
 

@@ -5,7 +5,8 @@ import dataclasses
 
 import pytest
 
-from cinn.core.target import DEFAULT_CACHES, KIB, KNOWN_CACHES, CacheSizes, _host_caches, host_cpu, parse_target
+from cinn.core.cpu_model import DEFAULT_CACHES, KIB, KNOWN_CPUS, MAX_PANEL_BYTES, UNKNOWN_CPU, CacheSizes, host_caches
+from cinn.core.target import host_cpu, parse_target
 from schedules import cpu_matmul
 
 
@@ -24,7 +25,7 @@ def test_known_cpus(mcpu, bits, registers, l1d, l2):
 
 def test_unknown_cpu_gets_default_caches():
     t = parse_target("llvm -mcpu=x86-64 -num-cores=1")
-    assert t.caches == DEFAULT_CACHES and t.vector_bits == 128 and t.vector_registers == 16
+    assert t.model.caches == DEFAULT_CACHES and t.vector_bits == 128 and t.vector_registers == 16
 
 
 def test_host_caches_come_from_sysfs(tmp_path):
@@ -34,9 +35,9 @@ def test_host_caches_come_from_sysfs(tmp_path):
         d.mkdir()
         for name, text in (("level", level), ("type", kind), ("size", size)):
             (d / name).write_text(f"{text}\n")
-    assert _host_caches.__wrapped__(str(tmp_path)) == CacheSizes(48 * KIB, 2048 * KIB)
-    fallback = KNOWN_CACHES.get(host_cpu(), DEFAULT_CACHES)
-    assert _host_caches.__wrapped__(str(tmp_path / "missing")) == fallback
+    assert host_caches.__wrapped__(str(tmp_path)) == CacheSizes(48 * KIB, 2048 * KIB, 32768 * KIB)
+    fallback = KNOWN_CPUS.get(host_cpu(), UNKNOWN_CPU).caches
+    assert host_caches.__wrapped__(str(tmp_path / "missing")) == fallback
 
 
 def test_register_tile_follows_the_vector_registers():
@@ -47,11 +48,11 @@ def test_register_tile_follows_the_vector_registers():
 
 def test_weight_panel_follows_the_l2():
     t = parse_target("llvm -mcpu=znver3")
-    small = dataclasses.replace(t, caches=CacheSizes(32 * KIB, 128 * KIB))
-    big = dataclasses.replace(t, caches=CacheSizes(48 * KIB, 4096 * KIB))
+    small = _with_caches(t, CacheSizes(32 * KIB, 128 * KIB))
+    big = _with_caches(t, CacheSizes(48 * KIB, 4096 * KIB))
     assert cpu_matmul.panel_bytes(t) == 384 * KIB  # three quarters of znver3's 512 KiB L2
     assert cpu_matmul.panel_bytes(small) == 96 * KIB
-    assert cpu_matmul.panel_bytes(big) == cpu_matmul.PANEL_CAP
+    assert cpu_matmul.panel_bytes(big) == MAX_PANEL_BYTES
     # a 128-channel 3x3 conv: 8-wide vectors of 1152 reduction elements, 36 KB each
     assert cpu_matmul._channel_vectors(128, 1152, 8, 8, "float32", t) == [1, 2, 4, 8]
     assert cpu_matmul._channel_vectors(128, 1152, 8, 8, "float32", small) == [1, 2]
@@ -63,7 +64,7 @@ def test_targets_that_schedule_differently_do_not_share_cache_entries():
 
     t = parse_target("llvm -mcpu=znver3")
     spec = KernelSpec("w", None, PatternKind.OUT_FUSIBLE, None)
-    assert cache_key(spec, t) != cache_key(spec, dataclasses.replace(t, caches=CacheSizes(32 * KIB, 128 * KIB)))
+    assert cache_key(spec, t) != cache_key(spec, _with_caches(t, CacheSizes(32 * KIB, 128 * KIB)))
     assert str(t) == "llvm -mcpu=znver3 -num-cores=" + str(t.num_cores)  # the log's target string is unchanged
 
 
@@ -74,3 +75,7 @@ def test_kernels_without_partial_unrolling_keep_the_cpus_features_under_an_intel
     plain = target.tvm(partial_unroll=False)
     assert str(plain.attrs["mcpu"]) == model and feature in [str(f) for f in plain.attrs["mattr"]]
     assert int(plain.attrs["num-cores"]) == 2
+
+
+def _with_caches(target, caches):
+    return dataclasses.replace(target, cpu=dataclasses.replace(target.model, caches=caches))

@@ -14,7 +14,7 @@ from autotune.database import FailureKind, Record, append_records, read_records
 from autotune.measure import MeasureResult
 from cinn.compiler.lower import lower_program
 from cinn.compiler.passes.pipeline import winograd_shapes
-from cinn.compiler.passes.winograd import ALGORITHM_FAMILY, ALGORITHM_PREFIX, DIRECT, ROW_PANEL, ConvShape, choose_tile
+from cinn.compiler.passes.winograd import ALGORITHM_FAMILY, ALGORITHM_PREFIX, DIRECT, ConvShape, choose_tile
 from cinn.core.ir import TensorType
 from cinn.core.ops import get_op, infer
 from cinn.core.ops.winograd import POINTS, WinogradInputAttrs, transforms, weight_transform
@@ -24,6 +24,8 @@ from tests.test_passes import evaluate
 RNG = np.random.default_rng(0)
 CPU = parse_target("llvm")
 FULL_WIDTH = parse_target("llvm -mcpu=znver5 -num-cores=2")  # the FMA width choose_tile's rates were measured at
+HALF_WIDTH = parse_target("llvm -mcpu=znver4 -num-cores=2")  # AVX-512 on 256-bit FMA units
+ROW_PANEL = FULL_WIDTH.model.row_panel
 # measured largest error over the direct conv, relative to the output's largest magnitude: F(2x2) ~1e-6, F(4x4)
 # ~1e-5 (its transforms multiply by up to 25 before the products cancel)
 TOLERANCE = {2: 1e-5, 4: 5e-5}
@@ -58,7 +60,7 @@ def test_weight_transform_is_g_w_gt_per_channel_pair():
     ((1, 48, 192, (13, 13)), None),  # squeezenet: 48 channels make a slow matmul over 16 tiles
 ])
 def test_tile_choice(shape, tile):
-    assert choose_tile(*shape) == tile
+    assert choose_tile(*shape, FULL_WIDTH) == tile
 
 
 @pytest.mark.parametrize(("shape", "tile"), [
@@ -79,8 +81,8 @@ def test_tile_choice(shape, tile):
 def test_tile_choice_at_half_the_fma_width(shape, tile):
     """znver4 and AVX2 cores complete half the FMA bits per cycle of the machine the rates were measured on: the
     direct conv and the matmul take twice as long, the transforms about as long."""
-    assert choose_tile(*shape, fma_share=0.5) == tile
-    assert parse_target("llvm -mcpu=znver4").fma_bits * 2 == FULL_WIDTH.fma_bits == 1024
+    assert choose_tile(*shape, HALF_WIDTH) == tile
+    assert HALF_WIDTH.model.fma_share * 2 == FULL_WIDTH.model.fma_share == 1
 
 
 def _conv_program(n, c, k, size, pads, epilogue: bool):

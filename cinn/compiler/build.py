@@ -17,6 +17,7 @@ import tvm_ffi
 from tvm.s_tir import Schedule
 
 import schedules
+from cinn.core.cpu_model import default_cache_dir as default_cache_dir
 from cinn.core.ops import PatternKind
 from cinn.core.target import NO_PARTIAL_UNROLL, Target
 from cinn.runtime import cuda_module, disk_cache, thread_pool, trust
@@ -52,11 +53,6 @@ class BuiltKernel:
 def workload_key(func) -> str:
     """The workload key of a PrimFunc: its structural hash (names do not matter)."""
     return f"{tvm_ffi.structural_hash(func) & 0xFFFFFFFFFFFFFFFF:016x}"
-
-
-def default_cache_dir() -> pathlib.Path:
-    """$CINN_CACHE_DIR, else ~/.cache/cinn."""
-    return pathlib.Path(os.environ.get("CINN_CACHE_DIR") or pathlib.Path.home() / ".cache" / "cinn")
 
 
 @functools.cache

@@ -14,6 +14,7 @@ from cinn.compiler.passes.fusion import fuse as fuse_groups
 from cinn.compiler.passes.manager import Instrument, PassName
 from cinn.compiler.passes.pipeline import optimize
 from cinn.compiler.passes.verify import verify
+from cinn.core.cpu_model import lowering_for
 from cinn.core.ir import Program, SymbolicType, Value
 from cinn.core.ops import get_op
 from cinn.core.ops.te_util import const
@@ -99,4 +100,5 @@ def lower_program(program: Program, fuse: bool = True, passes: bool = True, in_p
     program = optimize(program, passes, target, winograd_choices, disabled, instruments)
     skipped = kernelless(program, find_views(program)) if in_place else frozenset()
     groups = fuse_groups(program, skipped) if fuse else unfused(program)
-    return program, [lower_group(g, program.constants) for g in groups]
+    with lowering_for(None if target is None else target.cpu):  # the ops size their tiles by the target's CPU
+        return program, [lower_group(g, program.constants) for g in groups]

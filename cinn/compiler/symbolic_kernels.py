@@ -24,6 +24,7 @@ from cinn.compiler.lower import LoweredGroup, lower_group, lower_program
 from cinn.compiler.passes.fusion import Group
 from cinn.compiler.passes.manager import PassName
 from cinn.compiler.passes.pipeline import winograd_shapes
+from cinn.core.cpu_model import lowering_for
 from cinn.core.ir import Program, TensorType, Value
 from cinn.core.ops import get_op
 from cinn.core.ops.te_util import dim_at
@@ -35,7 +36,6 @@ PROBE_COUNT = 2  # odd bindings the program is optimized at, which fit each dim;
 # that depends on its size's parity, as (seq + 1) // 2 * 2, fits odd sizes alone)
 MAX_POWER = 2  # of one symbol in a dim (seq * seq: an attention's scores)
 NOMINAL_SIZE = 64  # of a symbol no shape hint names: the size its kernels' schedules are chosen for
-TILE_ROWS = 8  # rows of a symbolic matmul's whole tiles; at most half as many rows take its unpadded variant
 Dim: TypeAlias = int | tvm.ir.expr.Expr
 
 
@@ -55,6 +55,7 @@ class SymbolicPlan:
     # a kernel whose matmul has symbolic rows: those rows, and its variant in rows of one, unpadded (None: no such)
     rows: tuple[Dim | None, ...]
     unpadded: tuple[LoweredGroup | None, ...]
+    tile_rows: int  # rows of a symbolic matmul's whole tiles (CpuModel.padded_rows)
 
     def program_at(self, binding: Binding) -> Program:
         """The optimized program with every value typed at a binding of the symbols."""
@@ -85,9 +86,9 @@ class SymbolicPlan:
 
     def unpadded_at(self, binding: Binding) -> list[bool]:
         """Per kernel: whether it takes its unpadded variant (rows of one) at a binding: where its matmul has at
-        most half a tile of rows, a padded tile would compute 2 to 8 times the rows there are (see
+        most half a tile (tile_rows) of rows, a padded tile would compute 2 to 8 times the rows there are (see
         docs/notes/matmul-blocking.md)."""
-        return [r is not None and 2 * dim_at(r, dict(binding.sizes)) <= TILE_ROWS for r in self.rows]
+        return [r is not None and 2 * dim_at(r, dict(binding.sizes)) <= self.tile_rows for r in self.rows]
 
     def sizes(self, binding: Binding) -> tuple[int, ...]:
         """The kernels' trailing int arguments: the symbols' sizes."""
@@ -108,11 +109,13 @@ def plan(program: SymbolicProgram, target: Target, fuse: bool = True, passes: bo
         _check_same(first, groups, other, other_groups)
     symbols, dims = _fitted([p for p, _ in optimized], program.symbols, probes)
     sizes = {n: int(nominal.get(n, NOMINAL_SIZE)) for n in program.symbols}
-    lowered = tuple(_lowered(lg.group, first, dims, symbols, sizes, TILE_ROWS) for lg in groups)
     rows = tuple(_matmul_rows(lg.group, dims) for lg in groups)
-    unpadded = tuple(None if r is None else _lowered(lg.group, first, dims, symbols, sizes, 1)
-                     for lg, r in zip(groups, rows, strict=True))
-    return SymbolicPlan(first, symbols, MappingProxyType(dims), lowered, rows, unpadded)
+    tile_rows = target.model.padded_rows
+    with lowering_for(target.cpu):  # the ops size their tiles by the target's CPU
+        lowered = tuple(_lowered(lg.group, first, dims, symbols, sizes, tile_rows) for lg in groups)
+        unpadded = tuple(None if r is None else _lowered(lg.group, first, dims, symbols, sizes, 1)
+                         for lg, r in zip(groups, rows, strict=True))
+    return SymbolicPlan(first, symbols, MappingProxyType(dims), lowered, rows, unpadded, tile_rows)
 
 
 def symbolic_shapes(program: SymbolicProgram) -> dict[str, tuple[Dim, ...]]:

@@ -1,28 +1,40 @@
 """The machine's limits, measured once and cached: the FMA peak and the memory bandwidth of a CPU target.
 
-The profiler states every kernel's rate as a percent of these. Both are measured with TVM kernels built for the
-target and run on all its cores: a loop of independent register FMAs (12 vector accumulators, more than the FMA
-latency times the FMA ports), and a parallel vectorized copy of 256 MiB (read plus write bytes).
+The profiler states every kernel's rate as a percent of these, and the host's CpuModel decides by them
+(cinn.core.cpu_model: they are its calibration, one file per CPU, which `cinn-calibrate` writes). Both are measured
+with TVM kernels built for the target and run on all its cores: a loop of independent register FMAs (12 vector
+accumulators, more than the FMA latency times the FMA ports), and a parallel vectorized copy of 256 MiB (read plus
+write bytes). On an AVX-512 CPU the calibration also times one core's FMAs at 256 and at 512 bits: the 512-bit ones
+complete at twice the rate only on cores with two full-width FMA units.
 """
 from __future__ import annotations
 
-import json
+import contextlib
+import dataclasses
 import os
 import pathlib
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import tvm
 from tvm.script import tirx as T
 
+from cinn.core import cpu_model
+from cinn.core.cpu_model import Calibration, Peak
 from cinn.core.target import Target
+from cinn.core.utils import atomic_write
 from cinn.runtime import thread_pool
 
 ACCUMULATORS = 12
-FMA_ITERS = 1 << 20
+LOOP_ITERS = 1 << 20
 COPY_FLOATS = 64 << 20  # 256 MiB: far past any cache
+QUICK_SHARE = 16  # a quick calibration's share of the FMA loop and the copy (the copy still past any L2)
+REPEAT, QUICK_REPEAT = 5, 3
 SHARE_ALL_CORES = -3  # TVM's AffinityMode kSpecifyThreadShareAllCore: each worker may run on any listed CPU
+# 512-bit FMAs at this many times the 256-bit rate or more run on full-width units, at this or less on split ones;
+# between the two the measurement is noise and the table of known CPUs decides
+DOUBLED_RATIO, SPLIT_RATIO = 1.6, 1.25
 
 
 @dataclass(frozen=True)
@@ -43,32 +55,68 @@ def configure_threads(n: int, config: Callable | None = None) -> None:
 
 
 def machine_peaks(target: Target, cache_dir: pathlib.Path) -> Peaks:
-    """The target's peaks from the cache, else measured (about a second) and cached."""
-    path = cache_dir / f"peaks-{target.mcpu}-{target.num_cores}.json"
-    try:
-        return Peaks(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
-        pass
+    """The target's peaks on its cores from its calibration, else measured (about a second) and added to it."""
+    path = cpu_model.calibration_path(target.mcpu, cache_dir)
+    calibration = cpu_model.read_calibration(path, target.mcpu)
+    point = next((p for p in calibration.peaks if p.cores == target.num_cores), None) if calibration else None
+    if point is None:
+        point = measure(target)
+        with contextlib.suppress(OSError):  # a read-only cache: measured again next time
+            save(path, cpu_model.merged(calibration, Calibration(target.mcpu, (point,))))
+    return Peaks(point.flops / 1e9, point.bandwidth / 1e9)
+
+
+def measure(target: Target, quick: bool = False) -> Peak:
+    """The FMA peak and the copy bandwidth of the target's cores."""
     configure_threads(target.num_cores)  # TVM's default pool has one worker here: the peaks of one core
-    peaks = Peaks(float(_fma_gflops(target)), float(_copy_gbps(target)))
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(asdict(peaks)))
-    except OSError:  # a read-only cache: measured again next time
-        pass
-    return peaks
+    share = QUICK_SHARE if quick else 1
+    repeat = QUICK_REPEAT if quick else REPEAT
+    return Peak(target.num_cores, _fma_gflops(target, LOOP_ITERS // share, repeat) * 1e9,
+                _copy_gbps(target, COPY_FLOATS // share, repeat) * 1e9)
 
 
-def _seconds(func, target: Target, *arrays: np.ndarray) -> float:
-    """Median seconds of one call of a TVMScript kernel built for the target."""
+def calibrate(host: Target, cores: Sequence[int], quick: bool = False,
+              progress: Callable[[str], None] = lambda _: None) -> Calibration:
+    """The host's calibration: its peaks on each count of `cores`, and on an AVX-512 CPU its FMA width."""
+    peaks = []
+    for n in cores:
+        progress(f"FMA peak and memory bandwidth on {n} core{'s' if n > 1 else ''}")
+        peaks.append(measure(dataclasses.replace(host, num_cores=n), quick))
+    if host.vector_bits < 512:
+        return Calibration(host.mcpu, tuple(peaks))
+    progress("256- and 512-bit FMAs on one core")
+    one = dataclasses.replace(host, num_cores=1)
+    configure_threads(1)
+    iters, repeat = (LOOP_ITERS // QUICK_SHARE, QUICK_REPEAT) if quick else (LOOP_ITERS, REPEAT)
+    half, full = (_fma_gflops(one, iters, repeat, bits) for bits in (256, 512))
+    return Calibration(host.mcpu, tuple(peaks), fma_width(full / half), {"fma256_gflops": half, "fma512_gflops": full})
+
+
+def fma_width(ratio: float) -> int:
+    """The bits an FMA unit completes per cycle, from the 512-bit FMA rate over the 256-bit one (0: unclear)."""
+    return 512 if ratio >= DOUBLED_RATIO else 256 if ratio <= SPLIT_RATIO else 0
+
+
+def save(path: pathlib.Path, calibration: Calibration) -> None:
+    """Cache a calibration, and forget the host's model read before it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = cpu_model.calibration_json(calibration)
+    atomic_write(str(path), lambda tmp: pathlib.Path(tmp).write_text(text))
+    cpu_model.host_model.cache_clear()
+
+
+def _seconds(func, target: Target, repeat: int, *arrays: np.ndarray) -> float:
+    """The fastest of `repeat` calls of a TVMScript kernel built for the target: a peak, which other processes on a
+    shared machine only slow down."""
     lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target.tvm())
     dev = tvm.cpu()
     args = [tvm.runtime.tensor(a, dev) for a in arrays]
-    return lib.mod.time_evaluator("main", dev, number=1, repeat=5)(*args).median
+    return min(lib.mod.time_evaluator("main", dev, number=1, repeat=repeat)(*args).results)
 
 
-def _fma_gflops(target: Target) -> float:
-    lanes, cores = target.vector_bits // 32, target.num_cores
+def _fma_gflops(target: Target, iters: int = LOOP_ITERS, repeat: int = REPEAT, bits: int = 0) -> float:
+    """GFLOP/s of independent FMAs on the target's cores, on vectors of `bits` (default: its widest)."""
+    lanes, cores = (bits or target.vector_bits) // 32, target.num_cores
     vector = f"float32x{lanes}"
 
     @T.prim_func
@@ -78,19 +126,20 @@ def _fma_gflops(target: Target) -> float:
             acc = T.alloc_buffer((ACCUMULATORS,), vector)
             for j in range(ACCUMULATORS):
                 acc[j] = T.Broadcast(a[c, 2], lanes)
-            for _ in range(FMA_ITERS):
+            for _ in range(iters):
                 for r in T.unroll(ACCUMULATORS):
                     acc[r] = acc[r] * T.Broadcast(a[c, 0], lanes) + T.Broadcast(a[c, 1], lanes)
             for j in range(ACCUMULATORS):
                 a[c, T.Ramp(j * lanes, 1, lanes)] = acc[j]
 
-    seconds = _seconds(fma, target, np.full((cores, ACCUMULATORS * lanes), 0.5, "float32"))
-    return 2 * cores * ACCUMULATORS * lanes * FMA_ITERS / seconds / 1e9
+    seconds = _seconds(fma, target, repeat, np.full((cores, ACCUMULATORS * lanes), 0.5, "float32"))
+    return 2 * cores * ACCUMULATORS * lanes * iters / seconds / 1e9
 
 
-def _copy_gbps(target: Target) -> float:
+def _copy_gbps(target: Target, floats: int = COPY_FLOATS, repeat: int = REPEAT) -> float:
+    """GB/s (read plus written) of a parallel copy of `floats` float32 on the target's cores."""
     lanes = target.vector_bits // 32
-    rows = COPY_FLOATS // lanes
+    rows = floats // lanes
 
     @T.prim_func
     def copy(a: T.Buffer((rows, lanes), "float32"), b: T.Buffer((rows, lanes), "float32")):  # type: ignore[valid-type]
@@ -99,4 +148,4 @@ def _copy_gbps(target: Target) -> float:
                 b[i, j] = a[i, j]
 
     data = np.ones((rows, lanes), "float32")
-    return 2 * data.nbytes / _seconds(copy, target, data, np.empty_like(data)) / 1e9
+    return 2 * data.nbytes / _seconds(copy, target, repeat, data, np.empty_like(data)) / 1e9

@@ -104,7 +104,7 @@ def _u8i8(rows: tuple[int, ...], k: int, n: int):
 
         x = rng.integers(0, 256, (*rows, k)).astype("uint8")  # the extremes: 255 x -128 summed over k
         w = rng.integers(-128, 128, (k, n)).astype("int8")
-        return [x, pack_vnni(w)]
+        return [x, pack_vnni(w, 16)]  # AVX-512's 16 int32 lanes
 
     return make
 
@@ -120,7 +120,7 @@ def _u8i8_conv(x: tuple[int, ...], oc: int, k: int):
         from cinn.core.ops.quant import pack_vnni_conv
 
         w = rng.integers(-128, 128, (oc, x[3], k, k)).astype("int8")
-        return [rng.integers(0, 256, x).astype("uint8"), pack_vnni_conv(w)]
+        return [rng.integers(0, 256, x).astype("uint8"), pack_vnni_conv(w, 16)]
 
     return make
 

@@ -7,24 +7,14 @@ back to NCHW as well. Channels last, each conv reads and writes whole channel ve
 rewritten between two transposes (to NHWC and back), which then sink through the elementwise ops between them
 (bias, relu6, residual add) and cancel where two meet (sink_transposes); only the chain's ends keep one.
 
-Measured (2 cores, AVX-512, each kernel alone, ms, NCHW -> NHWC): mobilenet_v2's 384-channel 3x3 on 14x14
-0.034-0.048 -> 0.028, its 960-channel 3x3 on 7x7 0.025-0.043 -> 0.019-0.024, the 192-channel one on 28x28
-0.059-0.078 -> 0.062, the 144-channel 3x3/2 on 56x56 0.066-0.082 -> 0.065; the 1x1 convs as fast as before; the
-whole model 5.21 -> 4.69 ms (interleaved runs, on a VM at half the FMA peak of the one measured elsewhere).
-Dense 1x1 convs over pixels that are no whole vectors (14x14, 7x7) vectorize over 8 output channels in NCHW with 7
-output columns a tile: 7 accumulators, no more than half the FMA peak. Channels last they are matmuls over flat
-pixels in whole register tiles (conv2d's PIXEL_TILE; 1024->256 on 14x14, 2 cores, AVX2: 1.05-1.14 -> 0.74 ms;
-512->2048 on 7x7 1.06 -> 0.74). Such convs joined through elementwise ops (resnet50's bottlenecks and residual adds)
-go channels last together where the time they gain exceeds the transposes left at the ends (resnet50 69 -> 61 ms
-with rows of pixels, 0.87x again with flat ones; densenet121 44 -> 41 ms; inception_v1, all of whose 1x1 convs sit
-between concats and kxk convs, 24 -> 31 ms had they all been taken). Strided dense convs over 32 or more input
-channels join them: NCHW they vectorize over output channels and broadcast input values gathered at the stride,
-7-8 accumulators; channels last they read each output pixel's window in place, the channels innermost (resnet50's
-3x3/2 convs, 2 cores, AVX2: 512->512 to 7x7 2.59 -> 2.24 ms, 256->256 to 14x14 2.40 -> 1.61, 128->128 to 28x28 2.04
--> 1.68). Stride-1 kxk convs gain nothing (96->208 3x3 on 14x14, 64->192 on 56x56, 16->48 5x5 within 3%) and a
-3-channel stem loses (3->64 7x7/2: 1.75 -> 2.45 ms): they stay NCHW. With 32 vector registers (AVX-512)
-the NCHW tile is 2 vectors x 14 columns, 28 accumulators, near the FMA peak already (1024->256 on 14x14: 0.27 ms,
-~380 GFLOP/s): those convs stay NCHW there.
+Dense 1x1 convs over pixels that are no whole vectors vectorize over output channels in NCHW with few accumulators
+where the CPU has few vector registers; channels last they are matmuls over flat pixels in whole register tiles
+(CpuModel.pixel_tile). Such convs joined through elementwise ops go channels last together where the time they gain,
+estimated from the target's FMA peak, exceeds that of the transposes left at the ends, estimated from its memory
+bandwidth. Strided dense convs over many input channels join them (channels last they read each output pixel's
+window in place); stride-1 kxk convs gain nothing and a 3-channel stem loses: they stay NCHW. With many registers
+(AVX-512) the NCHW tile is near the FMA peak already: those convs stay NCHW there. The measurements are in
+docs/notes/channels-last.md.
 """
 from __future__ import annotations
 
@@ -35,24 +25,23 @@ from cinn.compiler.passes.rewrite import Rewriter, rewrite
 from cinn.compiler.passes.sink_transposes import sink_transposes
 from cinn.core.ir import Node, Program, Value
 from cinn.core.ops import PatternKind, get_op, op_flops
-from cinn.core.ops.nn import FLAT_LANES, TO_NCHW, TO_NHWC, Conv2dAttrs, DataFormat
+from cinn.core.ops.nn import TO_NCHW, TO_NHWC, Conv2dAttrs, DataFormat
 from cinn.core.ops.shape import TransposeAttrs
+from cinn.core.target import Target
 
-# vector registers under which an NCHW 1x1 conv over ragged pixels has too few accumulators (AVX2's 16: 7 of them)
-FEW_REGISTERS = 32
-# input channels from which a strided dense conv gains channels last (its inner loop runs over them; a 3-channel stem
-# took 1.75 -> 2.45 ms)
+# input channels from which a strided dense conv gains channels last (its inner loop runs over them)
 STRIDED_CHANNELS = 32
-# seconds a conv gains per FLOP channels last (~90 -> ~125 GFLOP/s on 2 AVX2 cores) and a transpose costs per
-# element (0.42-0.49 ns measured over resnet50's and densenet121's)
-GAIN_PER_FLOP = 3e-12
-TRANSPOSE_PER_ELEMENT = 0.45e-9
+# a dense conv's FLOP/s, as a share of the FMA peak, with few registers: NCHW over ragged pixels, and channels last
+NCHW_EFFICIENCY, NHWC_EFFICIENCY = 0.375, 0.52
+TRANSPOSED_SIZE = 8  # bytes a transpose moves per float32 element: read and written
 
 
-def channels_last(program: Program, lanes: int, registers: int) -> Program:
-    """Compute the depthwise convs whose output rows are not whole half-vectors of `lanes` floats (the CPU's vector
-    width) and that have 1x1 convs on both sides, through elementwise ops, channels last with those 1x1 convs."""
-    chosen = _chosen(program, lanes) | (_flat_chosen(program) if registers < FEW_REGISTERS else set())
+def channels_last(program: Program, target: Target) -> Program:
+    """Compute the depthwise convs whose output rows are not whole half-vectors (of the target's fp32 lanes) and that
+    have 1x1 convs on both sides, through elementwise ops, channels last with those 1x1 convs; with few registers,
+    also the flat candidates that gain (_flat_chosen)."""
+    cpu = target.model
+    chosen = _chosen(program, cpu.lanes) | (_flat_chosen(program, target) if cpu.few_registers else set())
     if not chosen:
         return program
     transposed: dict[str, Value] = {}  # convs reading one tensor share its transpose
@@ -62,8 +51,8 @@ def channels_last(program: Program, lanes: int, registers: int) -> Program:
 
 def _chosen(program: Program, lanes: int) -> set[str]:
     """The output names of the convs to compute channels last: each such depthwise conv with the 1x1 convs that
-    feed it and that it feeds, where both exist (a lone depthwise conv would keep a transpose on each side: shufflenet's,
-    between channel shuffles, took 3.0 -> 4.0 ms)."""
+    feed it and that it feeds, where both exist (a lone depthwise conv would keep a transpose on each side, which
+    costs more than it gains: docs/notes/channels-last.md)."""
     producers, consumers = program.producers(), program.consumers()
     chosen: set[str] = set()
     for conv in program.nodes:
@@ -88,19 +77,21 @@ class _Walks:
     down_ends: bool
 
 
-def _flat_chosen(program: Program) -> set[str]:
+def _flat_chosen(program: Program, target: Target) -> set[str]:
     """The output names of the dense convs to compute channels last over flat pixels (_is_flat_candidate): each set of
-    them joined through elementwise ops whose estimated gain exceeds the transposes left where the set meets other
-    ops."""
+    them joined through elementwise ops whose estimated gain (their FLOPs at NCHW_EFFICIENCY against NHWC_EFFICIENCY
+    of the target's FMA peak) exceeds the transposes left where the set meets other ops (their bytes at its memory
+    bandwidth)."""
     producers, consumers = program.producers(), program.consumers()
     outputs = {v.name for v in program.outputs}
     walks = {n.outputs[0].name: _Walks(n, *_joined(n, producers, consumers, True, outputs),
                                        *_joined(n, producers, consumers, False, outputs))
-             for n in program.nodes if _is_flat_candidate(n)}
+             for n in program.nodes if _is_flat_candidate(n, target.model.tile_columns)}
     chosen: set[str] = set()
+    per_flop = (1 / NCHW_EFFICIENCY - 1 / NHWC_EFFICIENCY) / target.peak_flops
     for component in _components(walks):
-        gain = sum(_flops(w.conv) for w in component) * GAIN_PER_FLOP
-        if gain > _boundary_elements(component) * TRANSPOSE_PER_ELEMENT:
+        gain = sum(_flops(w.conv) for w in component) * per_flop
+        if gain > _boundary_elements(component) * TRANSPOSED_SIZE / target.bandwidth:
             chosen |= {w.conv.outputs[0].name for w in component}
     return chosen
 
@@ -166,17 +157,17 @@ def _joined(conv: Node, producers: dict[str, Node], consumers: dict[str, list[No
     return found, ends
 
 
-def _is_flat_candidate(node: Node) -> bool:
+def _is_flat_candidate(node: Node, columns: int) -> bool:
     """A dense conv that NCHW has few accumulators or gathers its input and channels last computes over flat pixels
-    (conv2d's PIXEL_TILE): a 1x1 at stride 1 without padding over pixels that are no whole vectors, or a strided one
-    over at least STRIDED_CHANNELS input channels."""
+    (CpuModel.pixel_tile): a 1x1 at stride 1 without padding over pixels that are no whole register-tile rows of
+    `columns`, or a strided one over at least STRIDED_CHANNELS input channels."""
     a = cast(Conv2dAttrs, node.attrs)
     if not (_is_nchw_float_conv(node) and a.groups == 1):
         return False
     if max(a.strides) > 1:
         return node.inputs[0].shape[1] >= STRIDED_CHANNELS
     h, w = node.outputs[0].shape[2:]
-    return _is_pointwise(node) and not any(a.paddings) and h * w % FLAT_LANES != 0
+    return _is_pointwise(node) and not any(a.paddings) and h * w % columns != 0
 
 
 def _flops(node: Node) -> int:

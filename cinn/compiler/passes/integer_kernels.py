@@ -2,26 +2,29 @@
 are int8 values times a per-tensor or per-column scale (a dequantized int8 weight, as QDQ models hold them) becomes
 matmul_u8i8 on q and the int8 values, exact in int32, minus the zero point's share, times the two scales; a conv2d
 likewise becomes conv2d_u8i8 on q laid out channels last and padded with its zero point. For CPUs with AVX-512
-VNNI, where the integer products run at 3-4x the float ones."""
+VNNI, where the integer products run at 3-4x the float ones. The weights' groups are as wide as the CPU's vectors
+(CpuModel.lanes int32 lanes)."""
 from __future__ import annotations
 
 import numpy as np
 
 from cinn.compiler.passes.rewrite import Rewriter, rewrite
+from cinn.core.cpu_model import CpuModel
 from cinn.core.ir import Node, Program, Value
 from cinn.core.ops.elementwise import CastAttrs
 from cinn.core.ops.nn import TO_NCHW, TO_NHWC, Conv2dAttrs, DataFormat, WeightLayout, conv_windows
-from cinn.core.ops.quant import DEPTH, LANES, IntConvAttrs, pack_vnni, pack_vnni_conv
+from cinn.core.ops.quant import DEPTH, IntConvAttrs, pack_vnni, pack_vnni_conv
 from cinn.core.ops.shape import PadAttrs, SliceAttrs, TransposeAttrs
 
 
-def integer_kernels(program: Program) -> Program:
+def integer_kernels(program: Program, cpu: CpuModel) -> Program:
     """Rewrite every matmul and conv2d of a dequantized uint8 tensor and int8-valued constant weights (see the
-    module)."""
-    return rewrite(program, lambda rw, node: _integer_matmul(rw, node) or _integer_conv(rw, node))
+    module) for a CPU with VNNI."""
+    lanes = cpu.lanes
+    return rewrite(program, lambda rw, node: _integer_matmul(rw, node, lanes) or _integer_conv(rw, node, lanes))
 
 
-def _integer_matmul(rw: Rewriter, node: Node) -> bool:
+def _integer_matmul(rw: Rewriter, node: Node, lanes: int) -> bool:
     if node.op != "matmul" or node.attrs.trans_x or node.attrs.alpha != 1.0 or node.attrs.paneled:
         return False
     x, w = rw.inputs(node)
@@ -36,16 +39,16 @@ def _integer_matmul(rw: Rewriter, node: Node) -> bool:
         return False
     q, zero, scale = dequantized
     values, w_scale = split
-    # columns padded to whole 16-lane vectors with zero weights (1000 classes), sliced off again
-    packed = pack_vnni(np.pad(values, ((0, 0), (0, -n % LANES))))
+    # columns padded to whole vectors with zero weights (1000 classes), sliced off again
+    packed = pack_vnni(np.pad(values, ((0, 0), (0, -n % lanes))), lanes)
     (acc,) = rw.emit("matmul_u8i8", [q, rw.new_constant(packed, "w_u8i8")])
-    if n % LANES:
+    if n % lanes:
         (acc,) = rw.emit("slice", [acc], SliceAttrs((len(acc.shape) - 1,), (0,), (n,)))
     _rescale(rw, node, acc, zero * values.astype(np.int64).sum(axis=0), np.float32(scale) * w_scale)
     return True
 
 
-def _integer_conv(rw: Rewriter, node: Node) -> bool:
+def _integer_conv(rw: Rewriter, node: Node, lanes: int) -> bool:
     a = node.attrs
     if node.op != "conv2d" or not isinstance(a, Conv2dAttrs) or a.groups != 1 or a.weight_layout is not WeightLayout.OIHW \
             or a.data_format is not DataFormat.NCHW:
@@ -69,10 +72,10 @@ def _integer_conv(rw: Rewriter, node: Node) -> bool:
     if any(p for pair in pads for p in pair):
         (nhwc,) = rw.emit("pad", [nhwc], PadAttrs(pads, float(zero)))
     attrs = IntConvAttrs((rows.stride, cols.stride), (rows.dilation, cols.dilation))
-    # output channels padded to whole 16-lane vectors with zero weights (1000 classes), sliced off again
-    packed = pack_vnni_conv(np.pad(values, ((0, -oc % LANES), (0, extra), (0, 0), (0, 0))))
+    # output channels padded to whole vectors with zero weights (1000 classes), sliced off again
+    packed = pack_vnni_conv(np.pad(values, ((0, -oc % lanes), (0, extra), (0, 0), (0, 0))), lanes)
     (acc,) = rw.emit("conv2d_u8i8", [nhwc, rw.new_constant(packed, "w_u8i8")], attrs)
-    if oc % LANES:
+    if oc % lanes:
         (acc,) = rw.emit("slice", [acc], SliceAttrs((3,), (0,), (oc,)))
     (acc,) = rw.emit("transpose", [acc], TransposeAttrs(TO_NCHW))  # sink_transposes moves it to NCHW consumers
     per_channel = (oc, 1, 1)

@@ -1,5 +1,6 @@
 """Store constant weights in the layout the kernels read: each kernel then reads them in place, and the transposition
-is paid once at compile time instead of on every run (resnet50's 2048->512 1x1 conv: 1.15 -> 0.49 ms)."""
+is paid once at compile time instead of on every run. The panel widths and register tiles are the CpuModel's; the
+measurements behind the choices here are in docs/notes/pack-weights.md."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,13 +9,11 @@ from typing import cast
 
 import numpy as np
 
-from cinn.compiler.passes.channels_last import FEW_REGISTERS
 from cinn.compiler.passes.rewrite import Rewriter, rewrite
-from cinn.compiler.passes.winograd import FEW_REGISTERS_PANEL
+from cinn.core.cpu_model import CpuModel
 from cinn.core.ir import Node, Program, Value
 from cinn.core.ops import PatternKind, get_op
 from cinn.core.ops.nn import (
-    PANEL,
     Conv2dAttrs,
     DataFormat,
     MatmulAttrs,
@@ -27,48 +26,33 @@ from cinn.core.ops.nn import (
 )
 from cinn.core.ops.shape import ReshapeAttrs, SliceAttrs, slice_ranges
 
-# panel widths by preference after the first, three vectors of the CPU's lanes: one panel row per step of the default
-# register tile (3 vectors x 8 rows with AVX-512, x 4 with AVX2), which then streams its panel contiguously. 48
-# columns: BERT's 768 -> 3072 dense layer 1.73 ms on AVX-512, against 2.08 ms through the per-tile copy of [K, N]
-# weights; with AVX2's 24-column tiles over 48-column panels two tiles shared every panel row's middle cache line,
-# panels of 24 took 0.75-0.78x the time (2 cores, znver3: 768 -> 3072 over 128 rows 5.07 -> 3.84 ms)
-PANEL_WIDTHS = (32, 64, 16)
-# N with no divisor of whole 8-lane registers (GPT-2's 50257-token vocabulary): padded to whole panels, since the
-# [K, N] kernel's 29-column tiles ran at 46 GFLOP/s; the kernel writes back the N columns (MatmulAttrs.columns: a
-# slice copying its 25 MB output took 2.0-2.6 ms, the guarded write-back adds ~0.5 to the 56 ms matmul)
+# N with no divisor of whole 8-lane registers (GPT-2's 50257-token vocabulary) from this many columns on: padded to
+# whole panels; the kernel writes back the N columns (MatmulAttrs.columns)
 PAD_MIN_COLS = 256
-# output channels of a dense conv padded to whole 16-lane vectors when its output rows are no whole vectors either and
-# the padding adds at most this fraction of work (shufflenet's per-group 1x1 convs: 68 -> 80 channels on 14x14,
-# 0.063 -> 0.016 ms; 136 -> 144 on 7x7, 0.023 -> 0.015 ms; 34 -> 48 on 28x28 lost, 0.015 -> 0.019 ms)
-LANES = 16
-LANE_PAD_MAX = 0.25
-# a strided conv is vectorized over channels whatever its rows: shufflenet's 3->24 3x3/2 stem on 112x112 took 3 ymm
-# registers per step; padded to 32 channels, 2 zmm ones, 0.134 -> 0.075 ms (plus 0.015 for its batch norm, then a
-# kernel of its own)
+# output channels of a dense conv padded to whole register-tile rows (CpuModel.tile_columns) when its output rows
+# are no whole vectors either and the padding adds at most this fraction of work
+CHANNEL_PAD_MAX = 0.25
+# a strided conv is vectorized over channels whatever its rows: padded where that adds at most this fraction
 STRIDED_PAD_MAX = 1 / 3
-# with 16 vector registers an NCHW 1x1 conv over flat pixels takes register tiles of two pixel vectors by up to this
-# many output channels (12 accumulators, as the Winograd matmuls' row panels); channels with no divisor of 5 or 6 took
-# 4 (8 accumulators): computed in whole tiles of 6 (Conv2dAttrs.channel_tile) where that adds at most
-# ROW_TILE_PAD_MAX (znver3, 2 cores: 512->256 on 28x28 1.41 -> 1.20 ms, 512->128 0.79 -> 0.67, 256->64 on 56x56
-# 0.78 -> 0.64)
-ROW_TILE = FEW_REGISTERS_PANEL
-ROW_TILE_PAD_MAX = 1 / 16
+# with few vector registers an NCHW 1x1 conv over flat pixels takes register tiles of two pixel vectors by
+# CpuModel.row_tile output channels: channels with no divisor of row_tile - 1 or row_tile are computed in whole
+# tiles (Conv2dAttrs.channel_tile) where that adds at most this fraction
+ROW_PAD_MAX = 1 / 16
 
 
-def pack_weights(program: Program, lanes: int = 16, registers: int = FEW_REGISTERS) -> Program:
+def pack_weights(program: Program, cpu: CpuModel) -> Program:
     """conv2d weights go OIHW -> IHWO32 panels for dense convs, IHWO for grouped ones (output channels contiguous: the
     conv kernels' vector axis; many channels padded to whole panels and sliced back); a matmul's constant 2-D y goes
     to column panels [N / p, K, p]
     (MatmulAttrs.y_panel: the tiled kernels' vector axis, contiguous per register tile; zero-padded to whole panels
     where N is wide with no 8-lane divisor, MatmulAttrs.columns), or [K, N] where no panel width divides a small N, or
     [N, K] for one output row. The elementwise epilogue of a padded conv then runs before the slice back
-    (sink_slices). Matmul panels are 3 x `lanes` wide where that divides N (see PANEL_WIDTHS). With few `registers`,
-    flat 1x1 convs compute whole register tiles of output channels (ROW_TILE)."""
-    widths = (3 * lanes, *(w for w in PANEL_WIDTHS if w != 3 * lanes))
-    return rewrite(rewrite(program, lambda rw, node: _pack(rw, node, widths, registers)), sink_slices)
+    (sink_slices). Matmul panels are the first of the CPU's matmul_panels that divides N. With few registers, flat 1x1
+    convs compute whole register tiles of output channels (CpuModel.row_tile)."""
+    return rewrite(rewrite(program, lambda rw, node: _pack(rw, node, cpu)), sink_slices)
 
 
-def _pack(rw: Rewriter, node: Node, widths: tuple[int, ...], registers: int) -> bool:
+def _pack(rw: Rewriter, node: Node, cpu: CpuModel) -> bool:
     if node.op not in ("conv2d", "matmul"):
         return False
     x, w = rw.inputs(node)
@@ -76,13 +60,13 @@ def _pack(rw: Rewriter, node: Node, widths: tuple[int, ...], registers: int) -> 
     if data is None:
         return False
     if node.op == "conv2d" and cast(Conv2dAttrs, node.attrs).weight_layout is WeightLayout.OIHW:
-        _ihwo(rw, node, data, registers)
+        _ihwo(rw, node, data, cpu)
         return True
     mm = cast(MatmulAttrs, node.attrs)
     if node.op != "matmul" or mm.y_panel:
         return False
     columns = data.T if mm.trans_y else data
-    if data.ndim == 2 and not _is_gemv(node) and (width := _panel_width(columns.shape[1], widths)):
+    if data.ndim == 2 and not _is_gemv(node) and (width := _panel_width(columns.shape[1], cpu.matmul_panels)):
         _panels(rw, node, columns, width)
         return True
     if data.ndim >= 2 and mm.trans_y != _is_gemv(node):
@@ -103,34 +87,37 @@ def _panels(rw: Rewriter, node: Node, columns: np.ndarray, width: int) -> None:
     rw.keep(node, inputs=(x, packed), attrs=attrs)
 
 
-def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray, registers: int) -> None:
-    """conv2d with IHWO weights, in IHWO32 panels where the output channels are whole panels of a dense conv (a
-    channel tile's weights are then one contiguous block, read in place: no per-run copy into a packed panel); many
-    output channels that are no whole number of panels (squeezenet's 1000 classes) are zero-padded to whole panels
-    and the output sliced back: 1000 channels took 8-lane registers (a 512 -> 1000 1x1 conv on 13x13: 0.76 ms,
-    padded to 1024: 0.40 ms). A grouped NCHW conv (not depthwise) takes GIHWO weights instead."""
+def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray, cpu: CpuModel) -> None:
+    """conv2d with IHWO weights, in IHWO32 panels (CpuModel.conv_panel wide) where the output channels are whole
+    panels of a dense conv (a channel tile's weights are then one contiguous block, read in place: no per-run copy
+    into a packed panel); many output channels that are no whole number of panels (squeezenet's 1000 classes) are
+    zero-padded to whole panels and the output sliced back (1000 channels took narrower registers). A grouped NCHW
+    conv (not depthwise) takes GIHWO weights instead."""
     x, w = rw.inputs(node)
     conv = cast(Conv2dAttrs, node.attrs)
     o = oihw.shape[0]
     dense = conv.groups == 1
     width = as_nchw(node.outputs[0].shape, conv.data_format)[-1]
     if conv.data_format is DataFormat.NCHW and 1 < conv.groups < x.shape[1]:  # grouped, not depthwise
-        _gihwo(rw, node, oihw, _channel_padding(o // conv.groups, width, conv.strides[1] > 1))
+        _gihwo(rw, node, oihw, _channel_padding(o // conv.groups, width, conv.strides[1] > 1, cpu))
         return
-    padding = _channel_padding(o, width, conv.strides[1] > 1) if dense else 0
-    tile = ROW_TILE if registers < FEW_REGISTERS and _takes_row_tiles(x.shape, oihw.shape, conv, o + padding) else 0
-    layout = WeightLayout.IHWO32 if dense and (o + padding) % PANEL == 0 else WeightLayout.IHWO
-    packed = rw.new_constant(layout.from_oihw(np.pad(oihw, ((0, padding), (0, 0), (0, 0), (0, 0)))), f"{w.name}_ihwo")
-    attrs = dataclasses.replace(conv, weight_layout=layout, channel_tile=tile)
+    padding = _channel_padding(o, width, conv.strides[1] > 1, cpu) if dense else 0
+    tiles = cpu.few_registers and _takes_row_tiles(x.shape, oihw.shape, conv, o + padding, cpu)
+    layout = WeightLayout.IHWO32 if dense and (o + padding) % cpu.conv_panel == 0 else WeightLayout.IHWO
+    padded = np.pad(oihw, ((0, padding), (0, 0), (0, 0), (0, 0)))
+    packed = rw.new_constant(layout.from_oihw(padded, panel=cpu.conv_panel), f"{w.name}_ihwo")
+    attrs = dataclasses.replace(conv, weight_layout=layout, channel_tile=cpu.row_tile if tiles else 0)
     _replace(rw, node, (x, packed), attrs, channel_axis(node.outputs[0].shape, conv.data_format), (o, o + padding))
 
 
-def _takes_row_tiles(xs: tuple[int, ...], oihw: tuple[int, ...], conv: Conv2dAttrs, channels: int) -> bool:
-    """Whether an NCHW 1x1 conv over flat pixels computes whole ROW_TILE register tiles of its output channels: where
-    they have no divisor of ROW_TILE - 1 or ROW_TILE and that adds at most ROW_TILE_PAD_MAX."""
-    return (conv.data_format is DataFormat.NCHW and is_flat_pointwise(oihw, conv_windows(xs, oihw, conv), conv)
-            and not any(channels % r == 0 for r in range(ROW_TILE - 1, ROW_TILE + 1))
-            and -channels % ROW_TILE <= channels * ROW_TILE_PAD_MAX)
+def _takes_row_tiles(xs: tuple[int, ...], oihw: tuple[int, ...], conv: Conv2dAttrs, channels: int,
+                     cpu: CpuModel) -> bool:
+    """Whether an NCHW 1x1 conv over flat pixels computes whole register tiles of the CPU's row_tile output channels:
+    where they have no divisor of row_tile - 1 or row_tile and that adds at most ROW_PAD_MAX."""
+    tile = cpu.row_tile
+    flat = is_flat_pointwise(oihw, conv_windows(xs, oihw, conv), conv, cpu.tile_columns)
+    return (conv.data_format is DataFormat.NCHW and flat and not any(channels % r == 0 for r in range(tile - 1, tile + 1))
+            and -channels % tile <= channels * ROW_PAD_MAX)
 
 
 def _gihwo(rw: Rewriter, node: Node, oihw: np.ndarray, padding: int) -> None:
@@ -155,14 +142,15 @@ def _gihwo(rw: Rewriter, node: Node, oihw: np.ndarray, padding: int) -> None:
     rw.substitute(node.outputs[0], y)
 
 
-def _channel_padding(o: int, width: int, strided: bool) -> int:
-    """Zero output channels a dense conv's weights get: to whole panels for many channels, to whole vectors where the
-    channels are no whole vectors but the vector axis (rows that are not whole vectors, a strided conv) and that
+def _channel_padding(o: int, width: int, strided: bool, cpu: CpuModel) -> int:
+    """Zero output channels a dense conv's weights get: to whole panels for many channels, to whole register-tile
+    rows where the channels are none but the vector axis (rows that are not whole ones, a strided conv) and that
     costs little."""
     if o >= PAD_MIN_COLS:
-        return -o % PANEL
-    pad = -o % LANES
-    return pad if pad <= o * (STRIDED_PAD_MAX if strided else LANE_PAD_MAX if width % LANES else 0) else 0
+        return -o % cpu.conv_panel
+    columns = cpu.tile_columns
+    pad = -o % columns
+    return pad if pad <= o * (STRIDED_PAD_MAX if strided else CHANNEL_PAD_MAX if width % columns else 0) else 0
 
 
 def _replace(rw: Rewriter, node: Node, inputs: tuple, attrs, axis: int, extents: tuple[int, int]) -> None:
@@ -186,15 +174,14 @@ def _panel_width(n: int, widths: tuple[int, ...]) -> int:
 
 def _is_gemv(node: Node) -> bool:
     """A matmul with one output row (a batch-1 fully connected layer): its kernel streams each output column's
-    weights as one contiguous dot product (trans_y), at memory bandwidth (alexnet's 9216->4096: 4.7 ms, against 6.4
-    ms through packed panels and 10.4 ms reading [K, N] rows)."""
+    weights as one contiguous dot product (trans_y), at memory bandwidth."""
     return prod(node.outputs[0].shape[:-1]) == 1
 
 
 def sink_slices(rw: Rewriter, node: Node) -> bool:
     """elementwise(slice(x), constants) -> slice(elementwise(x, constants padded)) for a unit-step slice read only
-    there: a padded conv's batch norm and activation then fuse into its kernel instead of taking one of their own
-    (shufflenet's padded stem: 0.015 ms), and the slice stays last, a view where it is a contiguous range."""
+    there: a padded conv's batch norm and activation then fuse into its kernel instead of taking one of their own,
+    and the slice stays last, a view where it is a contiguous range."""
     if get_op(node.op).kind not in (PatternKind.ELEMENTWISE, PatternKind.BROADCAST) or len(node.outputs) != 1:
         return False
     sliced = [i for i, v in enumerate(node.inputs) if _unit_slice(rw, v)]

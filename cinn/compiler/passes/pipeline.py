@@ -19,7 +19,7 @@ from cinn.compiler.passes.simplify import simplify
 from cinn.compiler.passes.sink_transposes import sink_transposes
 from cinn.compiler.passes.winograd import ConvShape, conv_shapes, winograd
 from cinn.core.ir import Program
-from cinn.core.target import Target
+from cinn.core.target import Target, parse_target
 
 
 def _cpu(context: PassContext) -> Target:
@@ -30,21 +30,20 @@ def _cpu(context: PassContext) -> Target:
 
 
 # the one place that turns the context into the target-dependent passes' arguments
+def _integer_kernels(program: Program, context: PassContext) -> Program:
+    return integer_kernels(program, _cpu(context).model)
+
+
 def _winograd(program: Program, context: PassContext) -> Program:
-    target = _cpu(context)
-    return winograd(program, context.winograd_choices, target.fma_bits, target.vector_registers)
+    return winograd(program, _cpu(context), context.winograd_choices)
 
 
 def _channels_last(program: Program, context: PassContext) -> Program:
-    target = _cpu(context)
-    return channels_last(program, target.vector_bits // 32, target.vector_registers)
+    return channels_last(program, _cpu(context))
 
 
 def _pack_weights(program: Program, context: PassContext) -> Program:
-    target = context.target
-    if target is None or target.is_cuda:
-        return pack_weights(program)
-    return pack_weights(program, target.vector_bits // 32, target.vector_registers)
+    return pack_weights(program, (context.target or parse_target("llvm")).model)
 
 
 def _sink_transposes(program: Program, context: PassContext) -> Program:
@@ -57,7 +56,7 @@ def _plain(rewrite: Callable[[Program], Program]) -> Callable[[Program, PassCont
     return lambda program, context: rewrite(program)
 
 
-INTEGER_KERNELS = Pass(PassName.INTEGER_KERNELS, _plain(integer_kernels))
+INTEGER_KERNELS = Pass(PassName.INTEGER_KERNELS, _integer_kernels)
 SINK_TRANSPOSES = Pass(PassName.SINK_TRANSPOSES, _sink_transposes)
 SIMPLIFY = Pass(PassName.SIMPLIFY, _plain(simplify))
 FUSE_ATTENTION = Pass(PassName.FUSE_ATTENTION, _plain(fuse_attention))

@@ -3,12 +3,12 @@ batched matmul with the weights transformed at compile time, winograd_output (th
 which writes only the conv's output where the last tiles overhang it. F(4x4, 3x3) does 36 products per 16 outputs
 where the direct conv does 144, F(2x2, 3x3) 16 per 4 (36).
 
-Measured (2 cores, AVX-512, each kernel alone; the direct convs run at 450-500 GFLOP/s): resnet50's 64->64 on
-56x56, F(4x4): 0.06 + 0.18 + 0.05 ms against 0.50; 128->128 on 28x28, F(4x4): 0.24 against 0.50; 256->256 on 14x14,
-F(2x2): 0.29 against 0.50; vgg19's 512->512 on 28x28: 4.0 against 7.7 ms. Whole models: resnet50 19.9 -> 18.6 ms,
-vgg19 97 -> 63 ms. It does not pay where the transformed weights, (m+2)^2/9 times the direct ones, dominate the run
-(few tiles per many channels: 7x7), nor where the transformed input, (m+2)^2/m^2 times the input, is too large to stay
-in cache for few channels. Those limits were measured on one machine: `cinn-tune` measures each conv shape's
+The choice weighs the estimated seconds of each form on the target's CpuModel: the products at a share of its FMA
+peak, the transforms in core cycles per element (they load and store at about the same rate whatever the FMA width),
+a transformed input too large for the cores' L2 at the memory bandwidth. It does not pay where the transformed
+weights, (m+2)^2/9 times the direct ones, dominate the run (few tiles per many channels: 7x7), nor where the
+transformed input, (m+2)^2/m^2 times the input, is too large to stay in cache for few channels. The shares and
+thresholds, and the measurements they rest on, are in docs/notes/winograd.md; `cinn-tune` measures each conv shape's
 algorithms on the machine at hand and its choices (`tiles`, keyed by ConvShape.key) overrule the estimate.
 """
 from __future__ import annotations
@@ -21,73 +21,37 @@ from typing import cast
 
 import numpy as np
 
-from cinn.compiler.passes.channels_last import FEW_REGISTERS
 from cinn.compiler.passes.rewrite import Rewriter, rewrite
+from cinn.core.cpu_model import CpuModel
 from cinn.core.ir import Node, Program
 from cinn.core.ops.nn import Conv2dAttrs, DataFormat, MatmulAttrs, PaddingAlgorithm, WeightLayout, row_panels
 from cinn.core.ops.winograd import KERNEL, WinogradInputAttrs, WinogradOutputAttrs, tile_grid, weight_transform
+from cinn.core.target import Target
 
+# the channel, tile and size thresholds scale with the CPU's FMA share (CpuModel.fma_share: its FMA throughput over
+# the widest's), as the products' time does and the transforms' does not (docs/notes/winograd.md)
 MIN_CHANNELS = 32  # input channels below which the batched matmul is too thin to gain
-# output channels below which the input transform outweighs the saved products (densenet's 128->32 on 56x56: 0.62
-# ms against the direct 0.57, measured at full FMA width before the transforms ran over vectors of consecutive tiles;
-# at half width, scaled to 32, it passes and gains: 0.56-0.64 against 1.15 ms)
-MIN_OUT_CHANNELS = 64
-# tiles per image below which the transformed weights outweigh the saved products, by the share of the calibration
-# FMA width: measured at full width before the weights were row-paneled (512->512 on 7x7: F(2x2)'s 16 tiles lost);
-# at half width (2-core znver4, row panels) 4 tiles of F(4x4) lose inside runs (resnet50's 512->512 on 7x7: 1.26 ms
-# against 0.95 for F(2x2)) but 9 of F(2x2) gain (inception_v1's 160->320 on 6x6: 0.14 against 0.31 ms direct)
+MIN_OUT_CHANNELS = 64  # output channels below which the input transform outweighs the saved products
+# tiles per image below which the transformed weights outweigh the saved products, by FMA share
 MIN_TILES = ((1.0, 32), (0.0, 8))
 TILES = (4, 2)  # output tile sizes tried
-# transformed inputs larger than this (bytes), by the share of the calibration FMA width, go through memory twice more
-# than the direct conv's input; with few channels per tile that costs more than the products save at full width
-# (vgg19's 64->64 on 224x224, 29 MB: 10.0 ms, direct 8.6), not at half width, where the direct conv takes twice as
-# long (12.5 against 17.8 ms; the model 0.96x in paired rounds)
+# transformed inputs larger than this (bytes), by FMA share, go through memory twice more than the direct conv's
+# input; with few channels per tile that costs more than the products save where the FMAs are wide
 MAX_TRANSFORMED = ((1.0, 8 << 20), (0.0, 64 << 20))
 WIDE_CHANNELS = 128  # channels from which the products outweigh the transforms at any size
-GAIN = 0.9  # the estimated Winograd time must be under this share of the direct conv's
-# the machine the rates and thresholds here were measured on: 2 znver5 cores, two 512-bit FMAs per cycle each. A core
-# with half that FMA throughput (znver4, AVX2 CPUs) runs the direct conv and the matmul at about half the rate but the
-# transforms, which load and store, at about the same: there the rates scale by the share of this FMA width and the
-# channel thresholds with them, which on a 2-core znver4 agreed with 42 of 53 measured choices (the ten CNNs' conv
-# shapes) against 22 unscaled, 0.7 ms over the measured best in all against 2.0 (vgg19's 224x224 conv aside); the
-# tile and size thresholds are measured at each width (MIN_TILES, MAX_TRANSFORMED)
-CALIBRATION_FMA_BITS = 1024
-# rates measured here (2 cores, AVX-512): the direct conv's FLOP/s and the batched matmul's, each by its reduction (input
-# channels); transformed elements made and read per second (fewer once they spill from L2). A direct conv over fewer
-# than 64 input channels runs at about three quarters of the rate (squeezenet's 16->64 on 55x55: 169 of 235 GFLOP/s on
-# a 2-core znver4; Winograd there: 0.23 against 0.33 ms); the matmul's rows (output channels) matter less than its
-# reduction (densenet's 128->32 on 56x56: 180 GFLOP/s, Winograd 0.56-0.64 against 1.15 ms, the model 0.88x). A thin
-# matmul reading row-paneled weights runs at 200 GFLOP/s or more: squeezenet's 48->192 on 13x13, F(4x4) 0.103 against
-# 0.136 ms direct. `cinn-tune`'s measurements of the ten CNNs' 51 conv shapes agree with 49 of these choices,
-# 0.09 ms over the measured best in all (squeezenet's 16->64 on 55x55 measures 0.35 ms direct against 0.44 for
-# F(4x4), but its model ran 0.955x with F(4x4) in paired rounds)
-DIRECT_RATES = ((64, 470e9), (0, 360e9))
-MATMUL_RATES = ((96, 380e9), (64, 320e9), (0, 200e9))
-TRANSFORM_RATE, SPILLED_TRANSFORM_RATE, OUTPUT_RATE = 8e9, 3.5e9, 10e9
-L2_BYTES = 2 << 20
-# output channels per row panel of the transformed weights ([t, K / 16, C, 16]): a register tile of 16 rows streams
-# one contiguous panel from memory, where it read 16 rows of C at a stride (resnet50's 256->256 on 14x14, weights
-# 9.4 MB: 0.68-0.76 -> 0.59 ms inside runs), and a matmul vectorized over output channels (a tile count that is no
-# whole number of vectors) reads the panels in place instead of a copy transposed per run (paired rounds: inception_v2
-# 0.85x, inception_v1 0.95x, resnet50 0.97x, squeezenet 0.97x, densenet121 0.98x)
-ROW_PANEL = 16
-# with 16 vector registers (AVX2), a matmul over whole vectors of tiles takes 2 vectors x 6 rows (12 accumulators)
-# over row panels of 6, the output channels padded to whole panels with zero weights (their rows never read): over
-# panels of 16 it took 2 x 4 (resnet50's 256->256 on 14x14, 36 x [256 x 256] x 16 tiles, 0.72x; 512->512 on 7x7
-# 0.79x)
-FEW_REGISTERS_PANEL = 6
-LANES = 16  # a tile count that is no multiple of this makes the matmul vectorize over output channels
-# with 16 vector registers, tiles padded to whole vectors of LANES (one image's V continues past its last tile row;
-# winograd_output reads the leading columns) where that adds at most an eighth of the work: 56x56 F(4x4)'s 196 tiles
-# to 208, for the 2 x 6 tiles above; over output channels the matmul took 1 x 7 or 2 x 4
+MAX_SHARE = 0.9  # the estimated Winograd time must be under this share of the direct conv's
+# the direct conv's and the batched matmul's FLOP/s as shares of the FMA peak, each by its reduction (input channels)
+DIRECT_EFFICIENCY = ((64, 0.98), (0, 0.75))
+MATMUL_EFFICIENCY = ((96, 0.79), (64, 0.67), (0, 0.42))
+# core cycles per element the input transform makes and the output transform reads, all cores in parallel
+TRANSFORM_CYCLES, OUTPUT_CYCLES = 0.94, 0.75
+FLOAT_SIZE = 4
+# with few registers, tiles padded to whole register-tile rows (one image's V continues past its last tile row;
+# winograd_output reads the leading columns) where that adds at most an eighth of the work
 MAX_PADDING = 8
-# the input transform stores a vector to each of V's (m + 2)^2 position rows in turn: rows a multiple of 4 KiB apart
-# share their L1 sets and evict each other (64 channels x 208 columns: resnet50's 0.19 -> 0.25 ms, the matmul's gain
-# gone), so those stay unpadded; squeezenet's 16 channels x 208: matmul 0.235 -> 0.14 ms, input 0.056 -> 0.059
-ALIASING = 4096
 # transformed weights of output channels that are no whole panels, above this size (bytes), are stored [t, C, K]
 # (read as transposed), so that a matmul vectorized over output channels reads them in place instead of copying them
-# per run transposed (vgg19's 512->512 on 14x14: 13.2 -> 1.4 ms); small ones stay [t, K, C]
+# per run; small ones stay [t, K, C]
 SMALL_WEIGHTS = 1 << 20
 
 
@@ -123,13 +87,10 @@ class ConvShape:
                 + ",".join(map(str, self.paddings)))
 
 
-def winograd(program: Program, choices: Mapping[str, int] = MappingProxyType({}),
-             fma_bits: int = CALIBRATION_FMA_BITS, registers: int = FEW_REGISTERS) -> Program:
+def winograd(program: Program, target: Target, choices: Mapping[str, int] = MappingProxyType({})) -> Program:
     """Rewrite every conv2d that gains into its Winograd form: by the measured choice in `choices` (ConvShape.key ->
-    output tile size, DIRECT for none) where it has one, else by choose_tile's estimate for a CPU whose cores complete
-    `fma_bits` of FMA results per cycle (Target.fma_bits) and have `registers` vector registers."""
-    share = fma_bits / CALIBRATION_FMA_BITS
-    return rewrite(program, lambda rw, node: _rewrite(rw, node, choices, share, registers))
+    output tile size, DIRECT for none) where it has one, else by choose_tile's estimate for the target."""
+    return rewrite(program, lambda rw, node: _rewrite(rw, node, choices, target))
 
 
 def conv_shapes(program: Program) -> list[ConvShape]:
@@ -149,7 +110,7 @@ def _shape(node: Node, weights) -> ConvShape | None:
     return ConvShape(x.shape[0], x.shape[1], weights.shape[0], (x.shape[2], x.shape[3]), (top, left, bottom, right))
 
 
-def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int], fma_share: float, registers: int) -> bool:
+def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int], target: Target) -> bool:
     if node.op != "conv2d":
         return False
     x, w = rw.inputs(node)
@@ -158,22 +119,27 @@ def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int], fma_share: fl
     if weights is None or shape is None:
         return False
     oh, ow = shape.out_size
-    tile = choices.get(shape.key, choose_tile(shape.batch, shape.channels, shape.out_channels, (oh, ow), fma_share))
+    tile = choices.get(shape.key, choose_tile(shape.batch, shape.channels, shape.out_channels, (oh, ow), target))
     if not tile:
         return False
+    cpu = target.model
     grid = tile_grid((oh, ow), tile)
-    columns = _whole_columns(math.prod(grid), shape.channels) if registers < FEW_REGISTERS and shape.batch == 1 else 0
+    columns = _whole_columns(math.prod(grid), shape.channels, cpu) if cpu.few_registers and shape.batch == 1 else 0
     (v,) = rw.emit("winograd_input", [x], WinogradInputAttrs(tile=tile, paddings=shape.paddings, columns=columns))
     transformed = weight_transform(weights, tile)
-    if registers < FEW_REGISTERS and v.shape[2] % LANES == 0:
-        transformed = np.pad(transformed, ((0, 0), (0, -shape.out_channels % FEW_REGISTERS_PANEL), (0, 0)))
-        u = rw.new_constant(row_panels(transformed, FEW_REGISTERS_PANEL), f"{w.name}_winograd{tile}")
-        attrs = MatmulAttrs(x_panel=FEW_REGISTERS_PANEL)
-    elif shape.out_channels % ROW_PANEL == 0:
-        u = rw.new_constant(row_panels(transformed, ROW_PANEL), f"{w.name}_winograd{tile}")
-        attrs = MatmulAttrs(x_panel=ROW_PANEL)
+    # the matmul's register tile is 2 vectors of tiles x row_tile output channels over row panels of that many
+    # (padded with zero weights, their rows never read) with few registers, row_panel rows over panels of row_panel
+    # elsewhere, each streaming one contiguous panel; a tile count that is no whole register-tile row vectorizes it
+    # over output channels
+    if cpu.few_registers and v.shape[2] % cpu.tile_columns == 0:
+        transformed = np.pad(transformed, ((0, 0), (0, -shape.out_channels % cpu.row_tile), (0, 0)))
+        u = rw.new_constant(row_panels(transformed, cpu.row_tile), f"{w.name}_winograd{tile}")
+        attrs = MatmulAttrs(x_panel=cpu.row_tile)
+    elif shape.out_channels % cpu.row_panel == 0:
+        u = rw.new_constant(row_panels(transformed, cpu.row_panel), f"{w.name}_winograd{tile}")
+        attrs = MatmulAttrs(x_panel=cpu.row_panel)
     else:
-        trans = v.shape[2] % LANES != 0 and transformed.nbytes > SMALL_WEIGHTS
+        trans = v.shape[2] % cpu.tile_columns != 0 and transformed.nbytes > SMALL_WEIGHTS
         u = rw.new_constant(transformed.transpose(0, 2, 1).copy() if trans else transformed, f"{w.name}_winograd{tile}")
         attrs = MatmulAttrs(trans_x=trans)
     (mm,) = rw.emit("matmul", [u, v], attrs)
@@ -182,11 +148,13 @@ def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int], fma_share: fl
     return True
 
 
-def _whole_columns(tiles: int, channels: int) -> int:
-    """V's columns padded to whole vectors of LANES where that adds at most 1 / MAX_PADDING of the tiles and its
-    rows of tile positions stay off a multiple of ALIASING bytes apart (0: no padding)."""
-    padding = -tiles % LANES
-    aliased = channels * (tiles + padding) * 4 % ALIASING == 0
+def _whole_columns(tiles: int, channels: int, cpu: CpuModel) -> int:
+    """V's columns padded to whole register-tile rows (CpuModel.tile_columns) where that adds at most 1 / MAX_PADDING
+    of the tiles and its rows of tile positions stay off a multiple of the L1's alias distance apart: the input
+    transform stores a vector to each of V's rows in turn, and rows that share their L1 sets evict each other (0: no
+    padding)."""
+    padding = -tiles % cpu.tile_columns
+    aliased = channels * (tiles + padding) * FLOAT_SIZE % cpu.l1_alias_bytes == 0
     return tiles + padding if 0 < padding * MAX_PADDING <= tiles and not aliased else 0
 
 
@@ -198,37 +166,42 @@ def _eligible(a: Conv2dAttrs, shape: tuple[int, ...], dtype: str) -> bool:
             and a.padding_algorithm is PaddingAlgorithm.EXPLICIT)
 
 
-def choose_tile(batch: int, channels: int, out_channels: int, size: tuple[int, int], fma_share: float = 1.0
-                ) -> int | None:
-    """The output tile size for a conv of this shape whose estimated time is least, None where the direct conv is
-    estimated faster or the guards (channels, tiles, transformed size) rule it out."""
-    if channels < MIN_CHANNELS * fma_share or out_channels < MIN_OUT_CHANNELS * fma_share:
+def choose_tile(batch: int, channels: int, out_channels: int, size: tuple[int, int], target: Target) -> int | None:
+    """The output tile size for a conv of this shape whose estimated time on the target is least, None where the
+    direct conv is estimated faster or the guards (channels, tiles, transformed size) rule it out."""
+    share = target.model.fma_share
+    if channels < MIN_CHANNELS * share or out_channels < MIN_OUT_CHANNELS * share:
         return None
-    rate = next(r for least, r in DIRECT_RATES if channels >= least)
-    direct = 2 * KERNEL * KERNEL * batch * channels * out_channels * size[0] * size[1] / (rate * fma_share)
-    times = {m: _estimate(batch, channels, out_channels, size, m, fma_share) for m in TILES
-             if _allowed(batch, channels, out_channels, size, m, fma_share)}
+    efficiency = next(e for least, e in DIRECT_EFFICIENCY if channels >= least)
+    direct = 2 * KERNEL * KERNEL * batch * channels * out_channels * size[0] * size[1] / (efficiency * target.peak_flops)
+    times = {m: _estimate(batch, channels, out_channels, size, m, target) for m in TILES
+             if _allowed(batch, channels, out_channels, size, m, share)}
     best = min(times, key=times.__getitem__, default=None)
-    return best if best is not None and times[best] < GAIN * direct else None
+    return best if best is not None and times[best] < MAX_SHARE * direct else None
 
 
 def _allowed(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int, fma_share: float) -> bool:
     tiles = math.prod(tile_grid(size, m))
-    transformed = (m + 2) ** 2 * channels * batch * tiles * 4
+    transformed = (m + 2) ** 2 * channels * batch * tiles * FLOAT_SIZE
     return tiles >= _at(MIN_TILES, fma_share) and (transformed <= _at(MAX_TRANSFORMED, fma_share)
                                                     or min(channels, out_channels) >= WIDE_CHANNELS)
 
 
 def _at(thresholds: tuple[tuple[float, int], ...], fma_share: float) -> int:
-    """The threshold for a CPU at this share of the calibration FMA width (the first whose share it reaches)."""
+    """The threshold for a CPU at this FMA share (the first whose share it reaches)."""
     return next(value for share, value in thresholds if fma_share >= share)
 
 
-def _estimate(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int, fma_share: float) -> float:
-    """Seconds for the input transform, the batched matmul and the output transform."""
+def _estimate(batch: int, channels: int, out_channels: int, size: tuple[int, int], m: int, target: Target) -> float:
+    """Seconds for the input transform, the batched matmul and the output transform on the target's cores: a
+    transformed input larger than their L2 goes through memory."""
     positions, tiles = (m + 2) ** 2, batch * math.prod(tile_grid(size, m))
-    rate = next(r for least, r in MATMUL_RATES if channels >= least)
+    efficiency = next(e for least, e in MATMUL_EFFICIENCY if channels >= least)
+    cycles = target.model.cycles(target.num_cores)
     made = positions * channels * tiles
-    seconds = 2 * positions * channels * out_channels * tiles / (rate * fma_share) + positions * out_channels * tiles / OUTPUT_RATE
-    seconds += made / (TRANSFORM_RATE if made * 4 <= L2_BYTES else SPILLED_TRANSFORM_RATE)
-    return seconds
+    seconds = 2 * positions * channels * out_channels * tiles / (efficiency * target.peak_flops)
+    seconds += positions * out_channels * tiles * OUTPUT_CYCLES / cycles
+    transform = made * TRANSFORM_CYCLES / cycles
+    if made * FLOAT_SIZE > target.l2_bytes * target.num_cores:
+        transform = max(transform, made * FLOAT_SIZE / target.bandwidth)
+    return seconds + transform

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from tvm import te, tirx
 
+from cinn.core.cpu_model import lowering_model
 from cinn.core.ir import Attrs, TensorType
 from cinn.core.ops.common import broadcast_shapes, coerce_enum, normalize_axes, normalize_axis, register_elementwise, same_dtype
 from cinn.core.ops.registry import DtypeClass as D
@@ -43,7 +44,8 @@ TO_NCHW = (0, 3, 1, 2)  # and back
 
 class WeightLayout(enum.StrEnum):
     """conv2d weight layout: OIHW as the frontends give it; IHWO (output channels contiguous), IHWO32 (IHWO in
-    panels of PANEL output channels, [O / PANEL, I, H, W, PANEL]: each channel tile's weights one contiguous block)
+    panels of P output channels, [O / P, I, H, W, P]: each channel tile's weights one contiguous block; P is the
+    CpuModel's conv_panel)
     or GIHWO (a grouped conv's: [G, I, H, W, O / G], a panel per group) as the pack_weights pass stores constant
     weights, so a kernel reads its output-channel vectors in place (I = C / groups)."""
 
@@ -73,10 +75,10 @@ class WeightLayout(enum.StrEnum):
             return np.moveaxis(w, 4, 1).reshape(-1, *w.shape[1:4])
         return np.moveaxis(w, 3, 0) if self is WeightLayout.IHWO else w
 
-    def from_oihw(self, w: np.ndarray, groups: int = 1) -> np.ndarray:
-        """OIHW weights in this layout."""
+    def from_oihw(self, w: np.ndarray, groups: int = 1, panel: int = 0) -> np.ndarray:
+        """OIHW weights in this layout (IHWO32: in panels of `panel` output channels)."""
         if self.panels:
-            width = w.shape[0] // groups if self is WeightLayout.GIHWO else PANEL
+            width = w.shape[0] // groups if self is WeightLayout.GIHWO else panel
             return np.moveaxis(w.reshape(-1, width, *w.shape[1:]), 1, 4)
         return np.moveaxis(w, 0, 3) if self is WeightLayout.IHWO else w
 
@@ -86,9 +88,6 @@ class WeightLayout(enum.StrEnum):
             width = int(w.shape[4])
             return lambda o, c, y, z: w[o // width, c, y, z, o % width]
         return (lambda o, c, y, z: w[c, y, z, o]) if self is WeightLayout.IHWO else w
-
-
-PANEL = 32  # output channels per IHWO32 panel: two AVX-512 (four AVX2) weight vectors, a conv kernel's channel tile
 
 
 class PaddingAlgorithm(enum.StrEnum):
@@ -231,11 +230,12 @@ def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
 def _computed_columns(s: _MatmulShape, a: MatmulAttrs, ys: tuple) -> tuple:
     """The extent of N the kernel computes and the column it reads at each: over column panels with `columns`, the
     whole panels (the view back drops the padding); over row panels, where the register tile's rows are N's columns,
-    whole tiles of PIXEL_TILE where N has no fitting divisor (the last column read again); else N as it is."""
+    whole tiles of the CpuModel's pixel_tile where N has no fitting divisor (the last column read again); else N as it is."""
     if a.columns:
         return ys[0] * a.y_panel, lambda j: j
-    if a.x_panel and not s.y_vec and isinstance(s.n, int) and _whole_tile_extent(s.n, PIXEL_TILE + 1) > s.n:
-        return whole_tiles(s.n, PIXEL_TILE)
+    tile = lowering_model().pixel_tile
+    if a.x_panel and not s.y_vec and isinstance(s.n, int) and _whole_tile_extent(s.n, tile + 1) > s.n:
+        return whole_tiles(s.n, tile)
     return s.n, lambda j: j
 
 
@@ -492,10 +492,8 @@ def _conv_infer(types: Sequence[TensorType], a: Conv2dAttrs) -> list[TensorType]
     x, w = types
     dtype = same_dtype("conv2d", types)
     layout = a.weight_layout
-    if len(w.shape) != layout.ndim or (layout is WeightLayout.IHWO32 and w.shape[-1] != PANEL) \
-            or (layout is WeightLayout.GIHWO and w.shape[0] != a.groups):
+    if len(w.shape) != layout.ndim or (layout is WeightLayout.GIHWO and w.shape[0] != a.groups):
         raise ValueError(f"conv2d: w of shape {w.shape} is not {layout.ndim}-D {layout}"
-                         + (f" with panels of {PANEL}" if layout is WeightLayout.IHWO32 else "")
                          + (f" with {a.groups} groups" if layout is WeightLayout.GIHWO else ""))
     ws = layout.oihw(w.shape)
     h, wd = conv_windows(x.shape, ws, a)
@@ -508,7 +506,7 @@ def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
     h, wd = conv_windows(dims(x), ws, a)
     weight = a.weight_layout.reader(w)
     last = a.data_format is DataFormat.NHWC
-    if not last and is_flat_pointwise(ws, (h, wd), a):
+    if not last and is_flat_pointwise(ws, (h, wd), a, lowering_model().tile_columns):
         return [_pointwise_compute(x, weight, a.channel_tile, out_types[0])]
     if last and a.groups == 1:
         return [_flat_nhwc_compute(x, weight, ws, (h, wd), out_types[0])]
@@ -544,7 +542,7 @@ def _grouped_compute(x, w, hw: tuple[_Window, _Window], out: TensorType):
     groups, cg, ky, kx, og = dims(w)
     h, wd = hw
     rc, ry, rx = te.reduce_axis((0, cg), name="rc"), te.reduce_axis((0, ky), name="ry"), te.reduce_axis((0, kx), name="rx")
-    if _is_flat(hw, (ky, kx)):
+    if _is_flat(hw, (ky, kx), lowering_model().tile_columns):
         flat, width = _flatten(x), wd.out
         y = te.compute((out.shape[0], groups, og, h.out * width),
                        lambda n, g, o, p: te.sum(flat[n, g * cg + rc, p] * w[g, rc, 0, 0, o], axis=rc), name="conv2d")
@@ -560,20 +558,16 @@ def _grouped_compute(x, w, hw: tuple[_Window, _Window], out: TensorType):
     return te.compute(out.shape, lambda n, o, i, j: y[n, o // og, o % og, i, j], name="conv2d_nchw")
 
 
-# a dense channels-last conv's output pixels are computed in whole register tiles of this many rows (znver3, AVX2, 2
-# vectors x 5 rows: 512->2048 1x1 on 7x7 1.06 -> 0.74 ms against rows of 7 x 1 vector; 3 or 6 rows took 4 x 3 or 4 x 6
-# tiles that spilled, 4 rows 0.86)
-PIXEL_TILE = 5
 MAX_COLUMN_PADDING = 4
 
 
 def _whole_columns(wd: _Window, kernel: int, channels: int) -> _Window:
-    """The output columns an NCHW conv computes: a row with no divisor from PIXEL_TILE - 1 to 2 * PIXEL_TILE is
-    computed in whole tiles of PIXEL_TILE columns (past its end, over zero padding, dropped by a view), at most
+    """The output columns an NCHW conv computes: a row with no divisor from P - 1 to 2 P (P: the CpuModel's
+    pixel_tile) is computed in whole tiles of P columns (past its end, over zero padding, dropped by a view), at most
     1/MAX_COLUMN_PADDING more. Such convs vectorize over output channels and take register tiles of columns that
-    divide the row: 26 columns (2 x 13) took 2 vectors x 2 columns, 4 accumulators against the 10 of 2 x 5 (alexnet's
-    2-group 48->128 5x5 on 26x26: 4.5 -> 3.0 ms, 2 cores, AVX2), zfnet's 109 (a prime) 2 x 1. The view inlines into
-    the conv's write-back, so the extra columns never reach memory. A 1x1 window takes whole rows as its tile (up to
+    divide the row: 26 columns (2 x 13) took 2 vectors x 2 columns, 4 accumulators against the 10 of 2 x 5
+    (docs/notes/cpu-model.md), zfnet's 109 (a prime) 2 x 1. The view inlines into the conv's write-back, so the extra
+    columns never reach memory. A 1x1 window takes whole rows as its tile (up to
     13 columns) and a depthwise conv (one channel per group) reuses no input across channels: both keep theirs."""
     if kernel == 1 or channels == 1:
         return wd
@@ -581,30 +575,28 @@ def _whole_columns(wd: _Window, kernel: int, channels: int) -> _Window:
     return replace(wd, out=out, pad_end=wd.pad_end + (out - wd.out) * wd.stride)
 
 
-def _whole_tile_extent(extent: int, largest: int = 2 * PIXEL_TILE) -> int:
-    """A register tile's row axis rounded up to whole tiles of PIXEL_TILE where it has no divisor from PIXEL_TILE - 1
-    to `largest` and that adds at most 1/MAX_COLUMN_PADDING, else as it is."""
-    extra = -extent % PIXEL_TILE
-    if extra * MAX_COLUMN_PADDING > extent or any(extent % r == 0 for r in range(PIXEL_TILE - 1, largest + 1)):
+def _whole_tile_extent(extent: int, largest: int = 0) -> int:
+    """A register tile's row axis rounded up to whole tiles of P (the CpuModel's pixel_tile) where it has no divisor
+    from P - 1 to `largest` (default 2 P) and that adds at most 1/MAX_COLUMN_PADDING, else as it is."""
+    tile = lowering_model().pixel_tile
+    extra = -extent % tile
+    if extra * MAX_COLUMN_PADDING > extent or any(extent % r == 0 for r in range(tile - 1, (largest or 2 * tile) + 1)):
         return extent
     return extent + extra
 
 
-# spatial sizes that are a whole number of this many lanes (AVX-512's; twice AVX2's) are computed flat
-FLAT_LANES = 16
+def is_flat_pointwise(ws: tuple[int, ...], hw: tuple[_Window, _Window], a: Conv2dAttrs, columns: int) -> bool:
+    """A dense 1x1 conv at stride 1 without padding over H x W pixels that are whole register-tile rows of `columns`
+    (the CpuModel's tile_columns): a matmul of the weights with the input's channels x pixels, computed over one flat
+    pixel axis (the rows of a 56x56 or 28x28 map are not whole vectors; its 3136 or 784 pixels are:
+    docs/notes/cpu-model.md)."""
+    return a.groups == 1 and _is_flat(hw, ws[2:], columns)
 
 
-def is_flat_pointwise(ws: tuple[int, ...], hw: tuple[_Window, _Window], a: Conv2dAttrs) -> bool:
-    """A dense 1x1 conv at stride 1 without padding over H x W pixels that are whole vectors: a matmul of the
-    weights with the input's channels x pixels, computed over one flat pixel axis (the rows of a 56x56 or 28x28 map
-    are not whole vectors; its 3136 or 784 pixels are: 128->128 on 56x56 0.47 -> 0.27 ms, 144->24 0.14 -> 0.07)."""
-    return a.groups == 1 and _is_flat(hw, ws[2:])
-
-
-def _is_flat(hw: tuple[_Window, _Window], kernel: tuple[int, ...]) -> bool:
-    """A 1x1 window at stride 1 without padding over pixels that are whole vectors."""
+def _is_flat(hw: tuple[_Window, _Window], kernel: tuple[int, ...], columns: int) -> bool:
+    """A 1x1 window at stride 1 without padding over pixels that are whole rows of `columns`."""
     return (tuple(kernel) == (1, 1) and all(w.stride == 1 and w.pad_begin == w.pad_end == 0 for w in hw)
-            and hw[0].out * hw[1].out % FLAT_LANES == 0)
+            and hw[0].out * hw[1].out % columns == 0)
 
 
 def _pointwise_compute(x, weight, tile: int, out: TensorType):
@@ -622,14 +614,14 @@ def _pointwise_compute(x, weight, tile: int, out: TensorType):
 def _flat_nhwc_compute(x, weight, ws: tuple[int, ...], hw: tuple[_Window, _Window], out: TensorType):
     """A dense channels-last conv as a matmul over flat output pixels: out[n, p, o] = sum over the window and the
     channels of x[n, row(p) + ky, col(p) + kx, c] * weight[o, c, ky, kx], the channels innermost, in whole tiles of
-    PIXEL_TILE pixels (the last pixel again past the end), viewed back as NHWC. Its register tile need not divide the
-    output rows (7x7: 49 pixels as 50 rows in 5 x 2-vector tiles, where rows of 7 took 7 x 1-vector ones), and a
-    strided conv's input is read at each pixel's offset, no gather (256->256 3x3/2 on 28x28: 2.40 -> 1.61 ms against
-    the NCHW conv vectorized over output channels)."""
+    the CpuModel's pixel_tile pixels (the last pixel again past the end), viewed back as NHWC. Its register tile need
+    not divide the output rows (7x7: 49 pixels as 50 rows in 5 x 2-vector tiles, where rows of 7 took 7 x 1-vector
+    ones), and a strided conv's input is read at each pixel's offset, no gather (docs/notes/cpu-model.md)."""
     h, wd = hw
     xp = _zero_pad(x, hw, const(0, out.dtype), channels_last=True)
     pixels = h.out * wd.out
-    rows, pixel = whole_tiles(pixels, PIXEL_TILE) if pixels % PIXEL_TILE else (pixels, lambda p: p)
+    tile = lowering_model().pixel_tile
+    rows, pixel = whole_tiles(pixels, tile) if pixels % tile else (pixels, lambda p: p)
     rc = te.reduce_axis((0, ws[1]), name="rc")
     # a 1x1 window has no window axes: the schedule reads the reduction's first axis as the channels
     window = [te.reduce_axis((0, e), name=nm) if e > 1 else None for e, nm in zip(ws[2:], ("ry", "rx"), strict=True)]

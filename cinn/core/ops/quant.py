@@ -1,9 +1,10 @@
 """Integer kernels of quantized models: uint8 x int8 matmuls and convolutions accumulating in int32.
 
 Their weights are stored in the layout of AVX-512 VNNI's vpdpbusd, which multiplies 4 consecutive uint8 of a row by
-4 int8 of each of 16 columns and adds each group of 4 products to one int32 lane: [N / 16, K / 4, 16, 4] for a
-matmul, [OC / 16, KH, KW, C / 4, 16, 4] for a convolution, whose input and output are channels last (NHWC, a
-channel vector contiguous) and whose input is padded already.
+4 int8 of each of L columns (L: the int32 lanes of a vector register, the CpuModel's lanes; 16 on AVX-512) and adds
+each group of 4 products to one int32 lane: [N / L, K / 4, L, 4] for a matmul, [OC / L, KH, KW, C / 4, L, 4] for a
+convolution, whose input and output are channels last (NHWC, a channel vector contiguous) and whose input is padded
+already. The weights' shape says L.
 """
 from __future__ import annotations
 
@@ -13,31 +14,29 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import te
 
+from cinn.core.cpu_model import lowering_model
 from cinn.core.ir import Attrs, NoAttrs, TensorType
 from cinn.core.ops.registry import DtypeClass as D
 from cinn.core.ops.registry import OpDef, register
 from cinn.core.ops.registry import PatternKind as K
 
-LANES = 16  # int32 lanes of a zmm register: columns per weight group
-DEPTH = 4  # uint8 x int8 products summed into one lane
-COLUMN_TILES = range(4, 9)  # output columns a conv's register tile takes; rows with none of them tile flat pixels
+DEPTH = 4  # uint8 x int8 products vpdpbusd sums into one int32 lane
+def tiles_columns(extent: int, columns: range) -> bool:
+    """Whether `extent` output columns (or pixels) divide into register tiles of one of `columns` (the CpuModel's
+    int8_columns); rows with none of them tile flat pixels."""
+    return any(extent % d == 0 for d in columns)
 
 
-def tiles_columns(extent: int) -> bool:
-    """Whether `extent` output columns (or pixels) divide into register tiles of COLUMN_TILES."""
-    return any(extent % d == 0 for d in COLUMN_TILES)
-
-
-def pack_vnni(w: np.ndarray) -> np.ndarray:
-    """[K, N] int8 -> [N / 16, K / 4, 16, 4]: each 64-byte group holds 4 consecutive k of 16 columns."""
+def pack_vnni(w: np.ndarray, lanes: int) -> np.ndarray:
+    """[K, N] int8 -> [N / L, K / 4, L, 4] (L: `lanes`): each group holds 4 consecutive k of L columns."""
     k, n = w.shape
-    return np.ascontiguousarray(w.reshape(k // DEPTH, DEPTH, n // LANES, LANES).transpose(2, 0, 3, 1))
+    return np.ascontiguousarray(w.reshape(k // DEPTH, DEPTH, n // lanes, lanes).transpose(2, 0, 3, 1))
 
 
 def unpack_vnni(w: np.ndarray) -> np.ndarray:
-    """[N / 16, K / 4, 16, 4] -> [K, N]."""
-    groups, steps = w.shape[:2]
-    return w.transpose(1, 3, 0, 2).reshape(steps * DEPTH, groups * LANES)
+    """[N / L, K / 4, L, 4] -> [K, N]."""
+    groups, steps, lanes = w.shape[:3]
+    return w.transpose(1, 3, 0, 2).reshape(steps * DEPTH, groups * lanes)
 
 
 def _check_dtypes(op: str, x: TensorType, w: TensorType) -> None:
@@ -48,19 +47,21 @@ def _check_dtypes(op: str, x: TensorType, w: TensorType) -> None:
 def _infer(types: Sequence[TensorType], _a: NoAttrs) -> list[TensorType]:
     x, w = types
     _check_dtypes("matmul_u8i8", x, w)
-    if len(x.shape) < 2 or len(w.shape) != 4 or w.shape[2:] != (LANES, DEPTH) or w.shape[1] * DEPTH != x.shape[-1]:
-        raise ValueError(f"matmul_u8i8: x {x.shape} [..., M, K] and weights {w.shape} [N/{LANES}, K/{DEPTH}, {LANES}, "
-                         f"{DEPTH}] do not match")
-    return [TensorType((*x.shape[:-1], w.shape[0] * LANES), "int32")]
+    if len(x.shape) < 2 or len(w.shape) != 4 or w.shape[3] != DEPTH or w.shape[1] * DEPTH != x.shape[-1]:
+        raise ValueError(f"matmul_u8i8: x {x.shape} [..., M, K] and weights {w.shape} [N/L, K/{DEPTH}, L, {DEPTH}] do "
+                         "not match")
+    return [TensorType((*x.shape[:-1], w.shape[0] * w.shape[2]), "int32")]
 
 
 def _compute(tensors, _a: NoAttrs, out_types: Sequence[TensorType]):
     x, w = tensors
     k = te.reduce_axis((0, int(x.shape[-1])), name="k")
 
+    lanes = int(w.shape[2])
+
     def body(*idx):
         *lead, n = idx
-        return te.sum(x(*lead, k).astype("int32") * w[n // LANES, k // DEPTH, n % LANES, k % DEPTH].astype("int32"),
+        return te.sum(x(*lead, k).astype("int32") * w[n // lanes, k // DEPTH, n % lanes, k % DEPTH].astype("int32"),
                       axis=k)
 
     return [te.compute(out_types[0].shape, body, name="matmul_u8i8")]
@@ -85,22 +86,22 @@ register(
         flops=_flops,
         num_inputs=2,
         dtypes=D.INT,
-        doc="uint8 [..., M, K] times int8 weights in the VNNI layout [N/16, K/4, 16, 4] (`pack_vnni`), exact in int32: "
+        doc="uint8 [..., M, K] times int8 weights in the VNNI layout [N/L, K/4, L, 4] (`pack_vnni`), exact in int32: "
             "the integer core of a quantized matmul.",
     )
 )
 
 
-def pack_vnni_conv(w: np.ndarray) -> np.ndarray:
-    """OIHW int8 weights -> [OC / 16, KH, KW, C / 4, 16, 4]."""
+def pack_vnni_conv(w: np.ndarray, lanes: int) -> np.ndarray:
+    """OIHW int8 weights -> [OC / L, KH, KW, C / 4, L, 4] (L: `lanes`)."""
     oc, c, kh, kw = w.shape
-    return np.ascontiguousarray(w.reshape(oc // LANES, LANES, c // DEPTH, DEPTH, kh, kw).transpose(0, 4, 5, 2, 1, 3))
+    return np.ascontiguousarray(w.reshape(oc // lanes, lanes, c // DEPTH, DEPTH, kh, kw).transpose(0, 4, 5, 2, 1, 3))
 
 
 def unpack_vnni_conv(w: np.ndarray) -> np.ndarray:
-    """[OC / 16, KH, KW, C / 4, 16, 4] -> OIHW."""
-    groups, kh, kw, steps = w.shape[:4]
-    return w.transpose(0, 4, 3, 5, 1, 2).reshape(groups * LANES, steps * DEPTH, kh, kw)
+    """[OC / L, KH, KW, C / 4, L, 4] -> OIHW."""
+    groups, kh, kw, steps, lanes = w.shape[:5]
+    return w.transpose(0, 4, 3, 5, 1, 2).reshape(groups * lanes, steps * DEPTH, kh, kw)
 
 
 @dataclass(frozen=True)
@@ -119,30 +120,31 @@ def _conv_out(x: tuple[int, ...], w: tuple[int, ...], a: IntConvAttrs) -> tuple[
 def _conv_infer(types: Sequence[TensorType], a: IntConvAttrs) -> list[TensorType]:
     x, w = types
     _check_dtypes("conv2d_u8i8", x, w)
-    if len(x.shape) != 4 or len(w.shape) != 6 or w.shape[4:] != (LANES, DEPTH) or w.shape[3] * DEPTH != x.shape[3]:
-        raise ValueError(f"conv2d_u8i8: x {x.shape} [N, H, W, C] and weights {w.shape} [OC/{LANES}, KH, KW, "
-                         f"C/{DEPTH}, {LANES}, {DEPTH}] do not match")
+    if len(x.shape) != 4 or len(w.shape) != 6 or w.shape[5] != DEPTH or w.shape[3] * DEPTH != x.shape[3]:
+        raise ValueError(f"conv2d_u8i8: x {x.shape} [N, H, W, C] and weights {w.shape} [OC/L, KH, KW, C/{DEPTH}, L, "
+                         f"{DEPTH}] do not match")
     oh, ow = _conv_out(x.shape, w.shape, a)
     if oh < 1 or ow < 1:
         raise ValueError(f"conv2d_u8i8: the window {w.shape[1:3]} does not fit the input {x.shape}")
-    return [TensorType((x.shape[0], oh, ow, w.shape[0] * LANES), "int32")]
+    return [TensorType((x.shape[0], oh, ow, w.shape[0] * w.shape[4]), "int32")]
 
 
 def _conv_compute(tensors, a: IntConvAttrs, out_types: Sequence[TensorType]):
     """NHWC; output rows with no divisor of 4-8 columns (13x13) are computed over one flat pixel axis, then viewed as
     NHWC, so that a register tile of pixels may span rows (elsewhere the per-pixel division costs more than it
-    saves: resnet50_int8 7% slower)."""
+    saves: docs/notes/cpu-model.md)."""
     x, w = tensors
     kh, kw, c = (te.reduce_axis((0, int(e)), name=n) for e, n in ((w.shape[1], "kh"), (w.shape[2], "kw"),
                                                                    (x.shape[3], "c")))
     (sh, sw), (dh, dw) = a.strides, a.dilations
     batch, oh, ow, oc = out_types[0].shape
+    lanes = int(w.shape[4])
 
     def product(n, i, j, o):
         pixel = x[n, i * sh + kh * dh, j * sw + kw * dw, c].astype("int32")
-        return te.sum(pixel * w[o // LANES, kh, kw, c // DEPTH, o % LANES, c % DEPTH].astype("int32"), axis=[kh, kw, c])
+        return te.sum(pixel * w[o // lanes, kh, kw, c // DEPTH, o % lanes, c % DEPTH].astype("int32"), axis=[kh, kw, c])
 
-    if tiles_columns(ow):
+    if tiles_columns(ow, lowering_model().int8_columns):
         return [te.compute(out_types[0].shape, product, name="conv2d_u8i8")]
     flat = te.compute((batch, oh * ow, oc), lambda n, p, o: product(n, p // ow, p % ow, o), name="conv2d_u8i8")
     return [te.compute(out_types[0].shape, lambda n, i, j, o: flat[n, i * ow + j, o], name="conv2d_u8i8_nhwc")]
@@ -177,7 +179,7 @@ register(
         attrs=IntConvAttrs,
         num_inputs=2,
         dtypes=D.INT,
-        doc="Convolution of a padded uint8 NHWC input with int8 weights in the VNNI layout [OC/16, KH, KW, C/4, 16, 4] "
+        doc="Convolution of a padded uint8 NHWC input with int8 weights in the VNNI layout [OC/L, KH, KW, C/4, L, 4] "
             "(`pack_vnni_conv`), exact in int32, NHWC out: the integer core of a quantized convolution.",
     )
 )
