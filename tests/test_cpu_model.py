@@ -7,6 +7,7 @@ import dataclasses
 import json
 import pathlib
 import re
+import tokenize
 import subprocess
 import sys
 import warnings
@@ -113,12 +114,33 @@ def test_no_cpu_name_in_code_outside_the_cpu_model():
     assert not found, f"CPU names belong in {MODEL}'s table of known CPUs: {found}"
 
 
+MEASUREMENT = re.compile(r"\b\d+(\.\d+)? ?(ms|us|ns)\b|\b\d+\.\d+x\b|GFLOP/s \d|\d GFLOP/s|\d GB/s")
+
+
+def _prose(path: pathlib.Path) -> list[tuple[int, str]]:
+    """The comments and docstrings of a module, with their lines."""
+    tree = ast.parse(path.read_text())
+    docs = [(n.lineno, n.value) for n in ast.walk(tree) if id(n) in _docstrings(tree)]
+    with path.open("rb") as f:
+        comments = [(t.start[0], t.string) for t in tokenize.tokenize(f.readline) if t.type == tokenize.COMMENT]
+    return [*docs, *comments]
+
+
+def test_measurements_live_in_the_notes_not_in_comments():
+    """A timing or a machine in a comment cannot be measured again; docs/notes records both with the command."""
+    found = [f"{rel}:{line}: {text.strip()[:80]!r}" for rel, _ in _modules() for line, text in _prose(ROOT / rel)
+             if CPU_NAMES.search(text) or MEASUREMENT.search(text)]
+    assert not found, f"move these to a docs/notes record and point at it: {found}"
+
+
 def test_the_scans_find_what_they_look_for():
     tree = ast.parse('"""Measured on a znver3."""\nLANES = 16\nMODE = "skylake"\nNAME = 1\n')
     assert [name for name, value in _constants(tree) if set(name.split("_")) & HARDWARE_WORDS] == ["LANES"]
     docstrings = _docstrings(tree)
     assert [t for n in ast.walk(tree) if (t := _words(n, docstrings)) and CPU_NAMES.search(t)] == ["skylake"]
     assert all(reason for reason in ALLOWED.values())
+    assert [bool(MEASUREMENT.search(t)) for t in ("1.13 ms against 0.61", "0.88x its time", "16 ms of calls", "a 5x5")] \
+        == [True, True, True, False]
 
 
 def _with_peak(target, flops: float, bandwidth: float):
