@@ -120,8 +120,6 @@ def _conv2d(e: _Emitter, n: Node) -> None:
     a = n.attrs
     if a.data_format != "NCHW":
         raise NotImplementedError(f"onnx export: conv2d with data_format {a.data_format!r} (only NCHW)")
-    if a.weight_layout != "OIHW":
-        raise NotImplementedError(f"onnx export: conv2d with weight_layout {a.weight_layout!r} (only OIHW)")
     x, w = n.inputs
     e.emit(
         "Conv",

@@ -189,7 +189,7 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     vectors = max(1, cols // width)
     rows = rows2 = 1
     if row is not None:
-        # rows read from row panels (MatmulAttrs.x_panel) take whole panels or parts of one: a tile reads one stream
+        # rows read from row panels (matmul_packed's x_panel) take whole panels or parts of one: a tile reads one stream
         extent = gcd(ext[row], _panel_width(block, row, _reads_using(block, row)) or ext[row], _whole(sch, block, row))
         default_rows = max(divisors(extent, default_rows))
         rows = knobs.choose(sch, Knob.ROWS, _fitting_rows(extent, vectors, registers, default_rows), default_rows)
@@ -384,7 +384,7 @@ def _unit_stride(var, reads: list) -> bool:
 
 def _panel_width(block, col: int, vec_reads: list) -> int:
     """The width of the column panels the vector operand is stored in ([N / p, K, p], indexed [j // p, k, j % p]: a
-    matmul's constant weights, MatmulAttrs.y_panel), 0 when it is not."""
+    matmul_packed's constant weights, its y_panel), 0 when it is not."""
     if len(vec_reads) != 1:
         return 0
     last = vec_reads[0].region[-1].min

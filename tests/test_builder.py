@@ -117,8 +117,8 @@ def test_importing_cinn_is_cheap():
 
 
 @pytest.mark.parametrize("layout, shape, message", [
-    ("IHWO32", (3, 3, 3, 32), r"w of shape \(3, 3, 3, 32\) is not 5-D IHWO32 with panels of 32"),
-    ("IHWO32", (1, 3, 3, 3, 16), r"w of shape \(1, 3, 3, 3, 16\) is not 5-D IHWO32 with panels of 32"),
+    (None, (1, 3, 3, 3, 32), r"w of shape \(1, 3, 3, 3, 32\) is not 4-D OIHW"),  # conv2d: OIHW only
+    ("IHWO32", (3, 3, 3, 32), r"w of shape \(3, 3, 3, 32\) is not 5-D IHWO32"),
     ("IHWO", (1, 3, 3, 3, 32), r"w of shape \(1, 3, 3, 3, 32\) is not 4-D IHWO"),
 ])
 def test_conv_weights_of_the_wrong_layout_are_named(layout, shape, message):
@@ -126,4 +126,4 @@ def test_conv_weights_of_the_wrong_layout_are_named(layout, shape, message):
     x = b.create_input("float32", (1, 3, 8, 8), "x")
     w = b.create_input("float32", shape, "w")
     with pytest.raises(ValueError, match=message):
-        b.conv2d(x, w, weight_layout=layout)
+        b.conv2d(x, w) if layout is None else b.conv2d_packed(x, w, weight_layout=layout)

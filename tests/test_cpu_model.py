@@ -7,9 +7,9 @@ import dataclasses
 import json
 import pathlib
 import re
-import tokenize
 import subprocess
 import sys
+import tokenize
 import warnings
 
 import numpy as np

@@ -20,7 +20,7 @@ from cinn.compiler.passes.simplify import simplify
 from cinn.compiler.passes.verify import verify
 from cinn.core.ir import Program, TensorType
 from cinn.core.ops import get_op, infer
-from cinn.core.ops.nn import MatmulAttrs, WeightLayout
+from cinn.core.ops.nn import PackedMatmulAttrs, WeightLayout
 from cinn.core.target import parse_target
 
 RNG = np.random.default_rng(0)
@@ -242,13 +242,15 @@ def test_pack_weights_stores_conv_and_matmul_weights_as_the_kernels_read_them(tm
     program = b.build([rows, gemv, z, *panels])
     feeds = {"x": rand(1, 4, 7, 7), "v": rand(6, 4, 1, 1)}
     result = check_pass(program, feeds, lambda p: dce(pack_weights(p, AVX512)))
-    convs = [n for n in result.nodes if n.op == "conv2d"]
-    assert [str(n.attrs.weight_layout) for n in convs] == ["GIHWO", "OIHW"]
+    # a conv2d with constant weights becomes a conv2d_packed; one whose weights come at run time stays a conv2d
+    assert [n.op for n in result.nodes if n.op.startswith("conv2d")] == ["conv2d_packed", "conv2d"]
+    assert [str(n.attrs.weight_layout) for n in result.nodes if n.op == "conv2d_packed"] == ["GIHWO"]
     # a matmul's weights go to column panels [N / p, K, p], or [K, N] where no panel width divides N; a single row's
     # (a GEMV) [N, K], one dot product per output
     assert [v.shape for v in result.const_values] == [(2, 2, 3, 3, 3), (84, 5), (3, 168), (2, 28, 48), (1, 28, 32)]
-    matmuls = [n.attrs for n in result.nodes if n.op == "matmul"]
-    assert [(a.trans_y, a.y_panel) for a in matmuls] == [(False, 0), (True, 0), (False, 48), (False, 32)]
+    matmuls = [(n.op, n.attrs.trans_y) for n in result.nodes if n.op.startswith("matmul")]
+    assert matmuls == [("matmul", False), ("matmul", True), ("matmul_packed", False), ("matmul_packed", False)]
+    assert [n.attrs.y_panel for n in result.nodes if n.op == "matmul_packed"] == [48, 32]
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 
@@ -262,7 +264,7 @@ def test_pack_weights_pads_odd_wide_weights_to_whole_panels(tmp_cache):
     # N = 257 has no 8-lane divisor: 6 zero-padded 48-column panels; the matmul keeps 257 of their 288 columns, so
     # no slice copies its output, and the bias fuses into its kernel, which writes [2, 9, 257]
     assert [v.shape for v in result.const_values if v.name != "c"] == [(6, 28, 48)]
-    assert [n.op for n in result.nodes] == ["matmul", "add"]
+    assert [n.op for n in result.nodes] == ["matmul_packed", "add"]
     assert result.nodes[0].attrs.columns == 257 and result.nodes[0].outputs[0].shape == (2, 9, 257)
     exe = check_compiled(program, feeds, tmp_cache, rtol=1e-4)
     assert exe.num_kernels == 1
@@ -270,10 +272,10 @@ def test_pack_weights_pads_odd_wide_weights_to_whole_panels(tmp_cache):
 
 def test_matmul_columns_lie_in_the_last_panel():
     x, y = TensorType((3, 8), "float32"), TensorType((2, 8, 16), "float32")
-    with pytest.raises(ValueError, match=r"matmul: columns 12 is not within the last of the panels of y \(2, 8, 16\)"):
-        infer(get_op("matmul"), [x, y], MatmulAttrs(y_panel=16, columns=12))
+    with pytest.raises(ValueError, match=r"matmul_packed: columns 12 is not within the last of the panels of y \(2, 8, 16\)"):
+        infer(get_op("matmul_packed"), [x, y], PackedMatmulAttrs(y_panel=16, columns=12))
     with pytest.raises(ValueError, match="columns is only for y stored as panels"):
-        infer(get_op("matmul"), [x, TensorType((8, 5), "float32")], MatmulAttrs(columns=4))
+        infer(get_op("matmul_packed"), [x, TensorType((8, 5), "float32")], PackedMatmulAttrs(columns=4))
 
 
 @pytest.mark.parametrize("out_channels, shape, sliced", [(1000, (32, 16, 1, 1, 32), True), (300, (10, 16, 1, 1, 32), True),
@@ -290,7 +292,7 @@ def test_pack_weights_stores_dense_conv_weights_in_whole_panels(out_channels, sh
     # IHWO32 panels of 32 output channels; 1000 classes are zero-padded to 1024 and the output sliced back; 200 and 68
     # on 5-column rows (too few for panels) are padded to whole 16-lane vectors (36 would take 33% more work: not)
     assert [v.shape for v in result.const_values if v.name.startswith("w_ihwo")] == [shape]
-    assert [str(n.attrs.weight_layout) for n in result.nodes if n.op == "conv2d"] == ["IHWO32" if len(shape) == 5 else "IHWO"]
+    assert [str(n.attrs.weight_layout) for n in result.nodes if n.op == "conv2d_packed"] == ["IHWO32" if len(shape) == 5 else "IHWO"]
     assert ops(result)["slice"] == int(sliced)
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
@@ -308,7 +310,7 @@ def test_pack_weights_has_flat_1x1_convs_compute_whole_register_tiles_of_channel
     program = b.build([y])
     feeds = {"x": rand(1, 24, 7, 16), "skip": rand(1, out_channels, 7, 16)}
     result = check_pass(program, feeds, lambda p: dce(pack_weights(p, dataclasses.replace(AVX2, vector_registers=registers))))
-    assert [n.attrs.channel_tile for n in result.nodes if n.op == "conv2d"] == [tile]
+    assert [n.attrs.channel_tile for n in result.nodes if n.op == "conv2d_packed"] == [tile]
     avx2 = parse_target("llvm -mcpu=znver3 -num-cores=2")
     exe = cinn.compile(result, avx2, cache_dir=tmp_cache, passes=False)
     (got,) = exe.run(feeds)
@@ -330,7 +332,7 @@ def test_pack_weights_pads_a_strided_convs_channels_to_whole_vectors(strides, sh
     feeds = {"x": rand(1, 3, 32, 32)}
     result = check_pass(program, feeds, lambda p: dce(pack_weights(p, AVX512)))
     assert [v.shape for v in result.const_values if v.name.startswith("w_ihwo")] == [shape]
-    assert [n.op for n in result.nodes] == ["conv2d", "relu"] + ["slice"] * (shape[-1] == 32)
+    assert [n.op for n in result.nodes] == ["conv2d_packed", "relu"] + ["slice"] * (shape[-1] == 32)
     check_compiled(program, feeds, tmp_cache, rtol=1e-4)
 
 
@@ -350,7 +352,7 @@ def test_a_grouped_conv_is_one_kernel_over_gihwo_weights(channels, groups, out_c
     y = b.conv2d(x, w, strides=strides, paddings=paddings, dilations=dilations, groups=groups)
     program, feeds = b.build([b.relu(y)]), {"x": rand(1, channels, *hw)}
     result = check_pass(program, feeds, lambda p: dce(pack_weights(p, AVX512)))
-    (conv,) = [n for n in result.nodes if n.op == "conv2d"]
+    (conv,) = [n for n in result.nodes if n.op == "conv2d_packed"]
     assert conv.attrs.weight_layout is WeightLayout.GIHWO and conv.inputs[1].shape == weights
     padded = weights[-1] * groups != out_channels
     assert ops(result)["slice"] == int(padded) and ops(result)["reshape"] == 2 * int(padded)
@@ -364,7 +366,7 @@ def test_gihwo_weights_given_at_run_time(data_format, tmp_cache):
     b = cinn.NetBuilder("gihwo")
     shape = (1, 6, 5, 7) if data_format == "NCHW" else (1, 5, 7, 6)
     x, w = b.create_input("float32", shape, "x"), b.create_input("float32", (3, 2, 3, 3, 4), "w")
-    y = b.conv2d(x, w, paddings=[1, 1], groups=3, data_format=data_format, weight_layout="GIHWO")
+    y = b.conv2d_packed(x, w, paddings=[1, 1], groups=3, data_format=data_format, weight_layout="GIHWO")
     assert y.shape == ((1, 12, 5, 7) if data_format == "NCHW" else (1, 5, 7, 12))
     check_compiled(b.build([y]), {"x": rand(*shape), "w": rand(3, 2, 3, 3, 4)}, tmp_cache, rtol=1e-4)
 
@@ -373,7 +375,7 @@ def test_gihwo_weights_of_another_group_count_are_refused():
     b = cinn.NetBuilder("gihwo")
     x, w = b.create_input("float32", (1, 8, 5, 5), "x"), b.create_input("float32", (2, 2, 1, 1, 4), "w")
     with pytest.raises(ValueError, match=r"conv2d: w of shape \(2, 2, 1, 1, 4\) is not 5-D GIHWO with 4 groups"):
-        b.conv2d(x, w, groups=4, weight_layout="GIHWO")
+        b.conv2d_packed(x, w, groups=4, weight_layout="GIHWO")
 
 
 @pytest.mark.parametrize("shape, strides, paddings, sliced", [((9, 7), [2, 2], [0, 0], True), ((8, 8), [1, 3], [0, 0], True),
@@ -461,7 +463,7 @@ def test_optimize_pipeline_end_to_end(tmp_cache):
     verify(result)
     counts = ops(result)
     assert counts["batchnorm"] == counts["dropout"] == counts["identity"] == counts["softmax"] == 0
-    assert counts["conv2d"] == 1 and counts["matmul"] == 1 and counts["reshape"] == 1 and counts["scale"] == 1
+    assert counts["conv2d_packed"] == 1 and counts["matmul"] == 1 and counts["reshape"] == 1 and counts["scale"] == 1
     assert counts["transpose"] == 0  # the pair cancels; t feeding matmul became trans_y
     assert result.outputs[0] == result.outputs[1]
     check_compiled(program, {"x": rand(2, 4, 5, 5)}, tmp_cache, rtol=1e-4)
@@ -504,7 +506,7 @@ def test_channels_last_carries_from_conv_to_conv(hw, stride, tmp_cache):
     block's ends; the compiled block equals the one compiled without the passes."""
     program = _inverted_residual(hw, stride)
     optimized = optimize(program, target=parse_target("llvm -mcpu=znver4"))
-    convs = [n for n in optimized.nodes if n.op == "conv2d"]
+    convs = [n for n in optimized.nodes if n.op == "conv2d_packed"]
     assert [n.attrs.data_format for n in convs] == ["NHWC"] * 3
     assert Counter(n.op for n in optimized.nodes)["transpose"] == 2
     x = np.random.default_rng(1).standard_normal((1, 8, hw, hw)).astype(np.float32)
@@ -534,7 +536,7 @@ def test_pointwise_convs_over_ragged_pixels_go_channels_last_together(hw, tmp_ca
     program = _bottlenecks(hw, 512, 128)
     optimized = optimize(program, target=parse_target("llvm -mcpu=znver3"))
     formats = {(n.attrs.weight_layout.oihw(n.inputs[1].shape)[2:], n.attrs.data_format)
-               for n in optimized.nodes if n.op == "conv2d"}
+               for n in optimized.nodes if n.op == "conv2d_packed"}
     assert {f for k, f in formats if k == (1, 1)} == {"NHWC"} and {f for k, f in formats if k != (1, 1)} <= {"NCHW"}
     # the input's (shared by the first reduce and projection convs), the output's, a pair around each 3x3 (a
     # Winograd conv at 14x14, a direct one at 7x7)
@@ -557,7 +559,7 @@ def test_strided_convs_go_channels_last_with_the_pointwise_ones(tmp_cache):
     program = b.build([b.relu(b.add(_conv(b, r, 256, 128, 1), _conv(b, stem, 256, 64, 1, strides=(2, 2))))])
     optimized = optimize(program, target=parse_target("llvm -mcpu=znver3"))
     formats = [(n.inputs[0].shape[-1 if n.attrs.data_format == "NHWC" else 1], n.attrs.data_format)
-               for n in optimized.nodes if n.op == "conv2d"]
+               for n in optimized.nodes if n.op == "conv2d_packed"]
     assert sorted(formats) == [(3, "NCHW"), (64, "NCHW"), (64, "NHWC"), (128, "NHWC"), (128, "NHWC")]
     x = np.random.default_rng(1).standard_normal((1, 3, 28, 28)).astype(np.float32)
     (got,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": x})
@@ -577,7 +579,7 @@ def test_pointwise_convs_stay_nchw_with_avx512():
 
 
 def _assert_nchw(optimized: Program) -> None:
-    assert {n.attrs.data_format for n in optimized.nodes if n.op == "conv2d"} == {"NCHW"}
+    assert {n.attrs.data_format for n in optimized.nodes if n.op == "conv2d_packed"} == {"NCHW"}
     assert "transpose" not in {n.op for n in optimized.nodes}
 
 
@@ -596,5 +598,5 @@ def test_channels_last_keeps_rows_of_whole_vectors_nchw():
     AVX-512 it goes channels last."""
     program = _inverted_residual(28, 1)
     formats = {mcpu: {n.attrs.data_format for n in optimize(program, target=parse_target(f"llvm -mcpu={mcpu}")).nodes
-                      if n.op == "conv2d"} for mcpu in ("znver3", "znver4")}
+                      if n.op == "conv2d_packed"} for mcpu in ("znver3", "znver4")}
     assert formats == {"znver3": {"NCHW"}, "znver4": {"NHWC"}}

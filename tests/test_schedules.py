@@ -480,7 +480,7 @@ def test_cinn_conv_pads_rows_to_whole_strides_so_they_deinterleave():
 def test_channels_last_depthwise_tasks_run_channel_tiles_outermost():
     # each core takes whole channel tiles, the channels a channels-last 1x1 conv before it (parallel over its channel
     # tiles) left in that core's cache; rows of every channel had each core read half its input from the other's
-    op = get_op("conv2d")
+    op = get_op("conv2d_packed")
     a = op.attrs(paddings=[1, 1], groups=64, data_format="NHWC", weight_layout="IHWO")
     types = [TensorType((1, 14, 14, 64), "float32"), TensorType((1, 3, 3, 64), "float32")]
     x, w = te.placeholder(types[0].shape, name="x"), te.placeholder(types[1].shape, name="w")
@@ -495,7 +495,7 @@ def test_channels_last_depthwise_tasks_run_channel_tiles_outermost():
 
 def _pointwise_nhwc_7x7():
     """A channels-last 64->64 1x1 conv on 7x7 pixels (its input, IHWO32 weights and output)."""
-    op = get_op("conv2d")
+    op = get_op("conv2d_packed")
     a = op.attrs(data_format="NHWC", weight_layout="IHWO32")
     x, w = te.placeholder((1, 7, 7, 64), name="x"), te.placeholder((2, 64, 1, 1, 32), name="w")
     (out_type,) = infer(op, [TensorType((1, 7, 7, 64), "float32"), TensorType((2, 64, 1, 1, 32), "float32")], a)
@@ -524,7 +524,7 @@ def test_channels_last_pointwise_conv_takes_whole_tiles_past_its_pixels():
 def test_nchw_conv_over_columns_without_a_tile_divisor_takes_whole_tiles_past_them(groups):
     # 26 output columns (2 x 13) computed as 30: AVX2 tiles of 2 vectors x 5 columns, where 26 took 2 x 2 (alexnet's
     # 2-group 5x5 conv); the view back to 26 columns writes the accumulators back, and the output is numpy's
-    op = get_op("conv2d")
+    op = get_op("conv2d_packed")
     layout = "GIHWO" if groups > 1 else "IHWO"
     w_shape = (groups, 8 // groups, 5, 5, 32 // groups) if groups > 1 else (8, 5, 5, 32)
     a = op.attrs(paddings=(2, 2), groups=groups, weight_layout=layout)

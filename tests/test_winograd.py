@@ -31,6 +31,16 @@ ROW_PANEL = FULL_WIDTH.model.row_panel
 TOLERANCE = {2: 1e-5, 4: 5e-5}
 
 
+def _batched_matmul(optimized):
+    """The Winograd conv's batched matmul: a matmul_packed over row panels, or a plain matmul."""
+    (matmul,) = [node for node in optimized.nodes if node.op in ("matmul", "matmul_packed")]
+    return matmul
+
+
+def _row_panel(matmul) -> int:
+    return matmul.attrs.x_panel if matmul.op == "matmul_packed" else 0
+
+
 @pytest.mark.parametrize("m", sorted(POINTS))
 def test_transforms_compute_the_correlation_exactly(m):
     at, g, bt = transforms(m)
@@ -108,12 +118,12 @@ def test_winograd_conv_matches_the_direct_conv(n, c, k, size, pads, tile, tmp_ca
     feeds = {v.name: RNG.standard_normal(v.shape).astype("float32") for v in program.inputs}
     optimized, lowered = lower_program(program, target=FULL_WIDTH)
     ops = Counter(node.op for node in optimized.nodes)
-    assert ops["winograd_input"] == ops["winograd_output"] == 1 and ops["conv2d"] == 0
+    assert ops["winograd_input"] == ops["winograd_output"] == 1 and ops["conv2d"] == ops["conv2d_packed"] == 0
     assert next(node.attrs.tile for node in optimized.nodes if node.op == "winograd_input") == tile
-    (matmul,) = [node for node in optimized.nodes if node.op == "matmul"]
-    assert matmul.attrs.x_panel == (ROW_PANEL if k % ROW_PANEL == 0 else 0)
+    matmul = _batched_matmul(optimized)
+    assert _row_panel(matmul) == (ROW_PANEL if k % ROW_PANEL == 0 else 0)
     # the input transform, the batched matmul, the output transform with the epilogue
-    assert [lg.group.name for lg in lowered[:2]] == ["winograd_input", "matmul"]
+    assert [lg.group.name for lg in lowered[:2]] == ["winograd_input", matmul.op]
     # the transformed input leads the matmul's arguments: the tuner times it with the weights' caches flushed
     assert [v.name in optimized.constants for v in lowered[1].params] == [False, True, False]
     assert lowered[2].group.name.startswith("fused_winograd_output_add")
@@ -131,8 +141,8 @@ def test_avx2_matmul_reads_row_panels_of_six_output_channels(tmp_cache):
     avx2 = parse_target("llvm -mcpu=znver3 -num-cores=2")
     (shape,) = winograd_shapes(program, avx2)
     optimized, _ = lower_program(program, target=avx2, winograd_choices={shape.key: 4})
-    (matmul,) = [node for node in optimized.nodes if node.op == "matmul"]
-    assert matmul.attrs.x_panel == 6 and matmul.outputs[0].shape == (36, 66, 16)
+    matmul = _batched_matmul(optimized)
+    assert _row_panel(matmul) == 6 and matmul.outputs[0].shape == (36, 66, 16)
     (y,) = [node for node in optimized.nodes if node.op == "winograd_output"]
     assert y.attrs.channels == 64
     feeds = {v.name: RNG.standard_normal(v.shape).astype("float32") for v in program.inputs}
@@ -149,8 +159,8 @@ def test_avx2_tiles_are_padded_to_whole_vectors_unless_their_rows_alias(channels
     avx2 = parse_target("llvm -mcpu=znver3 -num-cores=2")
     (shape,) = winograd_shapes(program, avx2)
     optimized, _ = lower_program(program, target=avx2, winograd_choices={shape.key: 4})
-    (matmul,) = [node for node in optimized.nodes if node.op == "matmul"]
-    assert matmul.outputs[0].shape[2] == columns and (matmul.attrs.x_panel == 6) == (columns % 16 == 0)
+    matmul = _batched_matmul(optimized)
+    assert matmul.outputs[0].shape[2] == columns and (_row_panel(matmul) == 6) == (columns % 16 == 0)
     feeds = {v.name: RNG.standard_normal(v.shape).astype("float32") for v in program.inputs}
     (expected,) = evaluate(program, feeds)
     (got,) = cinn.compile(optimized, avx2, cache_dir=tmp_cache, passes=False).run(feeds)
@@ -165,10 +175,10 @@ def test_avx2_matmul_computes_whole_register_tiles_of_columns(tmp_cache):
     avx2 = parse_target("llvm -mcpu=znver3 -num-cores=2")
     (shape,) = winograd_shapes(program, avx2)
     optimized, _ = lower_program(program, target=avx2, winograd_choices={shape.key: 4})
-    (matmul,) = [node for node in optimized.nodes if node.op == "matmul"]
-    assert matmul.attrs.x_panel == ROW_PANEL and matmul.outputs[0].shape == (36, 64, 49)
+    matmul = _batched_matmul(optimized)
+    assert _row_panel(matmul) == ROW_PANEL and matmul.outputs[0].shape == (36, 64, 49)
     exe = cinn.compile(optimized, avx2, cache_dir=tmp_cache, passes=False)
-    (source,) = [src for k, src in zip(exe._kernels, exe.kernel_sources(), strict=True) if k.name == "matmul"]
+    (source,) = [src for k, src in zip(exe._kernels, exe.kernel_sources(), strict=True) if k.name == "matmul_packed"]
     assert "T.sblock_alloc_buffer((36, 50, 64))" in source
     feeds = {v.name: RNG.standard_normal(v.shape).astype("float32") for v in program.inputs}
     (expected,) = evaluate(program, feeds)
@@ -186,7 +196,7 @@ def test_convs_that_do_not_gain_stay_direct():
     for program in (_conv_program(1, 8, 8, (32, 32), (1, 1), False),  # few channels
                     _conv_program(1, 512, 512, (7, 7), (1, 1), False)):  # few tiles
         ops = Counter(node.op for node in lower_program(program, target=FULL_WIDTH)[0].nodes)
-        assert ops["conv2d"] == 1 and ops["winograd_input"] == 0
+        assert ops["conv2d_packed"] == 1 and ops["winograd_input"] == 0
 
 
 def test_no_winograd_without_a_cpu_target():
@@ -219,7 +229,7 @@ def test_measured_choices_overrule_the_estimate(tmp_cache):
     assert _ops(thin)["winograd_input"] == 0 and _ops(thin, {shape.key: 4})["winograd_input"] == 1
     wide = _conv_program(1, 64, 64, (56, 56), (1, 1), False)  # the estimate's F(4x4)
     (key,) = (s.key for s in winograd_shapes(wide, CPU))
-    assert _ops(wide)["winograd_input"] == 1 and _ops(wide, {key: DIRECT})["conv2d"] == 1
+    assert _ops(wide)["winograd_input"] == 1 and _ops(wide, {key: DIRECT})["conv2d_packed"] == 1
 
 
 class _AlgorithmRunner:

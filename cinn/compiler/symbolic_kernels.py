@@ -172,7 +172,8 @@ def _lowered(group: Group, program: Program, dims: Mapping[str, tuple[Dim, ...]]
 def _matmul_rows(group: Group, dims: Mapping[str, tuple[Dim, ...]]) -> Dim | None:
     """The symbolic rows of the group's matmul (None: it has none, or they are static)."""
     for node in group.nodes:
-        if node.op == "matmul" and not node.attrs.x_panel and len(dims[node.inputs[0].name]) > 1:
+        row_panels = node.op == "matmul_packed" and node.attrs.x_panel  # whole panels of rows: never padded
+        if node.op in ("matmul", "matmul_packed") and not row_panels and len(dims[node.inputs[0].name]) > 1:
             x = dims[node.inputs[0].name]
             row = x[-1] if node.attrs.trans_x else x[-2]
             if not isinstance(row, int):

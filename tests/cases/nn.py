@@ -23,6 +23,10 @@ def _conv(x, w, id="", **attrs) -> Case:
     return Case("conv2d", (_f(*x), _f(*w)), attrs, **ACC, id=id)
 
 
+def _packed_conv(x, w, id, **attrs) -> Case:
+    return Case("conv2d_packed", (_f(*x), _f(*w)), attrs, **ACC, id=id)
+
+
 def _pool(x, pooling_type, ksize, id, **attrs) -> Case:
     return Case("pool2d", (_f(*x),), {"pooling_type": pooling_type, "ksize": ksize, **attrs}, **ACC, id=id)
 
@@ -36,12 +40,13 @@ CASES = [
     Case("matmul", (_f(3, 4), _f(4,)), **ACC, id="matmul-mat-vec"),
     Case("matmul", (_f(5,), _f(5,)), **ACC, id="matmul-dot"),
     Case("matmul", (((3, 4), "int32"), ((4, 2), "int32")), id="matmul-int"),
-    Case("matmul", (_f(2, 8, 6), _f(3, 6, 16)), {"y_panel": 16, "alpha": 0.5}, **ACC, id="matmul-panels"),
-    Case("matmul", (_f(2, 8, 6), _f(3, 6, 16)), {"y_panel": 16, "columns": 37}, **ACC, id="matmul-panels-columns"),
-    Case("matmul", (_f(3, 2, 6, 8), _f(3, 6, 5)), {"x_panel": 8}, **ACC, id="matmul-row-panels"),
-    Case("matmul", (_f(2, 6, 16), _f(1, 6, 12)), {"x_panel": 16}, **ACC, id="matmul-row-panels-broadcast"),
+    Case("matmul_packed", (_f(2, 8, 6), _f(3, 6, 16)), {"y_panel": 16, "alpha": 0.5}, **ACC, id="matmul_packed-panels"),
+    Case("matmul_packed", (_f(2, 8, 6), _f(3, 6, 16)), {"y_panel": 16, "columns": 37}, **ACC,
+         id="matmul_packed-panels-columns"),
+    Case("matmul_packed", (_f(3, 2, 6, 8), _f(3, 6, 5)), {"x_panel": 8}, **ACC, id="matmul_packed-row-panels"),
+    Case("matmul_packed", (_f(2, 6, 16), _f(1, 6, 12)), {"x_panel": 16}, **ACC, id="matmul_packed-row-panels-broadcast"),
     # 13 columns over row panels (no divisor from 4 to 6): computed as 15, the last column read again, then dropped
-    Case("matmul", (_f(2, 2, 6, 8), _f(2, 6, 13)), {"x_panel": 8}, **ACC, id="matmul-row-panels-whole-tiles"),
+    Case("matmul_packed", (_f(2, 2, 6, 8), _f(2, 6, 13)), {"x_panel": 8}, **ACC, id="matmul_packed-row-panels-whole-tiles"),
     _conv((1, 3, 6, 6), (4, 3, 3, 3)),
     _conv((2, 2, 7, 7), (3, 2, 3, 3), "conv2d-stride-pad", strides=[2, 2], paddings=[1, 1]),
     _conv((1, 2, 6, 7), (2, 2, 2, 3), "conv2d-asym-pad-dilation", paddings=[1, 0, 2, 1], dilations=[2, 1]),
@@ -52,18 +57,22 @@ CASES = [
     _conv((1, 3, 5, 13), (4, 3, 3, 3), "conv2d-whole-columns", paddings=[1, 1]),
     _conv((1, 2, 4, 75), (3, 2, 3, 3), "conv2d-whole-columns-strided", strides=[2, 2], paddings=[1, 0, 1, 2]),
     _conv((1, 2, 5, 17), (2, 2, 3, 3), "conv2d-whole-columns-unpadded", dilations=[1, 2]),
-    _conv((1, 4, 3, 13), (2, 2, 3, 3, 3), "conv2d-whole-columns-gihwo", paddings=[1, 1], groups=2, weight_layout="GIHWO"),
+    _packed_conv((1, 4, 3, 13), (2, 2, 3, 3, 3), "conv2d_packed-whole-columns-gihwo", paddings=[1, 1], groups=2,
+                 weight_layout="GIHWO"),
     # a 1x1 conv over 16 flat pixels computes its 8 output channels in whole tiles of 6 (12, the last one again)
-    _conv((1, 3, 4, 4), (8, 3, 1, 1), "conv2d-channel-tiles", channel_tile=6),
-    _conv((1, 3, 6, 6), (3, 3, 3, 4), "conv2d-ihwo", paddings=[1, 1], weight_layout="IHWO"),
-    _conv((1, 4, 5, 7), (2, 3, 3, 6), "conv2d-ihwo-groups", strides=[2, 1], groups=2, weight_layout="IHWO"),
-    _conv((1, 3, 6, 5), (2, 3, 3, 3, 32), "conv2d-ihwo32", strides=[2, 1], paddings=[1, 0], weight_layout="IHWO32"),
+    _packed_conv((1, 3, 4, 4), (3, 1, 1, 8), "conv2d_packed-channel-tiles", weight_layout="IHWO", channel_tile=6),
+    _packed_conv((1, 3, 6, 6), (3, 3, 3, 4), "conv2d_packed-ihwo", paddings=[1, 1], weight_layout="IHWO"),
+    _packed_conv((1, 4, 5, 7), (2, 3, 3, 6), "conv2d_packed-ihwo-groups", strides=[2, 1], groups=2, weight_layout="IHWO"),
+    # a batch of 3 (a symbolic leading dim in test_symbolic_kernels)
+    _packed_conv((3, 3, 6, 5), (2, 3, 3, 3, 32), "conv2d_packed-ihwo32", strides=[2, 1], paddings=[1, 0],
+                 weight_layout="IHWO32"),
     _conv((2, 6, 7, 3), (4, 3, 3, 3), "conv2d-nhwc", strides=[2, 1], paddings=[1, 0, 2, 1], data_format="NHWC"),
     _conv((1, 7, 7, 5), (5, 1, 3, 3), "conv2d-nhwc-depthwise", paddings=[1, 1], groups=5, data_format="NHWC"),
-    _conv((1, 4, 5, 3), (3, 1, 1, 8), "conv2d-nhwc-1x1-ihwo", weight_layout="IHWO", data_format="NHWC"),
+    _packed_conv((1, 4, 5, 3), (3, 1, 1, 8), "conv2d_packed-nhwc-1x1-ihwo", weight_layout="IHWO", data_format="NHWC"),
     # pixels (49, 9) that are no whole number of PIXEL_TILE: computed in whole tiles past the last pixel
     _conv((2, 7, 7, 6), (5, 6, 1, 1), "conv2d-nhwc-1x1-padded-pixels", data_format="NHWC"),
-    _conv((1, 3, 3, 8), (2, 8, 1, 1, 32), "conv2d-nhwc-1x1-ihwo32", weight_layout="IHWO32", data_format="NHWC"),
+    _packed_conv((1, 3, 3, 8), (2, 8, 1, 1, 32), "conv2d_packed-nhwc-1x1-ihwo32", weight_layout="IHWO32",
+                 data_format="NHWC"),
     _pool((1, 2, 6, 6), "max", [2, 2], "pool2d-max", strides=[2, 2]),
     _pool((1, 2, 5, 5), "max", [3, 3], "pool2d-max-pad", strides=[2, 2], paddings=[1, 1]),
     _pool((1, 2, 6, 6), "avg", [3, 3], "pool2d-avg-exclusive", strides=[2, 2], paddings=[1, 1]),

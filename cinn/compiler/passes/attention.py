@@ -159,7 +159,7 @@ def _scaled_scores(rw: Rewriter, value: Value) -> tuple[_Heads, _Heads, float] |
         if factor is None:
             return None
         scale, node = factor, rw.producer(node.inputs[0])
-    if node is None or node.op != "matmul" or node.attrs.trans_x or node.attrs.paneled or not _single(rw, node):
+    if node is None or node.op != "matmul" or node.attrs.trans_x or not _single(rw, node):
         return None
     q = _split(rw, node.inputs[0], transposed=False)
     k = _split(rw, node.inputs[1], transposed=not node.attrs.trans_y)
@@ -208,7 +208,7 @@ def _producer(rw: Rewriter, value: Value, op: str) -> Node | None:
 
 def _plain(matmul: Node) -> bool:
     a = matmul.attrs
-    return not (a.trans_x or a.trans_y or a.paneled) and a.alpha == 1.0
+    return not (a.trans_x or a.trans_y) and a.alpha == 1.0
 
 
 def _single(rw: Rewriter, node: Node) -> bool:

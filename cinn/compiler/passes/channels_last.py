@@ -183,7 +183,7 @@ def _is_depthwise(node: Node) -> bool:
 
 def _is_pointwise(node: Node) -> bool:
     a = cast(Conv2dAttrs, node.attrs)
-    return _is_nchw_float_conv(node) and a.groups == 1 and a.weight_layout.oihw(node.inputs[1].shape)[2:] == (1, 1)
+    return _is_nchw_float_conv(node) and a.groups == 1 and node.inputs[1].shape[2:] == (1, 1)
 
 
 def _is_nchw_float_conv(node: Node) -> bool:

@@ -24,7 +24,7 @@ def slice_strided_pointwise(rw: Rewriter, node: Node) -> bool:
         return False
     a = cast(Conv2dAttrs, node.attrs)
     x, w = rw.inputs(node)
-    if (a.weight_layout.oihw(w.shape)[2:] != (1, 1) or tuple(a.strides) == (1, 1) or any(a.paddings)
+    if (w.shape[2:] != (1, 1) or tuple(a.strides) == (1, 1) or any(a.paddings)
             or a.padding_algorithm is not PaddingAlgorithm.EXPLICIT):
         return False
     h, wd = x.shape[2:]

@@ -12,7 +12,7 @@ from cinn.compiler.passes.rewrite import Rewriter, rewrite
 from cinn.core.cpu_model import CpuModel
 from cinn.core.ir import Node, Program, Value
 from cinn.core.ops.elementwise import CastAttrs
-from cinn.core.ops.nn import TO_NCHW, TO_NHWC, Conv2dAttrs, DataFormat, WeightLayout, conv_windows
+from cinn.core.ops.nn import TO_NCHW, TO_NHWC, Conv2dAttrs, DataFormat, conv_windows
 from cinn.core.ops.quant import DEPTH, IntConvAttrs, pack_vnni, pack_vnni_conv
 from cinn.core.ops.shape import PadAttrs, SliceAttrs, TransposeAttrs
 
@@ -25,7 +25,7 @@ def integer_kernels(program: Program, cpu: CpuModel) -> Program:
 
 
 def _integer_matmul(rw: Rewriter, node: Node, lanes: int) -> bool:
-    if node.op != "matmul" or node.attrs.trans_x or node.attrs.alpha != 1.0 or node.attrs.paneled:
+    if node.op != "matmul" or node.attrs.trans_x or node.attrs.alpha != 1.0:
         return False
     x, w = rw.inputs(node)
     weights = rw.constant(w)
@@ -50,8 +50,7 @@ def _integer_matmul(rw: Rewriter, node: Node, lanes: int) -> bool:
 
 def _integer_conv(rw: Rewriter, node: Node, lanes: int) -> bool:
     a = node.attrs
-    if node.op != "conv2d" or not isinstance(a, Conv2dAttrs) or a.groups != 1 or a.weight_layout is not WeightLayout.OIHW \
-            or a.data_format is not DataFormat.NCHW:
+    if node.op != "conv2d" or not isinstance(a, Conv2dAttrs) or a.groups != 1 or a.data_format is not DataFormat.NCHW:
         return False
     x, w = rw.inputs(node)
     weights = rw.constant(w)

@@ -12,11 +12,13 @@ import numpy as np
 from cinn.compiler.passes.rewrite import Rewriter, rewrite
 from cinn.core.cpu_model import CpuModel
 from cinn.core.ir import Node, Program, Value
-from cinn.core.ops import PatternKind, get_op
+from cinn.core.ops import PatternKind, get_op, layout_variant
 from cinn.core.ops.nn import (
     Conv2dAttrs,
     DataFormat,
     MatmulAttrs,
+    PackedConv2dAttrs,
+    PackedMatmulAttrs,
     WeightLayout,
     as_nchw,
     channel_axis,
@@ -27,7 +29,7 @@ from cinn.core.ops.nn import (
 from cinn.core.ops.shape import ReshapeAttrs, SliceAttrs, slice_ranges
 
 # N with no divisor of whole 8-lane registers (GPT-2's 50257-token vocabulary) from this many columns on: padded to
-# whole panels; the kernel writes back the N columns (MatmulAttrs.columns)
+# whole panels; the kernel writes back the N columns (PackedMatmulAttrs.columns)
 PAD_MIN_COLS = 256
 # output channels of a dense conv padded to whole register-tile rows (CpuModel.tile_columns) when its output rows
 # are no whole vectors either and the padding adds at most this fraction of work
@@ -36,17 +38,17 @@ CHANNEL_PAD_MAX = 0.25
 STRIDED_PAD_MAX = 1 / 3
 # with few vector registers an NCHW 1x1 conv over flat pixels takes register tiles of two pixel vectors by
 # CpuModel.row_tile output channels: channels with no divisor of row_tile - 1 or row_tile are computed in whole
-# tiles (Conv2dAttrs.channel_tile) where that adds at most this fraction
+# tiles (PackedConv2dAttrs.channel_tile) where that adds at most this fraction
 ROW_PAD_MAX = 1 / 16
 
 
 def pack_weights(program: Program, cpu: CpuModel) -> Program:
-    """conv2d weights go OIHW -> IHWO32 panels for dense convs, IHWO for grouped ones (output channels contiguous: the
-    conv kernels' vector axis; many channels padded to whole panels and sliced back); a matmul's constant 2-D y goes
-    to column panels [N / p, K, p]
-    (MatmulAttrs.y_panel: the tiled kernels' vector axis, contiguous per register tile; zero-padded to whole panels
-    where N is wide with no 8-lane divisor, MatmulAttrs.columns), or [K, N] where no panel width divides a small N, or
-    [N, K] for one output row. The elementwise epilogue of a padded conv then runs before the slice back
+    """A conv2d with constant weights becomes a conv2d_packed, its weights OIHW -> IHWO32 panels for dense convs, IHWO
+    for grouped ones (output channels contiguous: the conv kernels' vector axis; many channels padded to whole panels
+    and sliced back); a matmul's constant 2-D y goes to column panels [N / p, K, p] of a matmul_packed (y_panel: the
+    tiled kernels' vector axis, contiguous per register tile; zero-padded to whole panels where N is wide with no
+    8-lane divisor, its `columns`), or [K, N] where no panel width divides a small N, or [N, K] for one output row
+    (a plain matmul). The elementwise epilogue of a padded conv then runs before the slice back
     (sink_slices). Matmul panels are the first of the CPU's matmul_panels that divides N. With few registers, flat 1x1
     convs compute whole register tiles of output channels (CpuModel.row_tile)."""
     return rewrite(rewrite(program, lambda rw, node: _pack(rw, node, cpu)), sink_slices)
@@ -59,12 +61,10 @@ def _pack(rw: Rewriter, node: Node, cpu: CpuModel) -> bool:
     data = rw.constant(w)
     if data is None:
         return False
-    if node.op == "conv2d" and cast(Conv2dAttrs, node.attrs).weight_layout is WeightLayout.OIHW:
+    if node.op == "conv2d":
         _ihwo(rw, node, data, cpu)
         return True
     mm = cast(MatmulAttrs, node.attrs)
-    if node.op != "matmul" or mm.y_panel:
-        return False
     columns = data.T if mm.trans_y else data
     if data.ndim == 2 and not _is_gemv(node) and (width := _panel_width(columns.shape[1], cpu.matmul_panels)):
         _panels(rw, node, columns, width)
@@ -77,22 +77,23 @@ def _pack(rw: Rewriter, node: Node, cpu: CpuModel) -> bool:
 
 
 def _panels(rw: Rewriter, node: Node, columns: np.ndarray, width: int) -> None:
-    """matmul(x, [K, N] columns) as a matmul over column panels of `width`, zero-padded to whole panels where `width`
-    does not divide N (MatmulAttrs.columns: the kernel writes back the N columns, no slice copies them)."""
+    """matmul(x, [K, N] columns) as a matmul_packed over column panels of `width`, zero-padded to whole panels where
+    `width` does not divide N (its `columns`: the kernel writes back the N columns, no slice copies them)."""
     x, w = rw.inputs(node)
     n = columns.shape[1]
     padded = np.pad(columns, ((0, 0), (0, -n % width))) if n % width else columns
     packed = rw.new_constant(panel(padded, width), f"{w.name}_panels")
-    attrs = dataclasses.replace(cast(MatmulAttrs, node.attrs), trans_y=False, y_panel=width, columns=n % width and n)
-    rw.keep(node, inputs=(x, packed), attrs=attrs)
+    semantic = dataclasses.replace(cast(MatmulAttrs, node.attrs), trans_y=False)
+    attrs = layout_variant(PackedMatmulAttrs, semantic, y_panel=width, columns=n % width and n)
+    rw.keep(node, op="matmul_packed", inputs=(x, packed), attrs=attrs)
 
 
 def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray, cpu: CpuModel) -> None:
-    """conv2d with IHWO weights, in IHWO32 panels (CpuModel.conv_panel wide) where the output channels are whole
-    panels of a dense conv (a channel tile's weights are then one contiguous block, read in place: no per-run copy
-    into a packed panel); many output channels that are no whole number of panels (squeezenet's 1000 classes) are
-    zero-padded to whole panels and the output sliced back (1000 channels took narrower registers). A grouped NCHW
-    conv (not depthwise) takes GIHWO weights instead."""
+    """The conv as conv2d_packed with IHWO weights, in IHWO32 panels (CpuModel.conv_panel wide) where the output
+    channels are whole panels of a dense conv (a channel tile's weights are then one contiguous block, read in place:
+    no per-run copy into a packed panel); many output channels that are no whole number of panels (squeezenet's 1000
+    classes) are zero-padded to whole panels and the output sliced back (1000 channels took narrower registers). A
+    grouped NCHW conv (not depthwise) takes GIHWO weights instead."""
     x, w = rw.inputs(node)
     conv = cast(Conv2dAttrs, node.attrs)
     o = oihw.shape[0]
@@ -106,7 +107,7 @@ def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray, cpu: CpuModel) -> None:
     layout = WeightLayout.IHWO32 if dense and (o + padding) % cpu.conv_panel == 0 else WeightLayout.IHWO
     padded = np.pad(oihw, ((0, padding), (0, 0), (0, 0), (0, 0)))
     packed = rw.new_constant(layout.from_oihw(padded, panel=cpu.conv_panel), f"{w.name}_ihwo")
-    attrs = dataclasses.replace(conv, weight_layout=layout, channel_tile=cpu.row_tile if tiles else 0)
+    attrs = layout_variant(PackedConv2dAttrs, conv, weight_layout=layout, channel_tile=cpu.row_tile if tiles else 0)
     _replace(rw, node, (x, packed), attrs, channel_axis(node.outputs[0].shape, conv.data_format), (o, o + padding))
 
 
@@ -121,21 +122,21 @@ def _takes_row_tiles(xs: tuple[int, ...], oihw: tuple[int, ...], conv: Conv2dAtt
 
 
 def _gihwo(rw: Rewriter, node: Node, oihw: np.ndarray, padding: int) -> None:
-    """A grouped conv2d over GIHWO weights, each group's output channels zero-padded by `padding` (to whole vectors:
-    shufflenet's 68 per group -> 80) and the padded channels dropped from the output again."""
+    """A grouped conv as conv2d_packed over GIHWO weights, each group's output channels zero-padded by `padding` (to
+    whole vectors: shufflenet's 68 per group -> 80) and the padded channels dropped from the output again."""
     x, w = rw.inputs(node)
     conv = cast(Conv2dAttrs, node.attrs)
     groups = conv.groups
     per_group = oihw.reshape(groups, -1, *oihw.shape[1:])
     padded = np.pad(per_group, ((0, 0), (0, padding), (0, 0), (0, 0), (0, 0))).reshape(-1, *oihw.shape[1:])
     packed = rw.new_constant(WeightLayout.GIHWO.from_oihw(padded, groups), f"{w.name}_gihwo")
-    attrs = dataclasses.replace(conv, weight_layout=WeightLayout.GIHWO)
+    attrs = layout_variant(PackedConv2dAttrs, conv, weight_layout=WeightLayout.GIHWO)
     if not padding:
-        rw.keep(node, inputs=(x, packed), attrs=attrs)
+        rw.keep(node, op="conv2d_packed", inputs=(x, packed), attrs=attrs)
         return
     n, o, h, wd = node.outputs[0].shape
     og = o // groups
-    (y,) = rw.emit("conv2d", [x, packed], attrs)
+    (y,) = rw.emit("conv2d_packed", [x, packed], attrs)
     (y,) = rw.emit("reshape", [y], ReshapeAttrs((n, groups, og + padding, h, wd)))
     (y,) = rw.emit("slice", [y], SliceAttrs(axes=(2,), starts=(0,), ends=(og,)))
     (y,) = rw.emit("reshape", [y], ReshapeAttrs((n, o, h, wd)))
@@ -153,14 +154,14 @@ def _channel_padding(o: int, width: int, strided: bool, cpu: CpuModel) -> int:
     return pad if pad <= o * (STRIDED_PAD_MAX if strided else CHANNEL_PAD_MAX if width % columns else 0) else 0
 
 
-def _replace(rw: Rewriter, node: Node, inputs: tuple, attrs, axis: int, extents: tuple[int, int]) -> None:
-    """The node over its packed weights; where they were zero-padded (`extents`: the output's extent along `axis`,
-    then the padded one), it is emitted anew and its output sliced back."""
+def _replace(rw: Rewriter, node: Node, inputs: tuple, attrs: PackedConv2dAttrs, axis: int, extents: tuple[int, int]) -> None:
+    """The conv as conv2d_packed over its packed weights; where they were zero-padded (`extents`: the output's extent
+    along `axis`, then the padded one), it is emitted anew and its output sliced back."""
     n, wide = extents
     if wide == n:
-        rw.keep(node, inputs=inputs, attrs=attrs)
+        rw.keep(node, op="conv2d_packed", inputs=inputs, attrs=attrs)
         return
-    (out,) = rw.emit(node.op, list(inputs), attrs)
+    (out,) = rw.emit("conv2d_packed", list(inputs), attrs)
     (out,) = rw.emit("slice", [out], SliceAttrs(axes=(axis,), starts=(0,), ends=(n,)))
     rw.substitute(node.outputs[0], out)
 

@@ -10,7 +10,7 @@ from cinn.compiler.passes.dce import dce
 from cinn.compiler.passes.rewrite import Rewriter, Rule, rewrite, same_graph
 from cinn.core.ir import Node, Program, Value
 from cinn.core.ops.elementwise import ScaleAttrs
-from cinn.core.ops.nn import DataFormat, MatmulAttrs, WeightLayout
+from cinn.core.ops.nn import DataFormat, MatmulAttrs
 from cinn.core.ops.shape import ReshapeAttrs, TransposeAttrs
 
 # Ops that only change the shape, not the row-major order of the elements.
@@ -82,7 +82,7 @@ def _scaled_weight(rw: Rewriter, producer: Node, channel_axis: int, s: np.ndarra
         return None
     a = producer.attrs
     if producer.op == "conv2d":
-        if channel_axis != 1 or a.data_format is not DataFormat.NCHW or a.weight_layout is not WeightLayout.OIHW:
+        if channel_axis != 1 or a.data_format is not DataFormat.NCHW:
             return None
         return (w * s.reshape(-1, 1, 1, 1)).astype(w.dtype), (-1, 1, 1)
     if w.ndim < 2 or channel_axis != len(producer.outputs[0].shape) - 1:

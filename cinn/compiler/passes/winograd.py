@@ -24,7 +24,7 @@ import numpy as np
 from cinn.compiler.passes.rewrite import Rewriter, rewrite
 from cinn.core.cpu_model import CpuModel
 from cinn.core.ir import Node, Program
-from cinn.core.ops.nn import Conv2dAttrs, DataFormat, MatmulAttrs, PaddingAlgorithm, WeightLayout, row_panels
+from cinn.core.ops.nn import Conv2dAttrs, DataFormat, MatmulAttrs, PackedMatmulAttrs, PaddingAlgorithm, row_panels
 from cinn.core.ops.winograd import KERNEL, WinogradInputAttrs, WinogradOutputAttrs, tile_grid, weight_transform
 from cinn.core.target import Target
 
@@ -127,22 +127,21 @@ def _rewrite(rw: Rewriter, node: Node, choices: Mapping[str, int], target: Targe
     columns = _whole_columns(math.prod(grid), shape.channels, cpu) if cpu.few_registers and shape.batch == 1 else 0
     (v,) = rw.emit("winograd_input", [x], WinogradInputAttrs(tile=tile, paddings=shape.paddings, columns=columns))
     transformed = weight_transform(weights, tile)
-    # the matmul's register tile is 2 vectors of tiles x row_tile output channels over row panels of that many
-    # (padded with zero weights, their rows never read) with few registers, row_panel rows over panels of row_panel
-    # elsewhere, each streaming one contiguous panel; a tile count that is no whole register-tile row vectorizes it
-    # over output channels
+    # the batched matmul is a matmul_packed over row panels where it can: its register tile is 2 vectors of tiles x
+    # row_tile output channels over row panels of that many (padded with zero weights, their rows never read) with few
+    # registers, row_panel rows over panels of row_panel elsewhere, each streaming one contiguous panel; a tile count
+    # that is no whole register-tile row vectorizes a plain matmul over output channels
     if cpu.few_registers and v.shape[2] % cpu.tile_columns == 0:
         transformed = np.pad(transformed, ((0, 0), (0, -shape.out_channels % cpu.row_tile), (0, 0)))
         u = rw.new_constant(row_panels(transformed, cpu.row_tile), f"{w.name}_winograd{tile}")
-        attrs = MatmulAttrs(x_panel=cpu.row_tile)
+        (mm,) = rw.emit("matmul_packed", [u, v], PackedMatmulAttrs(x_panel=cpu.row_tile))
     elif shape.out_channels % cpu.row_panel == 0:
         u = rw.new_constant(row_panels(transformed, cpu.row_panel), f"{w.name}_winograd{tile}")
-        attrs = MatmulAttrs(x_panel=cpu.row_panel)
+        (mm,) = rw.emit("matmul_packed", [u, v], PackedMatmulAttrs(x_panel=cpu.row_panel))
     else:
         trans = v.shape[2] % cpu.tile_columns != 0 and transformed.nbytes > SMALL_WEIGHTS
         u = rw.new_constant(transformed.transpose(0, 2, 1).copy() if trans else transformed, f"{w.name}_winograd{tile}")
-        attrs = MatmulAttrs(trans_x=trans)
-    (mm,) = rw.emit("matmul", [u, v], attrs)
+        (mm,) = rw.emit("matmul", [u, v], MatmulAttrs(trans_x=trans))
     (y,) = rw.emit("winograd_output", [mm], WinogradOutputAttrs(tile, grid, (oh, ow), shape.out_channels))
     rw.substitute(node.outputs[0], y)
     return True
@@ -159,9 +158,9 @@ def _whole_columns(tiles: int, channels: int, cpu: CpuModel) -> int:
 
 
 def _eligible(a: Conv2dAttrs, shape: tuple[int, ...], dtype: str) -> bool:
-    """A dense NCHW float32 conv with 3x3 OIHW weights, stride 1, no dilation, explicit paddings."""
+    """A dense NCHW float32 conv2d (OIHW weights) of 3x3, stride 1, no dilation, explicit paddings."""
     return (dtype == "float32" and a.groups == 1 and a.data_format is DataFormat.NCHW
-            and a.weight_layout is WeightLayout.OIHW and shape[2:] == (KERNEL, KERNEL)
+            and shape[2:] == (KERNEL, KERNEL)
             and tuple(a.strides) == (1, 1) and tuple(a.dilations) == (1, 1)
             and a.padding_algorithm is PaddingAlgorithm.EXPLICIT)
 

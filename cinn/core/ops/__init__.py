@@ -18,7 +18,8 @@ from cinn.core.ops.registry import (
     TargetKind,
     get_op,
     infer,
+    layout_variant,
     op_flops,
 )
 
-__all__ = ["OPS", "DtypeClass", "OpDef", "PatternKind", "RuleName", "TargetKind", "get_op", "infer", "op_flops"]
+__all__ = ["OPS", "DtypeClass", "OpDef", "PatternKind", "RuleName", "TargetKind", "get_op", "infer", "layout_variant", "op_flops"]

@@ -1,5 +1,7 @@
 """Neural-network ops: matmul, conv2d and pool2d (computed), batchnorm, layer_norm, softmax and
-log_softmax (composite, expanded by the decompose pass), dropout (inference form).
+log_softmax (composite, expanded by the decompose pass), dropout (inference form); and the layout variants
+matmul_packed and conv2d_packed, whose operands are stored as their kernels read them (the semantic ops' attributes
+hold no kernel layout: passes choose a variant for the target's CpuModel and emit it).
 
 Padding convention (conv2d and pool2d, as CINN's pool2d and ONNX's `pads`): `paddings` is either
 2 values (pad_h, pad_w), applied on both sides, or 4 values (top, left, bottom, right).
@@ -20,7 +22,7 @@ from cinn.core.cpu_model import lowering_model
 from cinn.core.ir import Attrs, TensorType
 from cinn.core.ops.common import broadcast_shapes, coerce_enum, normalize_axes, normalize_axis, register_elementwise, same_dtype
 from cinn.core.ops.registry import DtypeClass as D
-from cinn.core.ops.registry import OpDef, register
+from cinn.core.ops.registry import OpDef, layout_variant, register, register_semantic
 from cinn.core.ops.registry import PatternKind as K
 from cinn.core.ops.te_util import cast, const, dims, dtype_of, leading_rows, lowest, whole_tiles
 
@@ -43,11 +45,11 @@ TO_NHWC = (0, 2, 3, 1)  # the transpose of a 4-D NCHW tensor to NHWC
 TO_NCHW = (0, 3, 1, 2)  # and back
 
 class WeightLayout(enum.StrEnum):
-    """conv2d weight layout: OIHW as the frontends give it; IHWO (output channels contiguous), IHWO32 (IHWO in
-    panels of P output channels, [O / P, I, H, W, P]: each channel tile's weights one contiguous block; P is the
-    CpuModel's conv_panel)
-    or GIHWO (a grouped conv's: [G, I, H, W, O / G], a panel per group) as the pack_weights pass stores constant
-    weights, so a kernel reads its output-channel vectors in place (I = C / groups)."""
+    """A conv's weight layout: OIHW as conv2d takes them (the frontends' order); conv2d_packed's IHWO (output
+    channels contiguous), IHWO32 (IHWO in panels of P output channels, [O / P, I, H, W, P]: each channel tile's
+    weights one contiguous block; P is the CpuModel's conv_panel) or GIHWO (a grouped conv's: [G, I, H, W, O / G], a
+    panel per group) as the pack_weights pass stores constant weights, so a kernel reads its output-channel vectors
+    in place (I = C / groups)."""
 
     OIHW = "OIHW"
     IHWO = "IHWO"
@@ -117,26 +119,28 @@ def _accumulate(x: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class MatmulAttrs(Attrs):
-    """out = alpha * op(x) @ op(y), op transposing the last two axes when trans_* is set.
+    """out = alpha * op(x) @ op(y), op transposing the last two axes when trans_* is set."""
+
+    trans_x: bool = False
+    trans_y: bool = False
+    alpha: float = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackedMatmulAttrs(MatmulAttrs):
+    """matmul_packed: a matmul with an operand stored in the panels its kernel streams, as the pack_weights and
+    winograd passes store constant operands for the CpuModel's register tiles (a kernel layout, not a user option).
 
     `y_panel` > 0 says a 2-D y is stored as column panels, [N / y_panel, K, y_panel]: each register tile of the
-    kernel then streams one contiguous panel (the pack_weights pass stores constant weights so; not a user option).
+    kernel then streams one contiguous panel (pack_weights stores constant weights so).
     `columns` > 0 says N is only the panels' first that many columns: the rest are zero padding to whole panels,
     computed with the others and not written back (GPT-2's 50257-token logits over panels of 24).
     `x_panel` > 0 likewise says x is stored as row panels, [batch..., M / x_panel, K, x_panel] (the winograd pass
     stores its transformed weights so)."""
 
-    trans_x: bool = False
-    trans_y: bool = False
-    alpha: float = 1.0
     y_panel: int = 0
     x_panel: int = 0
     columns: int = 0
-
-    @property
-    def paneled(self) -> bool:
-        """Whether an operand is stored in panels (a constant laid out for the kernel, not a graph-level matmul)."""
-        return bool(self.x_panel or self.y_panel)
 
 
 @dataclass(frozen=True)
@@ -155,23 +159,23 @@ class _MatmulShape:
         return self.batch + ((self.m,) if not self.x_vec else ()) + ((self.n,) if not self.y_vec else ())
 
 
-def _matmul_shape(xs: tuple[int, ...], ys: tuple[int, ...], a: MatmulAttrs) -> _MatmulShape:
+def _matmul_shape(xs: tuple[int, ...], ys: tuple[int, ...], a: PackedMatmulAttrs) -> _MatmulShape:
     """Validate operand shapes and resolve batch, M, K, N."""
     if not xs or not ys:
         raise ValueError(f"matmul: shapes {xs} and {ys}: operands must have at least one dimension")
     if a.x_panel:
         if len(xs) < 3 or xs[-1] != a.x_panel or a.trans_x:
-            raise ValueError(f"matmul: x of shape {xs} is not stored as [..., M / {a.x_panel}, K, {a.x_panel}] panels")
+            raise ValueError(f"matmul_packed: x of shape {xs} is not stored as [..., M / {a.x_panel}, K, {a.x_panel}] panels")
         xs = xs[:-3] + (xs[-3] * xs[-1], xs[-2])
     xm, xk = (1, xs[0]) if len(xs) == 1 else (xs[-1], xs[-2]) if a.trans_x else xs[-2:]
     if a.y_panel:
         if len(ys) != 3 or ys[-1] != a.y_panel or a.trans_y:
-            raise ValueError(f"matmul: y of shape {ys} is not stored as [N / {a.y_panel}, K, {a.y_panel}] panels")
+            raise ValueError(f"matmul_packed: y of shape {ys} is not stored as [N / {a.y_panel}, K, {a.y_panel}] panels")
         if a.columns and not (ys[0] - 1) * ys[2] < a.columns <= ys[0] * ys[2]:
-            raise ValueError(f"matmul: columns {a.columns} is not within the last of the panels of y {ys}")
+            raise ValueError(f"matmul_packed: columns {a.columns} is not within the last of the panels of y {ys}")
         ys = (ys[1], a.columns or ys[0] * ys[2])
     elif a.columns:
-        raise ValueError("matmul: columns is only for y stored as panels (y_panel)")
+        raise ValueError("matmul_packed: columns is only for y stored as panels (y_panel)")
     yk, yn = (ys[0], 1) if len(ys) == 1 else (ys[-1], ys[-2]) if a.trans_y else ys[-2:]
     if xk != yk:
         raise ValueError(f"matmul: shapes {xs} and {ys} are incompatible (K {xk} vs {yk})")
@@ -182,7 +186,7 @@ def _matmul_shape(xs: tuple[int, ...], ys: tuple[int, ...], a: MatmulAttrs) -> _
     return _MatmulShape(batch, xm, xk, yn, len(xs) == 1, len(ys) == 1)
 
 
-def _matmul_infer(types: Sequence[TensorType], a: MatmulAttrs) -> list[TensorType]:
+def _matmul_infer(types: Sequence[TensorType], a: PackedMatmulAttrs) -> list[TensorType]:
     dtype = same_dtype("matmul", types)
     return [TensorType(_matmul_shape(types[0].shape, types[1].shape, a).out, dtype)]
 
@@ -196,7 +200,7 @@ def _operand_index(shape: tuple[int, ...], batch_idx: Sequence, row, col, trans:
     return [0 if d == 1 else i for d, i in zip(own, lead, strict=False)] + ([col, row] if trans else [row, col])
 
 
-def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
+def _matmul_compute(tensors, a: PackedMatmulAttrs, out_types: Sequence[TensorType]):
     x, y = tensors
     xs, ys = dims(x), dims(y)
     s = _matmul_shape(xs, ys, a)
@@ -227,7 +231,7 @@ def _matmul_compute(tensors, a: MatmulAttrs, out_types: Sequence[TensorType]):
     return [leading_rows(tiles, s.out, "matmul_rows")]
 
 
-def _computed_columns(s: _MatmulShape, a: MatmulAttrs, ys: tuple) -> tuple:
+def _computed_columns(s: _MatmulShape, a: PackedMatmulAttrs, ys: tuple) -> tuple:
     """The extent of N the kernel computes and the column it reads at each: over column panels with `columns`, the
     whole panels (the view back drops the padding); over row panels, where the register tile's rows are N's columns,
     whole tiles of the CpuModel's pixel_tile where N has no fitting divisor (the last column read again); else N as it is."""
@@ -240,7 +244,7 @@ def _computed_columns(s: _MatmulShape, a: MatmulAttrs, ys: tuple) -> tuple:
 
 
 def panel(y: np.ndarray, width: int) -> np.ndarray:
-    """[K, N] -> [N / width, K, width] column panels (MatmulAttrs.y_panel)."""
+    """[K, N] -> [N / width, K, width] column panels (PackedMatmulAttrs.y_panel)."""
     k, n = y.shape
     return np.ascontiguousarray(y.reshape(k, n // width, width).transpose(1, 0, 2))
 
@@ -251,7 +255,7 @@ def unpanel(y: np.ndarray) -> np.ndarray:
 
 
 def row_panels(x: np.ndarray, width: int) -> np.ndarray:
-    """[..., M, K] -> [..., M / width, K, width] row panels (MatmulAttrs.x_panel)."""
+    """[..., M, K] -> [..., M / width, K, width] row panels (PackedMatmulAttrs.x_panel)."""
     *batch, m, k = x.shape
     return np.ascontiguousarray(np.swapaxes(x.reshape(*batch, m // width, width, k), -1, -2))
 
@@ -262,13 +266,13 @@ def unrow_panels(x: np.ndarray) -> np.ndarray:
     return np.swapaxes(x, -1, -2).reshape(*batch, panels * width, k)
 
 
-def _matmul_flops(types: Sequence[TensorType], a: MatmulAttrs, outs: Sequence[TensorType]) -> int:
+def _matmul_flops(types: Sequence[TensorType], a: PackedMatmulAttrs, outs: Sequence[TensorType]) -> int:
     xs = types[0].shape
     k = xs[-2] if (a.trans_x or a.x_panel) and len(xs) > 1 else xs[-1]
     return 2 * outs[0].size * k
 
 
-def _matmul_reference(arrays: Sequence[np.ndarray], a: MatmulAttrs) -> list[np.ndarray]:
+def _matmul_reference(arrays: Sequence[np.ndarray], a: PackedMatmulAttrs) -> list[np.ndarray]:
     x, y = arrays
     xt = unrow_panels(x) if a.x_panel else np.swapaxes(x, -1, -2) if a.trans_x and x.ndim >= 2 else x
     yt = np.swapaxes(y, -1, -2) if a.trans_y and y.ndim >= 2 else y
@@ -280,20 +284,23 @@ def _matmul_reference(arrays: Sequence[np.ndarray], a: MatmulAttrs) -> list[np.n
     return [np.asarray(out).astype(x.dtype)]
 
 
-register(
+MATMUL_PACKED = register(
     OpDef(
-        name="matmul",
+        name="matmul_packed",
         kind=K.OUT_FUSIBLE,
         infer=_matmul_infer,
         compute=_matmul_compute,
         reference=_matmul_reference,
         flops=_matmul_flops,
-        attrs=MatmulAttrs,
+        attrs=PackedMatmulAttrs,
         num_inputs=2,
         dtypes=D.NUMBER,
-        doc="Batched matrix product with numpy broadcasting of batch dims and numpy rules for 1-D operands.",
+        doc="matmul with x stored as row panels or y as column panels (PackedMatmulAttrs), as the pack_weights and "
+            "winograd passes store constant operands for the target's kernels.",
     )
 )
+register_semantic(MATMUL_PACKED, "matmul", MatmulAttrs, lambda a: layout_variant(PackedMatmulAttrs, a),
+                  "Batched matrix product with numpy broadcasting of batch dims and numpy rules for 1-D operands.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -452,10 +459,7 @@ def from_nchw(shape: tuple[int, ...], data_format: DataFormat) -> tuple[int, ...
 
 @dataclass(frozen=True)
 class Conv2dAttrs(Attrs):
-    """2-D convolution of NCHW input with OIHW (I = C / groups), IHWO, IHWO32 or GIHWO weights; see the module doc for
-    paddings. `channel_tile` > 1 has an NCHW 1x1 conv over flat pixels compute its output channels in whole register
-    tiles of that many (the last channel again past the end, dropped by the view back), as the pack_weights pass
-    sets it for the target's registers; the output is the same."""
+    """2-D convolution of NCHW (or NHWC) input with OIHW weights (I = C / groups); see the module doc for paddings."""
 
     strides: tuple[int, ...] = (1, 1)
     paddings: tuple[int, ...] = (0, 0)
@@ -463,14 +467,26 @@ class Conv2dAttrs(Attrs):
     groups: int = 1
     data_format: DataFormat = DataFormat.NCHW
     padding_algorithm: PaddingAlgorithm = PaddingAlgorithm.EXPLICIT
-    weight_layout: WeightLayout = WeightLayout.OIHW
-    channel_tile: int = 0
 
     def __post_init__(self):
         super().__post_init__()
         coerce_enum(self, "data_format", DataFormat, "conv2d")
         coerce_enum(self, "padding_algorithm", PaddingAlgorithm, "conv2d")
-        coerce_enum(self, "weight_layout", WeightLayout, "conv2d")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackedConv2dAttrs(Conv2dAttrs):
+    """conv2d_packed: a conv2d with its weights in `weight_layout` (IHWO, IHWO32 or GIHWO; OIHW is conv2d's), as the
+    pack_weights pass stores constant weights for the CpuModel's register tiles (a kernel layout, not a user option).
+    `channel_tile` > 1 has an NCHW 1x1 conv over flat pixels compute its output channels in whole register tiles of
+    that many (the last channel again past the end, dropped by the view back); the output is the same."""
+
+    weight_layout: WeightLayout
+    channel_tile: int = 0
+
+    def __post_init__(self):
+        super().__post_init__()
+        coerce_enum(self, "weight_layout", WeightLayout, "conv2d_packed")
 
 
 def conv_windows(xs: tuple[int, ...], ws: tuple[int, ...], a: Conv2dAttrs) -> tuple[_Window, _Window]:
@@ -479,7 +495,7 @@ def conv_windows(xs: tuple[int, ...], ws: tuple[int, ...], a: Conv2dAttrs) -> tu
     xs = as_nchw(xs, a.data_format)
     shapes = f"x {xs} and w {ws}"
     if len(ws) != 4:
-        raise ValueError(f"conv2d: w must be {a.weight_layout.ndim}-D {a.weight_layout}, got {shapes}")
+        raise ValueError(f"conv2d: w must be 4-D OIHW, got {shapes}")
     g = a.groups
     if g < 1 or xs[1] % g or ws[0] % g:
         raise ValueError(f"conv2d: groups {g} must divide input channels and output channels ({shapes})")
@@ -488,7 +504,7 @@ def conv_windows(xs: tuple[int, ...], ws: tuple[int, ...], a: Conv2dAttrs) -> tu
     return _windows("conv2d", xs[2:], ws[2:], a.strides, a.dilations, a.paddings, a.padding_algorithm, False, shapes)
 
 
-def _conv_infer(types: Sequence[TensorType], a: Conv2dAttrs) -> list[TensorType]:
+def _conv_infer(types: Sequence[TensorType], a: PackedConv2dAttrs) -> list[TensorType]:
     x, w = types
     dtype = same_dtype("conv2d", types)
     layout = a.weight_layout
@@ -500,7 +516,7 @@ def _conv_infer(types: Sequence[TensorType], a: Conv2dAttrs) -> list[TensorType]
     return [TensorType(from_nchw((x.shape[0], ws[0], h.out, wd.out), a.data_format), dtype)]
 
 
-def _conv_compute(tensors, a: Conv2dAttrs, out_types: Sequence[TensorType]):
+def _conv_compute(tensors, a: PackedConv2dAttrs, out_types: Sequence[TensorType]):
     x, w = tensors
     ws = a.weight_layout.oihw(dims(w))
     h, wd = conv_windows(dims(x), ws, a)
@@ -642,11 +658,11 @@ def _flatten(x):
     return te.compute((n_, c_, height * width), lambda n, c, p: x[n, c, p // width, p % width], name="flatten")
 
 
-def _conv_flops(types: Sequence[TensorType], a: Conv2dAttrs, outs: Sequence[TensorType]) -> int:
+def _conv_flops(types: Sequence[TensorType], a: PackedConv2dAttrs, outs: Sequence[TensorType]) -> int:
     return 2 * outs[0].size * math.prod(a.weight_layout.oihw(types[1].shape)[1:])
 
 
-def _conv_reference(arrays: Sequence[np.ndarray], a: Conv2dAttrs) -> list[np.ndarray]:
+def _conv_reference(arrays: Sequence[np.ndarray], a: PackedConv2dAttrs) -> list[np.ndarray]:
     x, w = arrays
     if a.data_format is DataFormat.NHWC:
         (y,) = _conv_reference([x.transpose(TO_NCHW), w], replace(a, data_format=DataFormat.NCHW))
@@ -665,20 +681,24 @@ def _conv_reference(arrays: Sequence[np.ndarray], a: Conv2dAttrs) -> list[np.nda
     return [out.reshape(n, w.shape[0], h.out, wd.out).astype(x.dtype)]
 
 
-register(
+CONV2D_PACKED = register(
     OpDef(
-        name="conv2d",
+        name="conv2d_packed",
         kind=K.OUT_FUSIBLE,
         infer=_conv_infer,
         compute=_conv_compute,
         reference=_conv_reference,
         flops=_conv_flops,
-        attrs=Conv2dAttrs,
+        attrs=PackedConv2dAttrs,
         num_inputs=2,
         dtypes=D.FLOAT,
-        doc="2-D convolution (NCHW or NHWC; OIHW, IHWO, IHWO32 or GIHWO weights), grouped and depthwise (groups == C).",
+        doc="conv2d with IHWO, IHWO32 or GIHWO weights and register tiles of output channels (PackedConv2dAttrs), as "
+            "the pack_weights pass stores constant weights for the target's kernels.",
     )
 )
+register_semantic(CONV2D_PACKED, "conv2d", Conv2dAttrs,
+                  lambda a: layout_variant(PackedConv2dAttrs, a, weight_layout=WeightLayout.OIHW),
+                  "2-D convolution (NCHW or NHWC input, OIHW weights), grouped and depthwise (groups == C).")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """The op table: one OpDef per op is the single source of truth for every layer."""
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from tvm import te
@@ -123,6 +124,28 @@ def register(op: OpDef) -> OpDef:
         raise ValueError(f"op {op.name!r} needs two schedule rules for one target kind: one would schedule it")
     OPS[op.name] = op
     return op
+
+
+_A = TypeVar("_A", bound=Attrs)
+
+
+def layout_variant(cls: type[_A], semantic: Attrs, **layout: Any) -> _A:
+    """The attrs of a layout variant op (`cls`: the semantic op's Attrs class with layout fields added): the semantic
+    op's attrs with the layout's fields."""
+    return cls(**{f.name: getattr(semantic, f.name) for f in dataclasses.fields(semantic)}, **layout)
+
+
+def register_semantic(variant: OpDef, name: str, attrs: type[Attrs], plain: Callable[[Any], Attrs], doc: str) -> OpDef:
+    """Register the semantic op of a layout variant (conv2d of conv2d_packed, as TVM's conv2d of conv2d_NCHWc): the
+    variant's functions over its attrs in the plain layout (`plain` makes them from the semantic op's), so the two
+    compute alike while the semantic op's attrs hold no kernel layout."""
+
+    def over(fn: Any) -> Any:
+        return None if fn is None else lambda values, a, *rest: fn(values, plain(a), *rest)
+
+    return register(dataclasses.replace(variant, name=name, attrs=attrs, doc=doc, infer=over(variant.infer),
+                                        compute=over(variant.compute), reference=over(variant.reference),
+                                        flops=over(variant.flops)))
 
 
 def op_flops(op: OpDef, inputs: Sequence[TensorType], attrs: Attrs, outputs: Sequence[TensorType]) -> int:
