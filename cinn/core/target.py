@@ -9,9 +9,10 @@ import tvm
 from cinn.core.cpu_model import CpuModel, cpu_features, cpu_model, intel_scheduling_model, llvm_dict
 from cinn.core.cpu_model import host_cpu as host_cpu
 
-# a reduction block annotated so is compiled without LLVM's partial unrolling of its loops: on AMD's Zen models it
-# unrolls a register tile's reduction step twice, and the broadcasts of both steps, hoisted together, spill the
-# accumulators of a tile of one vector by 9 or more rows (docs/notes/cpu-model.md)
+# a reduction block annotated so is compiled without LLVM's partial unrolling of its loops: on CPUs whose LLVM
+# scheduling model has a large loop buffer it unrolls a register tile's reduction step twice, and the broadcasts of
+# both steps, hoisted together, spill the accumulators of a tile of one vector by 9 or more rows
+# (docs/notes/partial-unroll.md)
 NO_PARTIAL_UNROLL = "cinn_no_partial_unroll"
 
 
@@ -87,7 +88,8 @@ class Target:
 
 def _unrolling_off(mcpu: str, cores: int) -> dict:
     """The CPU's features under an Intel core's scheduling model: LLVM partially unrolls small loops up to a CPU's
-    loop buffer, 512 micro-ops on AMD's Zen models and 50 on Intel's, which leaves register-tiled loops alone."""
+    loop buffer, whose small size in Intel's models leaves register-tiled loops alone (see
+    docs/notes/partial-unroll.md)."""
     features = cpu_features(mcpu)
     return {**llvm_dict(intel_scheduling_model(features), cores), "mattr": [f"+{f}" for f in sorted(features)]}
 
