@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     baseline = None
     if args.baseline is not None:
         try:
-            baseline = find_baseline(args.baseline)
+            baseline = find_baseline(args.baseline, args.timeout)
         except ValueError as err:
             p.error(f"--baseline {err}")
         print(f"[cinn-bench] cinn@baseline: the cinn in {baseline.cinn_dir} ({baseline.python})", file=sys.stderr)

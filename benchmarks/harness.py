@@ -95,8 +95,9 @@ class Baseline:
         return [self.python, "-P", "-m", self.worker]
 
 
-def find_baseline(python: str, timeout: float = 120.0) -> Baseline:
-    """Ask the Python `python` (a path, or a name on PATH) for its cinn; ValueError saying why it cannot be a baseline."""
+def find_baseline(python: str, timeout: float) -> Baseline:
+    """Ask the Python `python` (a path, or a name on PATH) for its cinn, within `timeout` seconds (cinn-bench's bound
+    on a worker getting ready); ValueError saying why it cannot be a baseline."""
     exe = shutil.which(python)
     if exe is None:
         raise ValueError(f"{python}: no such Python interpreter")
