@@ -843,3 +843,17 @@ def test_roi_align_matches_onnxruntime(opset, attrs, tmp_cache):
     model = make_model([node], [("x", F32, (2, 3, 9, 10)), ("rois", F32, (6, 4)), ("b", I64, (6,))], [("y", F32, None)],
                        opset=opset)
     assert_matches_ort(model, feeds, tmp_cache)
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_recurrent_sequence_lens_mask_the_padding(op, tmp_cache):
+    """sequence_lens fed at run time: past its length a sequence outputs zeros and keeps its state, and the reverse
+    direction starts at its last step."""
+    gates, hidden, (seq, batch, size) = {"RNN": 1, "GRU": 3, "LSTM": 4}[op], 5, (4, 3, 2)
+    outputs = ["y", "y_h"] + (["y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, ["x", "w", "r", "b", "lens"], outputs, hidden_size=hidden, direction="bidirectional")
+    weights = [("w", rand(2, gates * hidden, size)), ("r", rand(2, gates * hidden, hidden)),
+               ("b", rand(2, 2 * gates * hidden))]
+    model = make_model([node], [("x", F32, (seq, batch, size)), ("lens", TensorProto.INT32, (batch,))],
+                       [(o, F32, None) for o in outputs], weights, opset=14)
+    assert_matches_ort(model, {"x": rand(seq, batch, size), "lens": np.array([4, 1, 3], np.int32)}, tmp_cache)

@@ -33,11 +33,14 @@ PREFIX = "inference"
 
 @dataclass(frozen=True)
 class InputDef:
-    """One model input: its name, the InputSpec shape (-1 = dynamic) and the shape of the saved sample."""
+    """One model input: its name, the InputSpec shape (-1 = dynamic), the shape of the saved sample, its dtype and
+    the sample's values (random in [-1, 1) when empty)."""
 
     name: str
     spec: tuple[int, ...]
     sample: tuple[int, ...]
+    dtype: str = "float32"
+    values: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,62 @@ def _models(paddle) -> list[ModelDef]:
         ModelDef("cnn", CNN, (InputDef("x", (2, 3, 8, 8), (2, 3, 8, 8)),)),
         ModelDef("encoder", Encoder, (InputDef("x", (-1, 8, 16), (2, 8, 16)),)),
         ModelDef("ops", Ops, (InputDef("x", (-1, 5, 12), (3, 5, 12)),)),
+        *_rnn_models(paddle),
+    ]
+
+
+def _rnn_models(paddle) -> list[ModelDef]:
+    """paddle.nn.SimpleRNN, GRU and LSTM (the rnn op): layers, directions, initial states, sequence lengths."""
+    nn = paddle.nn
+
+    class Recurrent(nn.Layer):
+        """One recurrent layer returning its outputs and final states; initial states and lengths as inputs."""
+
+        def __init__(self, make, states: int = 0, lengths: bool = False):
+            super().__init__()
+            self.rnn, self.states, self.lengths = make(), states, lengths
+
+        def forward(self, x, first=None, second=None):  # jit.save's input specs fill named parameters only
+            initial = {0: None, 1: first, 2: (first, second)}[self.states]
+            y, final = self.rnn(x, initial, first if self.lengths else None)
+            return (y, *final) if isinstance(final, tuple) else (y, final)
+
+    class Classifier(nn.Layer):
+        """A text classifier's body after its embedding: a 2-layer bidirectional LSTM, its last layer's final
+        states side by side, a linear head."""
+
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(6, 8, num_layers=2, direction="bidirect")
+            self.fc = nn.Linear(16, 3)
+
+        def forward(self, x, lengths):
+            _, (h, _) = self.lstm(x, sequence_length=lengths)
+            return self.fc(paddle.concat([h[-2], h[-1]], axis=-1))
+
+    x = InputDef("x", (3, 5, 4), (3, 5, 4))
+    x_time_major = InputDef("x", (5, 3, 4), (5, 3, 4))
+    lengths = InputDef("lengths", (3,), (3,), "int64", (5, 2, 4))
+
+    def state(layers: int, name: str = "h0") -> InputDef:
+        return InputDef(name, (layers, 3, 8), (layers, 3, 8))
+
+    return [
+        ModelDef("rnn_lstm", lambda: Recurrent(lambda: nn.LSTM(4, 8)), (x,)),
+        ModelDef("rnn_lstm_bi2_states", lambda: Recurrent(lambda: nn.LSTM(4, 8, 2, "bidirect"), states=2),
+                 (x, state(4), state(4, "c0"))),
+        ModelDef("rnn_lstm_bi2_lengths", lambda: Recurrent(lambda: nn.LSTM(4, 8, 2, "bidirect"), lengths=True),
+                 (x, lengths)),
+        ModelDef("rnn_gru_bi_time_major", lambda: Recurrent(lambda: nn.GRU(4, 8, direction="bidirect",
+                                                                            time_major=True), states=1),
+                 (x_time_major, state(2))),
+        ModelDef("rnn_gru2_lengths", lambda: Recurrent(lambda: nn.GRU(4, 8, 2), lengths=True), (x, lengths)),
+        ModelDef("rnn_simple_tanh2", lambda: Recurrent(lambda: nn.SimpleRNN(4, 8, 2)), (x,)),
+        ModelDef("rnn_simple_relu_bi", lambda: Recurrent(lambda: nn.SimpleRNN(4, 8, direction="bidirect",
+                                                                               activation="relu"), states=1),
+                 (x, state(2))),
+        ModelDef("rnn_classifier", Classifier, (InputDef("x", (-1, 6, 6), (2, 6, 6)),
+                                                InputDef("lengths", (-1,), (2,), "int64", (6, 3)))),
     ]
 
 
@@ -134,16 +193,30 @@ def _save_one(paddle, model: ModelDef, work: pathlib.Path) -> None:
     layer = model.make()
     _initialize(paddle, layer, rng)
     layer.eval()
-    feeds = {i.name: rng.uniform(-1, 1, i.sample).astype("float32") for i in model.inputs}
+    feeds = {i.name: np.array(i.values, i.dtype).reshape(i.sample) if i.values else
+             rng.uniform(-1, 1, i.sample).astype(i.dtype) for i in model.inputs}
     eager = _as_list(layer(*[paddle.to_tensor(a) for a in feeds.values()]))
-    specs = [paddle.static.InputSpec(list(i.spec), "float32", i.name) for i in model.inputs]
+    specs = [paddle.static.InputSpec(list(i.spec), i.dtype, i.name) for i in model.inputs]
     prefix = work / model.name / PREFIX
     paddle.jit.save(layer, str(prefix), input_spec=specs)
-    reloaded = _as_list(paddle.jit.load(str(prefix))(*[paddle.to_tensor(a) for a in feeds.values()]))
     arrays = {f"in_{k}": v for k, v in feeds.items()}
     arrays |= {f"out_{k}": t.numpy() for k, t in enumerate(eager)}
-    arrays |= {f"reloaded_{k}": t.numpy() for k, t in enumerate(reloaded)}
+    arrays |= {f"reloaded_{k}": a for k, a in enumerate(_reload(paddle, prefix, feeds))}
     np.savez(work / model.name / "data.npz", **arrays)
+
+
+def _reload(paddle, prefix: pathlib.Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The saved model's outputs: by jit.load (PIR), or the legacy program by the static executor (jit.load
+    cannot run a legacy rnn op)."""
+    if paddle.framework.use_pir_api():
+        return [t.numpy() for t in _as_list(paddle.jit.load(str(prefix))(*map(paddle.to_tensor, feeds.values())))]
+    paddle.enable_static()
+    try:
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        program, _, fetches = paddle.static.load_inference_model(str(prefix), exe)
+        return exe.run(program, feed=feeds, fetch_list=fetches)
+    finally:
+        paddle.disable_static()
 
 
 def _as_list(out) -> list:
@@ -174,6 +247,17 @@ def _patch_legacy_apis(paddle) -> None:
     }
     for (module, name), static in legacy.items():
         setattr(module, name, _dispatch(paddle, getattr(module, name), static))
+    # an RNN layer's dropout state is a tensor without a place, which paddle 3.3 cannot trace to a legacy program
+    rnn_base = paddle.nn.layer.rnn.RNNBase
+    flatten = rnn_base.flatten_parameters
+
+    def flatten_placed(self):
+        flatten(self)
+        state = paddle.zeros([0], "uint8")
+        state.name = self._dropout_state.name  # non-persistable by name: not saved
+        self._dropout_state = state
+
+    rnn_base.flatten_parameters = flatten_placed
 
 
 def _dispatch(paddle, eager, static):

@@ -10,7 +10,7 @@ import numpy as np
 from cinn.core.ir import Program, Value, shape_of
 from cinn.core.symbolic import Dim, SymbolicInput, SymbolicProgram, symbol_name
 from frontend.folding import FoldingBuilder
-from frontend.paddle import ops_math, ops_nn, ops_shape  # noqa: F401  (register converters)
+from frontend.paddle import ops_math, ops_nn, ops_rnn, ops_shape  # noqa: F401  (register converters)
 from frontend.paddle.graph import PaddleImportError, PaddleModel, PaddleOp, Tensor
 from frontend.paddle.params import params_path, read_params
 from frontend.paddle.pdmodel import read_pdmodel

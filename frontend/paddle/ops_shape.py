@@ -134,6 +134,14 @@ def full(ctx: OpContext):
     return [ctx.b.full(ctx.attr("shape"), np.array(ctx.attr("value"), dtype))]
 
 
+@converter("full_with_tensor")
+def full_with_tensor(ctx: OpContext):
+    """PIR's full with its value and shape as tensors (a shape with a computed dim, as a dynamic batch's)."""
+    value = ctx.scalar("value", 0, "the fill value")
+    return [ctx.b.full(ctx.int_array("shape", 1, "the shape"),
+                       np.array(value, dtype_of_name(ctx.attr("dtype"), "full_with_tensor")))]
+
+
 @converter("fill_constant")
 def fill_constant(ctx: OpContext):
     dtype = dtype_arg(ctx, "dtype", "fill_constant")

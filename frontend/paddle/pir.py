@@ -35,8 +35,9 @@ def _model(path: str, raw_ops: list) -> PaddleModel:
     inputs, params, ops, fetches = [], [], [], []
     for raw in raw_ops:
         kind = raw["#"]
-        if kind == "p":  # A: [is_distributed, is_parameter, need_clip, name]
-            params.append(_tensor(raw["O"], raw["A"][3]))
+        if kind == "p":  # A: [is_distributed, is_parameter, need_clip, name]; OA: [persistable, stop_gradient, ...]
+            if (raw.get("OA") or [1])[0]:  # a non-persistable one (an rnn's dropout state) is not in .pdiparams
+                params.append(_tensor(raw["O"], raw["A"][3]))
         elif kind == "1.data":
             inputs.append(_tensor(raw["O"][0], _attrs(raw)["name"]))
         elif kind == "1.fetch":
