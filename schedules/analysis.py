@@ -154,6 +154,14 @@ def is_row_reduction(sch: Schedule, per_row_work: bool = True) -> bool:
     return not per_row_work or is_reduction(sch, anchor) or depth < len(sch.get_loops(anchor))
 
 
+def row_stage(sch: Schedule, block) -> bool:
+    """Whether a row schedule keeps a spatial block as a stage (computed once per row) instead of inlining it: several
+    blocks read it and it has loops. A block without loops is a scalar (the epsilon that two fused layer norms share,
+    folded in as a constant): inlined it costs one expression per use, and as a stage it would sit at the root outside
+    every loop, which rfactor cannot step over (TVM fails `block_realize == old_block_realize_`)."""
+    return len(sch.get_consumers(block)) > 1 and bool(sch.get_loops(block))
+
+
 # Characters of TIR text a producer may put into its consumers by inlining: an expression read k times by its
 # consumer is copied k times, so chained polynomial forms grew exponentially (three tanh-GELUs in a row, each reading
 # its input 9 times, took minutes to build; see docs/notes/build-time-limits.md); past this the producer stays a stage.

@@ -22,6 +22,7 @@ from schedules.analysis import (
     is_row_reduction,
     output_anchor,
     row_depth,
+    row_stage,
     size,
     spatial_count,
     write_dtype,
@@ -34,8 +35,7 @@ from schedules.registry import schedule_rule
 def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Parallelize the rows of the anchor and compute every other block (vectorized) inside a row."""
     anchor = output_anchor(sch)
-    # a spatial block read by several consumers is kept (computed once per row) instead of recomputed per use
-    inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
+    inline_all(sch, keep=lambda b: row_stage(sch, b))
     if _columns(sch, target):
         return
     depth = row_depth(sch, anchor)

@@ -23,6 +23,7 @@ from schedules.analysis import (
     is_row_reduction,
     output_anchor,
     row_depth,
+    row_stage,
     write_dtype,
 )
 from schedules.cuda_common import FEW_OUTPUTS, STAGE_BLOCKS, TWO_STAGE_MIN, cross_thread_ok, thread_inner, tuned_threads
@@ -61,9 +62,7 @@ def _bytes(dtype: str) -> int:
 def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Bind the anchor's rows to blocks and compute every other block inside its row over the same threads."""
     anchor = output_anchor(sch)
-    # a spatial block read by several consumers is kept (computed once per row, in shared memory) instead of
-    # recomputed per use
-    inline_all(sch, keep=lambda b: len(sch.get_consumers(b)) > 1)
+    inline_all(sch, keep=lambda b: row_stage(sch, b))  # a kept stage lives in shared memory
     depth = row_depth(sch, anchor)
     threads = tuned_threads(sch, knobs, _row_elems(sch, anchor))
     assert depth is not None, "the rule applies to row reductions only"

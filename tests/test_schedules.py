@@ -11,6 +11,8 @@ from tvm import te, topi  # noqa: E402
 from tvm.s_tir import Schedule  # noqa: E402
 
 from cinn.compiler.build import OutOfBounds, check_in_bounds  # noqa: E402
+from cinn.compiler.lower import lower_program  # noqa: E402
+from cinn.core.builder import NetBuilder  # noqa: E402
 from cinn.core.ir import TensorType  # noqa: E402
 from cinn.core.ops import PatternKind as K  # noqa: E402
 from cinn.core.ops import get_op, infer  # noqa: E402
@@ -18,7 +20,9 @@ from cinn.core.target import parse_target  # noqa: E402
 from schedules import apply_default, cpu_matmul, cpu_tiling  # noqa: E402
 from schedules.analysis import blocks, extents, is_matmul, is_row_reduction, single_reduction  # noqa: E402
 from schedules.cpu_common import lanes  # noqa: E402
+from schedules.cuda_common import unbound_blocks  # noqa: E402
 from schedules.knobs import DefaultKnobs, Knob  # noqa: E402
+from schedules.registry import pick  # noqa: E402
 
 TARGET = parse_target("llvm")
 LANES = lanes("float32", TARGET)  # float32 lanes of the host's vectors: AVX-512 16, AVX2 8
@@ -33,15 +37,23 @@ def schedule_of(tensors) -> Schedule:
 def check(inputs, outputs, kind, expected, rtol=1e-4, atol=1e-4) -> Schedule:
     """Schedule with the default schedule, build, run and compare each output with numpy."""
     sch = schedule_of([*inputs, *outputs])
+    check_schedule(sch, kind, len(inputs), expected, rtol, atol)
+    return sch
+
+
+def check_schedule(sch: Schedule, kind, n_inputs: int, expected, rtol=1e-4, atol=1e-4) -> None:
+    """Schedule a PrimFunc (its first n_inputs parameters are inputs) with the default schedule, build, run it on
+    random inputs and compare each output with numpy."""
     apply_default(sch, kind, TARGET)
     ex = tvm.compile(sch.mod, target=TARGET.tvm())
     dev = tvm.cpu()
-    arrays = [RNG.standard_normal([int(d) for d in t.shape]).astype(str(t.dtype)) for t in inputs]
-    outs = [tvm.runtime.empty([int(d) for d in t.shape], str(t.dtype), dev) for t in outputs]
+    func = sch.mod["main"]
+    shapes = [([int(d) for d in p.shape], str(p.dtype)) for p in func.params]
+    arrays = [RNG.standard_normal(shape).astype(dtype) for shape, dtype in shapes[:n_inputs]]
+    outs = [tvm.runtime.empty(shape, dtype, dev) for shape, dtype in shapes[n_inputs:]]
     ex["main"](*[tvm.runtime.tensor(a, dev) for a in arrays], *outs)
     for got, want in zip(outs, expected(*arrays), strict=True):
         np.testing.assert_allclose(got.numpy(), want, rtol=rtol, atol=atol)
-    return sch
 
 
 def matmul(shape_a, shape_b, trans_y=False, epilogue=True):
@@ -200,6 +212,49 @@ def test_row_reduction(make):
     inputs, out, ref = make()
     assert is_row_reduction(schedule_of([*inputs, out]))
     check(inputs, [out], K.REDUCTION, ref)
+
+
+def _two_norms():
+    """Two layer norms in one kernel, as fusion groups a NetBuilder program: both read their shared epsilon, a scalar
+    block without loops."""
+    width = 2 * LANES  # two vectors per row: every reduction is rfactored over the lanes
+    b = NetBuilder("two_norms")
+    x, gamma, beta = (b.create_input("float32", shape, name) for name, shape in
+                      (("x", (4, width)), ("gamma", (width,)), ("beta", (width,))))
+    y = b.layer_norm(b.layer_norm(x, gamma, beta, begin_norm_axis=1), gamma, beta, begin_norm_axis=1)
+    _, (lowered,) = lower_program(b.build([y]))
+    assert lowered.group.kind == K.REDUCTION
+    assert [v.name for v in lowered.params[:3]] == ["x", "gamma", "beta"]  # then the output
+    return Schedule(tvm.IRModule({"main": lowered.func}))
+
+
+def _no_scalar_stage(sch: Schedule) -> bool:
+    """Whether every block writes a buffer with dims (the shared scalar was inlined, not kept as a stage)."""
+    return all(len(sch.get(block).writes[0].source.shape) for block in blocks(sch))
+
+
+def test_row_reduction_inlines_a_scalar_that_two_blocks_read():
+    """The row schedule inlines the scalar: kept as a stage outside every loop, it made rfactor fail inside TVM
+    (`block_realize == old_block_realize_`, issue 52)."""
+    sch = _two_norms()
+    assert pick(sch, K.REDUCTION, TARGET).name == "RowReduction"
+
+    def ref(a, g, c):
+        for _ in range(2):
+            centered = a - a.mean(-1, keepdims=True)
+            a = centered / np.sqrt((centered**2).mean(-1, keepdims=True) + 1e-5) * g + c
+        return [a]
+
+    check_schedule(sch, K.REDUCTION, 3, ref)
+    assert _no_scalar_stage(sch)
+
+
+def test_cuda_row_reduction_inlines_a_scalar_that_two_blocks_read():
+    """On CUDA too: the scalar is not a shared-memory stage that one thread of each block writes."""
+    sch, cuda = _two_norms(), parse_target("cuda -arch=sm_80")
+    assert pick(sch, K.REDUCTION, cuda).name == "CudaRowReduction"
+    apply_default(sch, K.REDUCTION, cuda)
+    assert _no_scalar_stage(sch) and unbound_blocks(sch) == []
 
 
 def test_plain_reduction_output():
