@@ -96,6 +96,12 @@ def is_matmul(sch: Schedule) -> bool:
     return vars_in(last) == {block.iter_vars[n - 1].var}
 
 
+def operand_reads(block) -> list:
+    """A reduction block's reads of its operands: not its own accumulator, and not 0-d scalars (a broadcast value
+    indexes no axis, so it says nothing about strides or contiguity)."""
+    return [r for r in block.reads if not r.source.same_as(block.writes[0].source) and len(r.region)]
+
+
 def is_gemv(sch: Schedule) -> bool:
     """One reduction block with a single non-unit spatial axis whose operands are all contiguous along the reduction
     (a batch-1 fully connected layer with [N, K] weights): a dot product per output, not a register tile."""
@@ -105,7 +111,7 @@ def is_gemv(sch: Schedule) -> bool:
     block = sch.get(main)
     n = spatial_count(sch, main)
     reduced = {iv.var for iv in block.iter_vars[n:]}
-    operands = [r for r in block.reads if not r.source.same_as(block.writes[0].source)]
+    operands = operand_reads(block)
     return (sum(size(sch, iv.dom.extent) > 1 for iv in block.iter_vars[:n]) == 1 and bool(operands)
             and all(vars_in(r.region[-1].min) & reduced for r in operands))
 

@@ -19,6 +19,7 @@ from schedules.analysis import (
     is_fresh,
     is_reduction,
     is_static,
+    operand_reads,
     size,
     spatial_count,
     vars_in,
@@ -148,7 +149,7 @@ def _is_window(sch: Schedule, block, target: Target) -> bool:
     if n == 0 or prod(ext[n:]) > WINDOW_MAX or register_lanes(ext[n - 1], lanes(write_dtype(sch, block), target)) < MIN_LANES:
         return False
     var = sch.get(block).iter_vars[n - 1].var
-    reads = [r for r in sch.get(block).reads if not r.source.same_as(sch.get(block).writes[0].source)]
+    reads = operand_reads(sch.get(block))
     return bool(reads) and all((index_step(r.region[-1].min, var) or 0) > 1 for r in reads)
 
 
@@ -196,7 +197,7 @@ def column_axis(sch: Schedule, block, target: Target) -> int | None:
     if not axes or register_lanes(ext[axes[-1]], lanes(write_dtype(sch, block), target)) < MIN_LANES:
         return None
     iters = sch.get(block).iter_vars
-    reads = [r.region[-1].min for r in sch.get(block).reads if not r.source.same_as(sch.get(block).writes[0].source)]
+    reads = [r.region[-1].min for r in operand_reads(sch.get(block))]
     contiguous = all(index_step(i, iters[axes[-1]].var) == 1 and all(index_step(i, iv.var) == 0 for iv in iters[n:])
                      for i in reads)
     return axes[-1] if reads and contiguous else None

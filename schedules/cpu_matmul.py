@@ -31,6 +31,7 @@ from schedules.analysis import (
     is_output,
     is_reduction,
     is_static,
+    operand_reads,
     reverse_inline_all,
     single_reduction,
     size,
@@ -635,8 +636,7 @@ def _per_channel(block, col: int) -> bool:
     """Whether every operand is read per vector channel, none a row operand (a channels-last depthwise conv): its
     parallel tasks then run channel tiles outermost, each core the channels its producer's (a 1x1 conv's channel
     tiles) left in its cache, rather than image rows of every channel (see docs/notes/parallel-loops.md)."""
-    operands = [r for r in block.reads if not r.source.same_as(block.writes[0].source)]
-    return len(operands) >= 2 and not _row_operands(block, col)
+    return len(operand_reads(block)) >= 2 and not _row_operands(block, col)
 
 
 def _tile_output_spills(sch: Schedule, main, tiles: int, target: Target) -> bool:

@@ -257,6 +257,24 @@ def test_cuda_row_reduction_inlines_a_scalar_that_two_blocks_read():
     assert _no_scalar_stage(sch) and unbound_blocks(sch) == []
 
 
+@pytest.mark.parametrize("shape, axes", [((4, 2 * LANES), (1,)), ((2 * LANES, 3), (0,)), ((2, 3, 5, 5), (2, 3))])
+def test_a_reduction_reading_a_0d_scalar(shape, axes):
+    """A 0-d operand (a scalar input broadcast into the reduced product) indexes no axis: the rules that look at the
+    innermost index of each operand must not fail on it."""
+    x, s = te.placeholder(shape, name="x"), te.placeholder((), name="s")
+    red = [te.reduce_axis((0, shape[a]), name=f"r{a}") for a in axes]
+    keep = [d for d in range(len(shape)) if d not in axes]
+
+    def body(*idx):
+        it, full = iter(red), []
+        for d in range(len(shape)):
+            full.append(next(it) if d in axes else idx[keep.index(d)])
+        return te.sum(x[tuple(full)] * s[()], axis=red)
+
+    y = te.compute([shape[d] for d in keep], body, name="y")
+    check([x, s], [y], K.REDUCTION, lambda a, c: [(a * c).sum(axis=axes)])
+
+
 def test_plain_reduction_output():
     x = te.placeholder((6, 32), name="x")
     s = topi.sum(x, axis=1)
