@@ -40,7 +40,10 @@ class FoldingBuilder(NetBuilder):
         return self.broadcast_to(scalar, out_shape=list(shape)) if len(shape) else scalar
 
     def constant_of(self, v: Value | None) -> np.ndarray | None:
-        """The data of a constant value (None for anything computed at run time)."""
+        """The data of a constant value (None for anything computed at run time); a zero-size value is known whatever
+        computes it, having no data (an empty input folds like a constant)."""
+        if v is not None and v.type.size == 0:
+            return np.zeros(v.shape, v.dtype)
         return None if v is None else self._constants.get(v.name)
 
     def distinct(self, outputs: Sequence[Value]) -> list[Value]:

@@ -73,8 +73,9 @@ def test_pass_names_are_unique_and_each_pipeline_runs_the_declared_passes():
     by_name = {p.name: p for p in pipeline.PASSES}
     for declared in pipeline.PIPELINES:
         assert all(by_name[p.name] is p for p in declared.passes), declared.name
-    assert [p.name for p in pipeline.PASSES if p.required] == [PassName.DECOMPOSE]
-    assert pipeline.CPU_VNNI.passes[:2] == pipeline.VNNI.passes
+    assert [p.name for p in pipeline.PASSES if p.required] == [PassName.ZERO_SIZE, PassName.DECOMPOSE]
+    assert all(p.passes[0] is pipeline.ZERO_SIZE for p in pipeline.PIPELINES if p is not pipeline.VNNI)
+    assert pipeline.CPU_VNNI.passes[1:3] == pipeline.VNNI.passes
 
 
 @pytest.mark.parametrize("target", TARGETS.values(), ids=TARGETS.keys())
@@ -123,7 +124,7 @@ def test_a_compile_times_every_pass_it_ran_and_a_cached_one_none(tmp_path):
     assert all(t.seconds >= 0 for t in exe.pass_times)
     assert cinn.compile(program, target, cache_dir=tmp_path).pass_times == ()  # from the compile cache
     unoptimized = cinn.compile(program, target, cache_dir=tmp_path, passes=False)
-    assert [t.name for t in unoptimized.pass_times] == ["decompose"]
+    assert [t.name for t in unoptimized.pass_times] == ["zero_size", "decompose"]
 
 
 def test_disabling_fuse_attention_gives_more_kernels_and_the_same_outputs(tmp_path):

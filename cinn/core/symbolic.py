@@ -76,6 +76,11 @@ class Binding:
     def __getitem__(self, symbol: str) -> int:
         return dict(self.sizes)[symbol]
 
+    @property
+    def has_zero(self) -> bool:
+        """Whether a symbol is 0: the program then holds zero-size tensors, which its static compile folds away."""
+        return any(n == 0 for _, n in self.sizes)
+
     def __str__(self) -> str:
         return ", ".join([f"{s}={n}" for s, n in self.sizes] + [f"{k}={list(v)}" for k, v in self.values])
 
@@ -95,7 +100,8 @@ class SymbolicProgram:
         return tuple(dict.fromkeys(d for i in self.inputs for d in i.dims if isinstance(d, str)))
 
     def binding(self, sizes: Mapping[str, int]) -> Binding:
-        """A binding from symbol sizes; every symbol must be given, each a positive int."""
+        """A binding from symbol sizes; every symbol must be given, each an int >= 0 (0: zero-size tensors, a cache
+        of past length 0)."""
         missing = [s for s in self.symbols if s not in sizes]
         unknown = sorted(set(sizes) - set(self.symbols))
         if missing or unknown:
@@ -103,8 +109,8 @@ class SymbolicProgram:
                                     + (f"missing {missing}" if missing else f"unknown {unknown}"))
         for s in self.symbols:
             size = sizes[s]
-            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-                raise ShapeBindingError(f"{self.name}: symbol {s} = {size!r} must be a positive int")
+            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+                raise ShapeBindingError(f"{self.name}: symbol {s} = {size!r} must be a non-negative int")
         return Binding(tuple((s, int(sizes[s])) for s in self.symbols))
 
     def bind(self, shapes: Mapping[str, Sequence[int]], values: Mapping[str, np.ndarray] | None = None) -> Binding:

@@ -26,8 +26,9 @@ class DynamicExecutable:
 
     The bindings given at compile time are built then, each specialized to its sizes. A run whose shapes give another
     binding runs on the symbolic kernels when there are some (`symbolic`: built once at compile time for every size;
-    counted in `served_symbolic`), else builds the binding first when `on_demand` (counted in `built_on_demand`), else
-    raises naming the bindings there are. Safe to run from several threads: a binding is built once.
+    counted in `served_symbolic`; not a binding with a symbol of 0), else builds the binding first when `on_demand`
+    (counted in `built_on_demand`), else raises naming the bindings there are. Safe to run from several threads: a
+    binding is built once.
     """
 
     def __init__(self, program: SymbolicProgram, build: Callable[[Program], Executable], bindings: Iterable[Binding],
@@ -72,7 +73,9 @@ class DynamicExecutable:
         with self._lock:
             if binding in self._executables:
                 return self._executables[binding]
-            if self._symbolic is not None:
+            # kernels of every size would run a symbol of 0 as loops of no iteration (a max over no element is not
+            # -inf there): that binding's own compile folds its zero-size tensors instead
+            if self._symbolic is not None and not binding.has_zero:
                 return self._served_by_symbolic(binding)
             if not self._on_demand:
                 built = "; ".join(map(str, self._executables)) or "none"

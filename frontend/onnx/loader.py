@@ -219,14 +219,7 @@ def _graph_inputs(b: FoldingBuilder, graph: onnx.GraphProto, shapes: Mapping[str
             env[i.name] = b.create_constant(values[i.name], i.name, dtype)
             continue
         env[i.name] = b.create_input(dtype, shapes[i.name], i.name)
-        _check_not_empty(b, env[i.name], f"graph input {i.name!r}")
     return env
-
-
-def _check_not_empty(b: FoldingBuilder, v: Value, what: str) -> None:
-    """Zero-size tensors computed at run time have no kernels (empty constants, such as no axes, are fine)."""
-    if 0 in v.shape and b.constant_of(v) is None:
-        raise OnnxImportError(f"{what} has shape {v.shape}: zero-size tensors are not supported")
 
 
 def _input_dims(name: str, tensor: onnx.TypeProto.Tensor, given: Sequence[int] | None) -> tuple[Dim, ...]:
@@ -260,7 +253,6 @@ def _convert(b: FoldingBuilder, node: onnx.NodeProto, env: dict[str, Value], ops
             continue
         if k >= len(outputs):
             raise NotImplementedError(f"{where}: output {k} ({name!r}) is not supported")
-        _check_not_empty(b, outputs[k], f"{where}: output {name!r}")
         env[name] = outputs[k]
 
 
@@ -464,8 +456,8 @@ def _stacked(ctx: NodeContext, steps: list[list[Value]], writes: list[Scanned], 
     """Each scan output: its value of every iteration (steps[i][k]) stacked along a new axis, last first where its
     direction is reverse; every iteration's value must have one shape."""
     if writes and not steps:
-        raise OnnxImportError(f"{ctx.node.op_type} runs no iteration, so its scan outputs {list(names)} would be empty: "
-                              "zero-size tensors are not supported")
+        raise OnnxImportError(f"{ctx.node.op_type} runs no iteration, so its scan outputs {list(names)} would be empty, "
+                              "with shapes no iteration gives: zero-size tensors of unknown shape are not supported")
     outputs = []
     for k, ((axis, direction), name) in enumerate(zip(writes, names, strict=True)):
         values = [step[k] for step in steps][:: -1 if direction is Direction.REVERSE else 1]

@@ -22,6 +22,10 @@ def reshape(ctx: NodeContext):
     x = ctx.input(0)
     shape = ctx.ints(1, "shape", 5, "the target shape")
     allow_zero = ctx.attr("allowzero", 0)
+    if allow_zero and 0 in shape:  # a dim of size 0 (reshape's 0 keeps the input's): an empty result of an empty x
+        if x.type.size or -1 in shape:
+            raise OnnxImportError(f"Reshape (allowzero) of {x.shape} to {tuple(shape)}: the sizes differ")
+        return [ctx.b.create_constant(np.zeros(shape, x.dtype), dtype=x.dtype)]
     # 0 copies the input dim (unless allowzero)
     target = [x.shape[k] if d == 0 and not allow_zero else d for k, d in enumerate(shape)]
     return [ctx.b.reshape(x, target)]

@@ -22,6 +22,7 @@ ALL = "all"
 class PassName(enum.StrEnum):
     """Every graph pass, by the name the options and the environment give it."""
 
+    ZERO_SIZE = "zero_size"
     INTEGER_KERNELS = "integer_kernels"
     SINK_TRANSPOSES = "sink_transposes"
     SIMPLIFY = "simplify"

@@ -18,6 +18,7 @@ from cinn.compiler.passes.pack_weights import pack_weights
 from cinn.compiler.passes.simplify import simplify
 from cinn.compiler.passes.sink_transposes import sink_transposes
 from cinn.compiler.passes.winograd import ConvShape, conv_shapes, winograd
+from cinn.compiler.passes.zero_size import zero_size
 from cinn.core.ir import Program
 from cinn.core.target import Target, parse_target
 
@@ -56,6 +57,7 @@ def _plain(rewrite: Callable[[Program], Program]) -> Callable[[Program, PassCont
     return lambda program, context: rewrite(program)
 
 
+ZERO_SIZE = Pass(PassName.ZERO_SIZE, _plain(zero_size), required="zero-size tensors have no kernels")
 INTEGER_KERNELS = Pass(PassName.INTEGER_KERNELS, _integer_kernels)
 SINK_TRANSPOSES = Pass(PassName.SINK_TRANSPOSES, _sink_transposes)
 SIMPLIFY = Pass(PassName.SIMPLIFY, _plain(simplify))
@@ -70,26 +72,28 @@ DCE = Pass(PassName.DCE, _plain(dce))
 WINOGRAD = Pass(PassName.WINOGRAD, _winograd)
 CHANNELS_LAST = Pass(PassName.CHANNELS_LAST, _channels_last)
 PACK_WEIGHTS = Pass(PassName.PACK_WEIGHTS, _pack_weights)
-PASSES = (INTEGER_KERNELS, SINK_TRANSPOSES, SIMPLIFY, FUSE_ATTENTION, FOLD_ATTENTION_SLICES, DECOMPOSE, CONV_FORMS,
-          FOLD_CONSTANTS, MARK_CAUSAL, CSE, DCE, WINOGRAD, CHANNELS_LAST, PACK_WEIGHTS)
+PASSES = (ZERO_SIZE, INTEGER_KERNELS, SINK_TRANSPOSES, SIMPLIFY, FUSE_ATTENTION, FOLD_ATTENTION_SLICES, DECOMPOSE,
+          CONV_FORMS, FOLD_CONSTANTS, MARK_CAUSAL, CSE, DCE, WINOGRAD, CHANNELS_LAST, PACK_WEIGHTS)
 
-# simplify before decompose (batch norm folding needs the composite ops); fuse attention subgraphs into one op (the
-# softmax is still one node) reading q, k and v sliced from one tensor in place; decompose, simplify what the
-# expansions emit, rewrite convs into denser forms, fold constant subgraphs, mark the attention whose folded bias is
-# causal, merge common subexpressions and drop what no output needs
-TARGET_INDEPENDENT = Pipeline(PipelineName.TARGET_INDEPENDENT, (
-    SIMPLIFY, FUSE_ATTENTION, FOLD_ATTENTION_SLICES, DECOMPOSE, SIMPLIFY, CONV_FORMS, FOLD_CONSTANTS, MARK_CAUSAL, CSE,
-    DCE))
+# zero-size values become constants before anything else reads the program (every pipeline starts so); simplify
+# before decompose (batch norm folding needs the composite ops); fuse attention subgraphs into one op (the softmax is
+# still one node) reading q, k and v sliced from one tensor in place; decompose, simplify what the expansions emit,
+# rewrite convs into denser forms, fold constant subgraphs, mark the attention whose folded bias is causal, merge
+# common subexpressions and drop what no output needs
+_GRAPH = (SIMPLIFY, FUSE_ATTENTION, FOLD_ATTENTION_SLICES, DECOMPOSE, SIMPLIFY, CONV_FORMS, FOLD_CONSTANTS, MARK_CAUSAL,
+          CSE, DCE)
+TARGET_INDEPENDENT = Pipeline(PipelineName.TARGET_INDEPENDENT, (ZERO_SIZE, *_GRAPH))
 # on a CPU with VNNI, matmuls and convs of quantized tensors and weights become integer kernels first, whose
 # channels-last layout then carries from one conv to the next
 VNNI = Pipeline(PipelineName.VNNI, (INTEGER_KERNELS, SINK_TRANSPOSES))
 # stride-1 3x3 convs become Winograd convs where that gains, depthwise convs with narrow rows and the 1x1 convs around
 # them compute channels last, and constant weights are stored as the kernels read them
-CPU = Pipeline(PipelineName.CPU, (*TARGET_INDEPENDENT.passes, WINOGRAD, CHANNELS_LAST, PACK_WEIGHTS, DCE))
-CPU_VNNI = Pipeline(PipelineName.CPU_VNNI, (*VNNI.passes, *CPU.passes))
+_CPU = (WINOGRAD, CHANNELS_LAST, PACK_WEIGHTS, DCE)
+CPU = Pipeline(PipelineName.CPU, (*TARGET_INDEPENDENT.passes, *_CPU))
+CPU_VNNI = Pipeline(PipelineName.CPU_VNNI, (ZERO_SIZE, *VNNI.passes, *_GRAPH, *_CPU))
 CUDA = Pipeline(PipelineName.CUDA, (*TARGET_INDEPENDENT.passes, PACK_WEIGHTS, DCE))
 # passes=False: every op reaches a kernel as written, composite ops decomposed
-UNOPTIMIZED = Pipeline(PipelineName.UNOPTIMIZED, (DECOMPOSE,))
+UNOPTIMIZED = Pipeline(PipelineName.UNOPTIMIZED, (ZERO_SIZE, DECOMPOSE))
 PIPELINES = (TARGET_INDEPENDENT, VNNI, CPU, CPU_VNNI, CUDA, UNOPTIMIZED)
 
 

@@ -142,12 +142,33 @@ def _int_exact(np_fn: Callable) -> Callable:
     return lambda x, axis, keepdims: np_fn(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
 
 
+def _np_extreme(np_fn: Callable, is_max: bool) -> Callable:
+    """numpy's max or min, which also reduces an empty set: to -inf or inf, an integer type's least or greatest value
+    (ONNX's ReduceMax/ReduceMin of an empty set)."""
+
+    def fn(x: np.ndarray, axis, keepdims: bool):
+        if x.dtype.kind == "f":
+            initial = -np.inf if is_max else np.inf
+        else:
+            initial = np.iinfo(x.dtype).min if is_max else np.iinfo(x.dtype).max
+        return np_fn(x, axis=axis, keepdims=keepdims, initial=initial)
+
+    return fn
+
+
+def _np_mean(x: np.ndarray, axis, keepdims: bool):
+    """numpy's mean; an empty set's is NaN (numpy's, without its warning)."""
+    if x.size:
+        return np.mean(x, axis=axis, keepdims=keepdims)
+    return np.full(np.sum(x, axis=axis, keepdims=keepdims).shape, np.nan, x.dtype)
+
+
 _register_reduce("reduce_sum", _topi_reduce("sum"), _int_exact(np.sum), D.NUMBER)
 # an integer mean would have to pick a rounding: cast to float first
-_register_reduce("reduce_mean", _mean_te, np.mean, D.FLOAT)
+_register_reduce("reduce_mean", _mean_te, _np_mean, D.FLOAT)
 _register_reduce("reduce_prod", _topi_reduce("prod"), _int_exact(np.prod), D.NUMBER)
-_register_reduce("reduce_max", _extreme_reduce(True), np.max, D.NUMBER)
-_register_reduce("reduce_min", _extreme_reduce(False), np.min, D.NUMBER)
+_register_reduce("reduce_max", _extreme_reduce(True), _np_extreme(np.max, True), D.NUMBER)
+_register_reduce("reduce_min", _extreme_reduce(False), _np_extreme(np.min, False), D.NUMBER)
 _register_reduce("reduce_all", _topi_reduce("all"), np.all, D.BOOL)
 _register_reduce("reduce_any", _topi_reduce("any"), np.any, D.BOOL)
 
