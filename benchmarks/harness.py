@@ -6,7 +6,9 @@ worker prepares its engine (imports, compiles, saves the outputs), says so in on
 line it reads on stdin. The parent keeps all engines' workers of a model alive and asks each in turn for a round, so
 a change of machine speed (on a shared VM, 2x for stretches of seconds) hits all engines alike, and each round's
 ratios compare engines timed a moment apart. A baseline (another install of cinn, `--baseline`) is one more worker,
-started by that install's Python as its own worker module: the protocol is the same.
+started by that install's Python as its own worker module, and Paddle Inference, for Paddle models, one more in a
+Python that has paddle (`benchmarks.paddle_worker`, which imports nothing of cinn): the protocol is the same
+(`benchmarks.worker_protocol`).
 """
 from __future__ import annotations
 
@@ -25,21 +27,19 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 import onnx
 
 import cinn
 from benchmarks.onnx_export import to_onnx
-from cinn.core.utils import SETTLE_S, median_seconds
+from benchmarks.paddle_export import PADDLE_EXTRA
+from benchmarks.worker_protocol import load_feeds, load_outputs, round_ms, save_feeds, save_outputs, work
 from cinn.facade.command import USER_ERRORS, ExitStatus
 from cinn.runtime.worker_pool import die_with_spawner, spawner_env
-from frontend.loading import parse_input_shapes
-from frontend.zoo import get_model, model_label
-
-# untimed runs before each round after the first: long enough for another engine's idle threads to stop spinning
-ROUND_SETTLE_S = 0.2
+from frontend.loading import PADDLE_SUFFIXES, parse_input_shapes
+from frontend.zoo import BenchModel, get_model, is_model_name, model_label
 
 RTOL = ATOL = 1e-3
 QUANTIZED_MEAN_ERR = 0.01  # a quantized model's outputs: mean |error| within 1% of the output's largest magnitude
@@ -54,11 +54,15 @@ class Engine(enum.StrEnum):
     TUNED = "cinn-tuned"
     ORT = "onnxruntime"
     OPENVINO = "openvino"
+    PADDLE = "paddle-inference"  # Paddle models only, in a Python that has paddle (--paddle-python)
 
 
-PEERS = (Engine.ORT, Engine.OPENVINO)
-CHECKED = (Engine.FUSED, Engine.BASELINE, Engine.TUNED, Engine.OPENVINO)  # compared with onnxruntime's outputs
+PEERS = (Engine.ORT, Engine.OPENVINO, Engine.PADDLE)
+ONNX_PEERS = (Engine.ORT, Engine.OPENVINO)
+# compared with the reference's outputs: Paddle Inference's for a Paddle model, else onnxruntime's
+CHECKED = (Engine.FUSED, Engine.BASELINE, Engine.TUNED, Engine.OPENVINO, Engine.ORT)
 WORKER = "benchmarks.harness"  # this install's worker module
+PADDLE_WORKER = "benchmarks.paddle_worker"
 
 # run by the baseline's Python: where its cinn is, and which of its modules is the worker (it moved out of cinn/ when
 # the folders became top-level packages; parent and worker still speak the same protocol)
@@ -115,6 +119,74 @@ def find_baseline(python: str, timeout: float) -> Baseline:
         raise ValueError(f"{python}: not a Python interpreter") from None
 
 
+# run by the --paddle-python interpreter: its paddle's version
+_PADDLE_PROBE = """
+import json, sys
+try:
+    import paddle
+except ImportError as err:
+    sys.exit(f"no paddle there ({err})")
+print(json.dumps({"paddle": paddle.__version__}))
+"""
+
+
+@dataclass(frozen=True)
+class PaddlePeer:
+    """A Python that has paddle, which runs Paddle Inference's worker, and its paddle's version."""
+
+    python: str
+    version: str
+
+    def command(self) -> list[str]:
+        """How to start Paddle Inference's worker (with package_path on PYTHONPATH)."""
+        return [self.python, "-P", "-m", PADDLE_WORKER]
+
+
+def find_paddle(python: str, timeout: float) -> PaddlePeer:
+    """Ask the Python `python` (a path, or a name on PATH) for its paddle, within `timeout` seconds; ValueError saying
+    why it cannot run Paddle Inference, and how to install paddle."""
+    exe = shutil.which(python)
+    if exe is None:
+        raise ValueError(f"{python}: no such Python interpreter")
+    try:
+        proc = subprocess.run([exe, "-P", "-c", _PADDLE_PROBE], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise ValueError(f"{python}: cannot run it ({err})") from None
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise ValueError(f"{python}: {why}; Paddle Inference needs paddlepaddle: {PADDLE_EXTRA}, or name a Python that "
+                         "has it with --paddle-python")
+    try:
+        return PaddlePeer(exe, json.loads(proc.stdout.strip().splitlines()[-1])["paddle"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        raise ValueError(f"{python}: not a Python interpreter") from None
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model to benchmark: a built-in model's name or a model file, how reports name it, and what a Paddle model
+    set (`benchmarks.paddle_models`) gives with it: the inputs to feed and the ONNX file of the ONNX peers."""
+
+    model: str
+    label: str = ""
+    feeds: str | None = None  # an .npz of the named inputs; else seeded random ones
+    onnx: str | None = None  # the file onnxruntime and OpenVINO run (paddle2onnx's export)
+    paddle_set: bool = False  # from a set: the ONNX peers run its ONNX file or nothing, never cinn's export
+
+    @property
+    def name(self) -> str:
+        return self.label or model_label(self.model)
+
+    @property
+    def is_paddle(self) -> bool:
+        """Whether Paddle Inference can run it: a Paddle model file or directory."""
+        return is_model_name(self.model) and (self.model.endswith(PADDLE_SUFFIXES) or os.path.isdir(self.model))
+
+
+def as_model_ref(model: str | ModelRef) -> ModelRef:
+    return model if isinstance(model, ModelRef) else ModelRef(model)
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     """Settings shared by every worker."""
@@ -129,6 +201,7 @@ class BenchConfig:
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # fixed shapes of a model file's symbolic inputs
     baseline: Baseline | None = None  # another install of cinn whose fused build is timed too
     unfused: bool = True  # time the unfused build (one compile more per model)
+    paddle: PaddlePeer | None = None  # the Python that runs Paddle Inference on Paddle models
 
     @property
     def is_cuda(self) -> bool:
@@ -145,11 +218,23 @@ class BenchConfig:
         openvino = (Engine.OPENVINO,) if not self.is_cuda and importlib.util.find_spec("openvino") else ()
         return (Engine.FUSED, *baseline, *unfused, *tuned, Engine.ORT, *openvino)
 
+    def model_engines(self, model: ModelRef) -> tuple[Engine, ...]:
+        """The engines to run on one model: Paddle Inference too on a Paddle model (given a Python with paddle); no
+        ONNX peer on a set's model that paddle2onnx could not convert."""
+        engines = self.engines()
+        if model.paddle_set and model.onnx is None:
+            engines = tuple(e for e in engines if e not in ONNX_PEERS)
+        return engines + ((Engine.PADDLE,) if self.paddle and model.is_paddle else ())
+
     def worker_command(self, engine: Engine) -> list[str]:
-        """How to start an engine's worker: the baseline's in its own Python, the others in this one."""
+        """How to start an engine's worker: the baseline's in its own Python, Paddle Inference's in the Python that has
+        paddle, the others in this one."""
         if engine is Engine.BASELINE:
             assert self.baseline is not None
             return self.baseline.command()
+        if engine is Engine.PADDLE:
+            assert self.paddle is not None
+            return self.paddle.command()
         return [sys.executable, "-m", WORKER]
 
 
@@ -242,7 +327,7 @@ class Prepared:
                 "compile_cached_s": self.compile_cached_s}
 
 
-def _prepare_cinn(engine: Engine, model, config: BenchConfig) -> Prepared:
+def _prepare_cinn(engine: Engine, model: BenchModel, config: BenchConfig) -> Prepared:
     """Compile a cinn executable (cold and cached, for the fused and tuned builds)."""
     cold = cached = None
     if engine is Engine.UNFUSED:
@@ -268,14 +353,16 @@ def ort_session(onnx_model, cuda: bool = False):
     opts.intra_op_num_threads = os.cpu_count() or 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3  # errors only: its warnings are about the file (paddle2onnx's: a line per unused constant)
     return ort.InferenceSession(onnx_model.SerializeToString(), opts, providers=[provider])
 
 
-def _prepare_ort(model, config: BenchConfig) -> Prepared:
-    # an imported ONNX model runs as its file is: onnxruntime optimizes the original graph, not our export of it
-    onnx_model = onnx.load(model.onnx_path) if model.onnx_path else to_onnx(model.program)
-    sess = ort_session(onnx_model, cuda=config.is_cuda)
-    feeds = dict(model.feeds)
+OnnxSource = str | onnx.ModelProto  # an ONNX file, or a model exported in memory
+
+
+def _prepare_ort(source: OnnxSource, feeds: Mapping[str, np.ndarray], config: BenchConfig) -> Prepared:
+    sess = ort_session(onnx.load(source) if isinstance(source, str) else source, cuda=config.is_cuda)
+    feeds = dict(feeds)
     return Prepared(lambda: sess.run(None, feeds))
 
 
@@ -295,51 +382,51 @@ def openvino_runner(onnx_path: str) -> Callable[[Mapping[str, np.ndarray]], list
     return run
 
 
-def _prepare_openvino(model, config: BenchConfig) -> Prepared:
-    with tempfile.TemporaryDirectory(prefix="cinn-bench-ov-") as tmp:
-        path = model.onnx_path  # as for onnxruntime: an imported ONNX file as it is, a built-in model as exported
-        if path is None:
-            path = os.path.join(tmp, "model.onnx")
-            onnx.save(to_onnx(model.program), path)
-        run = openvino_runner(path)
-    feeds = dict(model.feeds)
+def _prepare_openvino(source: OnnxSource, feeds: Mapping[str, np.ndarray]) -> Prepared:
+    if isinstance(source, str):
+        run = openvino_runner(source)
+    else:
+        with tempfile.TemporaryDirectory(prefix="cinn-bench-ov-") as tmp:
+            onnx.save(source, os.path.join(tmp, "model.onnx"))
+            run = openvino_runner(os.path.join(tmp, "model.onnx"))
+    feeds = dict(feeds)
     return Prepared(lambda: run(feeds))
 
 
-def prepare(engine: Engine, model_name: str, config: BenchConfig, outputs_path: str | None) -> Prepared:
-    """Get one engine ready to time one model in this process; optionally save a first run's outputs (.npz)."""
+def _bench_model(model_name: str, config: BenchConfig, feeds_path: str | None) -> BenchModel:
+    """A model as cinn imports it, fed the inputs saved in `feeds_path` or seeded random ones."""
     model = get_model(model_name, config.small, dict(config.input_shapes))
-    if engine is Engine.ORT:
-        prepared = _prepare_ort(model, config)
-    elif engine is Engine.OPENVINO:
-        prepared = _prepare_openvino(model, config)
-    else:
-        prepared = _prepare_cinn(engine, model, config)
-    outputs = prepared.run()
-    if outputs_path:
-        np.savez(outputs_path, *[np.asarray(o) for o in outputs])
-    return prepared
+    return dataclasses.replace(model, feeds=load_feeds(feeds_path)) if feeds_path else model
 
 
-def time_round(prepared: Prepared, config: BenchConfig, first: bool) -> float:
-    """One round: the median milliseconds of `config.repeat` timed runs, after untimed ones that last SETTLE_S on
-    the first round (right after a compile the cores are slow) and ROUND_SETTLE_S on later ones (another engine's
-    threads may still be spinning)."""
-    return median_seconds(prepared.run, config.repeat, config.warmup, SETTLE_S if first else ROUND_SETTLE_S) * 1e3
+def _onnx_peer_input(model_name: str, config: BenchConfig, feeds_path: str | None,
+                     onnx_path: str | None) -> tuple[OnnxSource, Mapping[str, np.ndarray]]:
+    """What an ONNX peer runs, on which inputs: a set's ONNX file as it is, without importing the model into cinn
+    (cinn may not read it); an imported ONNX file as it is (onnxruntime optimizes the original graph, not our export
+    of it); else cinn's export of the model."""
+    if onnx_path and feeds_path:
+        return onnx_path, load_feeds(feeds_path)
+    model = _bench_model(model_name, config, feeds_path)
+    return model.onnx_path or to_onnx(model.program), model.feeds
+
+
+def prepare(engine: Engine, model_name: str, config: BenchConfig, feeds_path: str | None = None,
+            onnx_path: str | None = None) -> Prepared:
+    """Get one engine ready to time one model in this process, on the inputs saved in `feeds_path` (else seeded random
+    ones); the ONNX peers run `onnx_path` where given."""
+    if engine in ONNX_PEERS:
+        source, feeds = _onnx_peer_input(model_name, config, feeds_path, onnx_path)
+        return _prepare_ort(source, feeds, config) if engine is Engine.ORT else _prepare_openvino(source, feeds)
+    return _prepare_cinn(engine, _bench_model(model_name, config, feeds_path), config)
 
 
 def run_worker(engine: Engine, model_name: str, config: BenchConfig, outputs_path: str | None) -> EngineResult:
-    """Measure one engine on one model in this process, one round."""
-    prepared = prepare(engine, model_name, config, outputs_path)
-    ms = time_round(prepared, config, first=True)
+    """Measure one engine on one model in this process, one round; optionally save a first run's outputs (.npz)."""
+    prepared = prepare(engine, model_name, config)
+    if outputs_path:
+        save_outputs(outputs_path, prepared.run())
+    ms = round_ms(prepared.run, config.repeat, config.warmup, first=True)
     return EngineResult(engine, model_label(model_name), ms, config.repeat, **prepared.facts(), rounds_ms=(ms,))
-
-
-def serve(prepared: Prepared, config: BenchConfig, commands: TextIO, replies: TextIO) -> None:
-    """Time a round for every line read from `commands`, replying with one JSON line each, until end of input."""
-    for k, _ in enumerate(commands):
-        replies.write(json.dumps({"ms": time_round(prepared, config, first=k == 0)}) + "\n")
-        replies.flush()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,10 +437,25 @@ def _progress(msg: str) -> None:
     print(f"[cinn-bench] {msg}", file=sys.stderr, flush=True)
 
 
-def _worker_args(engine: Engine, model: str, config: BenchConfig, outputs_path: str) -> list[str]:
+def _paddle_model_file(path: str) -> str:
+    """The model file Paddle Inference loads: the file itself, or the one in a model directory."""
+    from frontend.paddle.loader import resolve_model_path  # the parent's alone: workers need not load the importer
+
+    return resolve_model_path(path)
+
+
+def _worker_args(engine: Engine, model: ModelRef, config: BenchConfig, outputs_path: str) -> list[str]:
+    timing = ["--repeat", str(config.repeat), "--warmup", str(config.warmup), "--outputs", outputs_path]
+    if engine is Engine.PADDLE:  # benchmarks.paddle_worker's arguments
+        assert model.feeds is not None
+        return [_paddle_model_file(model.model), "--feeds", model.feeds, *timing]
     # the baseline's worker builds its own install's fused cinn
-    args = ["--worker", (Engine.FUSED if engine is Engine.BASELINE else engine).value, model]
-    args += ["--target", config.target, "--repeat", str(config.repeat), "--warmup", str(config.warmup), "--outputs", outputs_path]
+    args = ["--worker", (Engine.FUSED if engine is Engine.BASELINE else engine).value, model.model]
+    args += ["--target", config.target, *timing]
+    if model.feeds:
+        args += ["--feeds", model.feeds]
+    if model.onnx and engine in ONNX_PEERS:
+        args += ["--onnx", model.onnx]
     if config.tuning_log:
         args += ["--log", config.tuning_log]
     if config.small:
@@ -379,20 +481,33 @@ def spawn_module(module: str, args: Sequence[str], timeout: float, env: Mapping[
     return lines[-1]
 
 
+def package_path(folder: str) -> str:
+    """`folder`, holding a link to this install's benchmarks package and nothing else: what another Python puts on its
+    PYTHONPATH to run a worker module of it (Paddle Inference's) without this environment's other packages."""
+    os.symlink(os.path.dirname(os.path.abspath(__file__)), os.path.join(folder, "benchmarks"))
+    return folder
+
+
 class Worker:
     """One engine's worker process, kept alive over a model's rounds: started, it prepares its engine; each
-    `time_round` asks it for one round."""
+    `time_round` asks it for one round. (Paddle Inference's worker cannot ask to die with cinn-bench, as the others do:
+    it ends at the end of its input.)"""
 
-    def __init__(self, engine: Engine, model: str, config: BenchConfig, outputs_path: str):
+    def __init__(self, engine: Engine, model: str | ModelRef, config: BenchConfig, outputs_path: str):
         self.engine, self.timeout = engine, config.timeout
-        args = _worker_args(engine, model, config, outputs_path)
+        args = _worker_args(engine, as_model_ref(model), config, outputs_path)
+        env = spawner_env()
+        self._path = tempfile.TemporaryDirectory(prefix="cinn-bench-path-") if engine is Engine.PADDLE else None
+        if self._path is not None:
+            env["PYTHONPATH"] = package_path(self._path.name)
         self.proc = subprocess.Popen([*config.worker_command(engine), *args], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=spawner_env())
+                                     stdout=subprocess.PIPE, text=True, env=env)
         try:
             self.facts = json.loads(self._reply())
         except BaseException:  # an error, Ctrl-C: a worker still preparing would finish its compile first
             self.proc.kill()
             self.proc.wait()
+            self._remove_path()
             raise
 
     def _reply(self) -> str:
@@ -424,6 +539,11 @@ class Worker:
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait()
+        self._remove_path()
+
+    def _remove_path(self) -> None:
+        if self._path is not None:
+            self._path.cleanup()
 
     def __enter__(self) -> Worker:
         return self
@@ -457,29 +577,36 @@ def is_quantized(model: str) -> bool:
                        "ConvInteger"})
 
 
-def _load_outputs(path: str) -> list[np.ndarray]:
-    with np.load(path) as data:
-        return [data[f"arr_{i}"] for i in range(len(data.files))]
-
-
 WORKER_ERRORS = (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError)
 
 
-def bench_model(model: str, config: BenchConfig) -> ModelResult:
+def _write_feeds(model: ModelRef, config: BenchConfig, folder: str) -> str:
+    """Save the seeded random inputs cinn's workers make for a model file, for a worker that cannot make them."""
+    path = os.path.join(folder, "feeds.npz")
+    save_feeds(path, get_model(model.model, config.small, dict(config.input_shapes)).feeds)
+    return path
+
+
+def bench_model(model: str | ModelRef, config: BenchConfig) -> ModelResult:
     """Run every engine on one model (each in its own worker process, kept for `config.rounds` rounds that visit the
-    engines in a rotating order; the median over rounds reported) and cross-check the outputs."""
-    name = model_label(model)
+    engines in a rotating order; the median over rounds reported) and cross-check the outputs with the reference's:
+    Paddle Inference's for a Paddle model, else onnxruntime's."""
+    ref = as_model_ref(model)
+    name = ref.name
+    engines = config.model_engines(ref)
     errors: dict[Engine, str] = {}
     outputs: dict[Engine, list[np.ndarray]] = {}
     times: dict[Engine, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="cinn-bench-") as tmp, contextlib.ExitStack() as stack:
+        if Engine.PADDLE in engines and ref.feeds is None:
+            ref = dataclasses.replace(ref, feeds=_write_feeds(ref, config, tmp))
         workers: dict[Engine, Worker] = {}
-        for engine in config.engines():
+        for engine in engines:
             _progress(f"{name}: {engine.value} preparing ...")
             path = os.path.join(tmp, f"{engine.value}.npz")
             try:
-                workers[engine] = stack.enter_context(Worker(engine, model, config, path))
-                outputs[engine] = _load_outputs(path)
+                workers[engine] = stack.enter_context(Worker(engine, ref, config, path))
+                outputs[engine] = load_outputs(path)
             except WORKER_ERRORS as err:
                 errors[engine] = str(err)
                 _progress(f"{name}: {engine.value} FAILED: {err}")
@@ -497,14 +624,15 @@ def bench_model(model: str, config: BenchConfig) -> ModelResult:
                     continue
                 _progress(f"{label} {times[engine][-1]:.3f} ms")
     results = {e: _result(e, name, workers[e].facts, ts, config) for e, ts in times.items() if e not in errors}
-    checked = [e for e in outputs if e in CHECKED] if Engine.ORT in outputs else []
-    quantized = is_quantized(model)
-    checks = tuple(compare(e, outputs[e], outputs[Engine.ORT], quantized) for e in checked)
+    reference = Engine.PADDLE if Engine.PADDLE in outputs else Engine.ORT
+    checked = [e for e in outputs if e in CHECKED and e is not reference] if reference in outputs else []
+    quantized = is_quantized(ref.model)
+    checks = tuple(compare(e, outputs[e], outputs[reference], quantized) for e in checked)
     tolerance = f"mean abs err {QUANTIZED_MEAN_ERR:.0%} of the output's magnitude" if quantized else f"rtol/atol {RTOL}"
     for c in checks:
         if not c.ok:
-            _progress(f"!!! MISMATCH {name}: {c.engine.value} differs from onnxruntime (max abs err {c.max_abs_err:.3g}, "
-                      f"{tolerance})")
+            _progress(f"!!! MISMATCH {name}: {c.engine.value} differs from {reference.value} (max abs err "
+                      f"{c.max_abs_err:.3g}, {tolerance})")
     return ModelResult(name, results, checks, errors)
 
 
@@ -520,7 +648,7 @@ def _result(engine: Engine, model: str, facts: Mapping[str, Any], rounds_ms: lis
                         rounds_ms=tuple(rounds_ms))
 
 
-def run_benchmarks(models: Sequence[str], config: BenchConfig) -> list[ModelResult]:
+def run_benchmarks(models: Sequence[str | ModelRef], config: BenchConfig) -> list[ModelResult]:
     """Benchmark each model in turn."""
     return [bench_model(m, config) for m in models]
 
@@ -529,7 +657,7 @@ def _worker_main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"python -m {WORKER}",
                                 description="Prepare one engine on one model, then time a round per line read on stdin "
                                 "(a cinn-bench worker).")
-    p.add_argument("--worker", required=True, choices=[e.value for e in Engine if e is not Engine.BASELINE],
+    p.add_argument("--worker", required=True, choices=[e.value for e in Engine if e not in (Engine.BASELINE, Engine.PADDLE)],
                    help="engine to run")
     p.add_argument("model", help="built-in model name or model file")
     p.add_argument("--target", default="llvm")
@@ -539,21 +667,18 @@ def _worker_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--small", action="store_true", help="small model sizes (tests)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
     p.add_argument("--outputs", default=None, help="save the outputs to this .npz file")
+    p.add_argument("--feeds", default=None, help="feed the named inputs saved in this .npz file (else seeded random ones)")
+    p.add_argument("--onnx", default=None, help="the ONNX file onnxruntime and OpenVINO run (with --feeds)")
     a = p.parse_args(argv)
     shapes = tuple(parse_input_shapes(a.input_shape).items())
     config = BenchConfig(target=a.target, repeat=a.repeat, warmup=a.warmup, tuning_log=a.log, small=a.small, input_shapes=shapes)
-    # the replies go to the parent's pipe alone: whatever a library prints goes to stderr
-    replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    try:
-        prepared = prepare(Engine(a.worker), a.model, config, a.outputs)
-    except (RuntimeError, *USER_ERRORS) as err:  # no CUDA device, a model that cannot be imported: one line
-        print(f"[cinn-bench] {a.model}: {a.worker}: {err}", file=sys.stderr, flush=True)
-        return 1
-    replies.write(json.dumps(prepared.facts()) + "\n")
-    replies.flush()
-    serve(prepared, config, sys.stdin, replies)
-    return 0
+
+    def ready() -> tuple[Callable[[], list[np.ndarray]], dict[str, Any]]:
+        prepared = prepare(Engine(a.worker), a.model, config, a.feeds, a.onnx)
+        return prepared.run, prepared.facts()
+
+    # no CUDA device, a model that cannot be imported: one line
+    return work(ready, a.repeat, a.warmup, a.outputs, (RuntimeError, *USER_ERRORS), f"{a.model}: {a.worker}")
 
 
 if __name__ == "__main__":

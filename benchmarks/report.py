@@ -116,8 +116,9 @@ def _status(r: ModelResult) -> str:
     return "ok" if r.checks else "unchecked"
 
 
-def columns(tuned: bool, baseline: bool = False) -> list[Column[ModelResult]]:
-    """The cinn-bench columns; the tuned ones only when a schedule log was given, the baseline's only with one."""
+def columns(tuned: bool, baseline: bool = False, paddle: bool = False) -> list[Column[ModelResult]]:
+    """The cinn-bench columns; the tuned ones only when a schedule log was given, the baseline's only with one, Paddle
+    Inference's only where it ran."""
     cols: list[Column[ModelResult]] = [
         Column("model", lambda r: r.model, "{}"),
         Column("fused ms", lambda r: r.ms(Engine.FUSED)),
@@ -130,6 +131,7 @@ def columns(tuned: bool, baseline: bool = False) -> list[Column[ModelResult]]:
     cols += [
         Column("ORT ms", lambda r: r.ms(Engine.ORT)),
         Column("OpenVINO ms", lambda r: r.ms(Engine.OPENVINO)),
+        *([Column("Paddle ms", lambda r: r.ms(Engine.PADDLE))] if paddle else []),
         Column("fused speed-up vs unfused", _ratio(Engine.UNFUSED, Engine.FUSED), "{:.2f}x"),
     ]
     if tuned:
@@ -158,18 +160,22 @@ def columns(tuned: bool, baseline: bool = False) -> list[Column[ModelResult]]:
 
 def format_table(results: Sequence[ModelResult], tuned: bool, baseline: bool = False) -> str:
     """An aligned text table, one row per model."""
-    return render_table(columns(tuned, baseline), results)
+    return render_table(columns(tuned, baseline, _ran(results, Engine.PADDLE)), results)
 
 
 def write_csv(results: Sequence[ModelResult], tuned: bool, path: str, baseline: bool = False) -> None:
     """The table as CSV (numbers unformatted, missing values empty)."""
-    write_rows_csv(columns(tuned, baseline), results, path)
+    write_rows_csv(columns(tuned, baseline, _ran(results, Engine.PADDLE)), results, path)
+
+
+def _ran(results: Sequence[ModelResult], engine: Engine) -> bool:
+    return any(engine in r.results or engine in r.errors for r in results)
 
 
 def write_plot(results: Sequence[ModelResult], engines: Sequence[Engine], path: str) -> None:
     """A grouped bar chart of median latency (log scale) per model and engine, as a PNG."""
     series = {e.value: [r.ms(e) for r in results] for e in engines}
-    bar_chart([r.model for r in results], series, "median latency (ms, log scale)", "cinn vs onnxruntime and OpenVINO", path)
+    bar_chart([r.model for r in results], series, "median latency (ms, log scale)", "cinn vs its peers", path)
 
 
 def _make_parent(path: str) -> None:

@@ -362,11 +362,11 @@ def test_cli_times_a_baseline_install(tmp_path, tmp_cache, monkeypatch, capsys):
 
 
 def test_a_worker_times_a_round_per_command():
-    from benchmarks.harness import Prepared, serve
+    from benchmarks.worker_protocol import serve
 
     runs: list[int] = []
     replies = io.StringIO()
-    serve(Prepared(lambda: runs.append(1) or []), BenchConfig(repeat=3, warmup=1), io.StringIO("time\ntime\n"), replies)
+    serve(lambda: runs.append(1) or [], 3, 1, io.StringIO("time\ntime\n"), replies)
     lines = replies.getvalue().splitlines()
     assert len(lines) == 2 and all(json.loads(line)["ms"] >= 0 for line in lines) and len(runs) >= 8
 

@@ -7,18 +7,17 @@ Each model is saved in both inference formats, PIR (`inference.json`) and legacy
     tests/fixtures/paddle/<model>/{pir,legacy}/inference.*   tests/fixtures/paddle/<model>/data.npz
 
 The format is chosen by FLAGS_enable_pir_api, which paddle reads at import time, so each format is
-saved by a child process (`--format`); the parent checks both formats reproduce the eager outputs.
+saved by a child process (`--format`); the parent checks both formats reproduce the eager outputs. The saving is
+benchmarks.paddle_export's, which the Paddle model set of cinn-bench uses too (a Python with paddle needs none of
+cinn's dependencies for it).
 
     /work/paddle_venv/bin/python tools/make_paddle_fixtures.py [--out tests/fixtures/paddle]
 """
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
 import pathlib
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -26,21 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-FORMATS = {"pir": "1", "legacy": "0"}  # format -> FLAGS_enable_pir_api
-DEFAULT_OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "paddle"
-PREFIX = "inference"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the checkout's benchmarks package, in a Python where cinn is not installed
 
+from benchmarks.paddle_export import PREFIX, InputDef, InputKind, PaddleFormat, as_list, patch_legacy_apis, save_layer, spawn_in_format  # noqa: E402
 
-@dataclass(frozen=True)
-class InputDef:
-    """One model input: its name, the InputSpec shape (-1 = dynamic), the shape of the saved sample, its dtype and
-    the sample's values (random in [-1, 1) when empty)."""
-
-    name: str
-    spec: tuple[int, ...]
-    sample: tuple[int, ...]
-    dtype: str = "float32"
-    values: tuple[int, ...] = ()
+DEFAULT_OUT = ROOT / "tests" / "fixtures" / "paddle"
 
 
 @dataclass(frozen=True)
@@ -157,7 +147,7 @@ def _rnn_models(paddle) -> list[ModelDef]:
 
     x = InputDef("x", (3, 5, 4), (3, 5, 4))
     x_time_major = InputDef("x", (5, 3, 4), (5, 3, 4))
-    lengths = InputDef("lengths", (3,), (3,), "int64", (5, 2, 4))
+    lengths = InputDef("lengths", (3,), (3,), InputKind.FIXED, values=(5, 2, 4))
 
     def state(layers: int, name: str = "h0") -> InputDef:
         return InputDef(name, (layers, 3, 8), (layers, 3, 8))
@@ -177,7 +167,7 @@ def _rnn_models(paddle) -> list[ModelDef]:
                                                                                activation="relu"), states=1),
                  (x, state(2))),
         ModelDef("rnn_classifier", Classifier, (InputDef("x", (-1, 6, 6), (2, 6, 6)),
-                                                InputDef("lengths", (-1,), (2,), "int64", (6, 3)))),
+                                                InputDef("lengths", (-1,), (2,), InputKind.FIXED, values=(6, 3)))),
     ]
 
 
@@ -197,15 +187,12 @@ def _save_one(paddle, model: ModelDef, work: pathlib.Path) -> None:
     layer = model.make()
     _initialize(paddle, layer, rng)
     layer.eval()
-    feeds = {i.name: np.array(i.values, i.dtype).reshape(i.sample) if i.values else
-             rng.uniform(-1, 1, i.sample).astype(i.dtype) for i in model.inputs}
-    eager = _as_list(layer(*[paddle.to_tensor(a) for a in feeds.values()]))
-    specs = [paddle.static.InputSpec(list(i.spec), i.dtype, i.name) for i in model.inputs]
-    prefix = work / model.name / PREFIX
-    paddle.jit.save(layer, str(prefix), input_spec=specs)
+    feeds = {i.name: i.draw(rng) for i in model.inputs}
+    eager = as_list(layer(*[paddle.to_tensor(a) for a in feeds.values()]))
+    save_layer(paddle, layer, model.inputs, work / model.name)
     arrays = {f"in_{k}": v for k, v in feeds.items()}
     arrays |= {f"out_{k}": t.numpy() for k, t in enumerate(eager)}
-    arrays |= {f"reloaded_{k}": a for k, a in enumerate(_reload(paddle, prefix, feeds))}
+    arrays |= {f"reloaded_{k}": a for k, a in enumerate(_reload(paddle, work / model.name / PREFIX, feeds))}
     np.savez(work / model.name / "data.npz", **arrays)
 
 
@@ -213,7 +200,7 @@ def _reload(paddle, prefix: pathlib.Path, feeds: dict[str, np.ndarray]) -> list[
     """The saved model's outputs: by jit.load (PIR), or the legacy program by the static executor (jit.load
     cannot run a legacy rnn op)."""
     if paddle.framework.use_pir_api():
-        return [t.numpy() for t in _as_list(paddle.jit.load(str(prefix))(*map(paddle.to_tensor, feeds.values())))]
+        return [t.numpy() for t in as_list(paddle.jit.load(str(prefix))(*map(paddle.to_tensor, feeds.values())))]
     paddle.enable_static()
     try:
         exe = paddle.static.Executor(paddle.CPUPlace())
@@ -223,70 +210,22 @@ def _reload(paddle, prefix: pathlib.Path, feeds: dict[str, np.ndarray]) -> list[
         paddle.disable_static()
 
 
-def _as_list(out) -> list:
-    return list(out) if isinstance(out, (list, tuple)) else [out]
-
-
-def _legacy_op(paddle, op_type: str, inputs: dict, attrs: dict):
-    """Append a legacy op with one output `Out` to the static program being traced."""
-    helper = paddle.base.layer_helper.LayerHelper(op_type)
-    out = helper.create_variable_for_type_inference(next(iter(inputs.values())).dtype)
-    helper.append_op(type=op_type, inputs=inputs, outputs={"Out": out}, attrs=attrs)
-    return out
-
-
-def _patch_legacy_apis(paddle) -> None:
-    """paddle 3.3 traces these APIs only to PIR; in legacy static mode append the ops Paddle 2 wrote."""
-    F = paddle.nn.functional
-    legacy = {
-        (F, "gelu"): lambda x, approximate=False, name=None: _legacy_op(
-            paddle, "gelu", {"X": x}, {"approximate": approximate}),
-        **{(module, "matmul"): lambda x, y, transpose_x=False, transpose_y=False, name=None: _legacy_op(
-            paddle, "matmul_v2", {"X": x, "Y": y}, {"trans_x": transpose_x, "trans_y": transpose_y})
-           for module in (paddle, importlib.import_module("paddle.tensor"))},
-        (F, "sigmoid"): lambda x, name=None: _legacy_op(paddle, "sigmoid", {"X": x}, {}),
-        (paddle, "tanh"): lambda x, name=None: _legacy_op(paddle, "tanh", {"X": x}, {}),
-        (paddle, "maximum"): lambda x, y, name=None: _legacy_op(
-            paddle, "elementwise_max", {"X": x, "Y": y}, {"axis": -1}),
-    }
-    for (module, name), static in legacy.items():
-        setattr(module, name, _dispatch(paddle, getattr(module, name), static))
-    # an RNN layer's dropout state is a tensor without a place, which paddle 3.3 cannot trace to a legacy program
-    rnn_base = paddle.nn.layer.rnn.RNNBase
-    flatten = rnn_base.flatten_parameters
-
-    def flatten_placed(self):
-        flatten(self)
-        state = paddle.zeros([0], "uint8")
-        state.name = self._dropout_state.name  # non-persistable by name: not saved
-        self._dropout_state = state
-
-    rnn_base.flatten_parameters = flatten_placed
-
-
-def _dispatch(paddle, eager, static):
-    def call(*args, **kwargs):  # decided at each call: the mode changes after patching
-        return (eager if paddle.in_dynamic_mode() else static)(*args, **kwargs)
-
-    return call
-
-
-def _child(fmt: str, work: pathlib.Path) -> None:
+def _child(fmt: PaddleFormat, work: pathlib.Path) -> None:
     """Save every model in one format (FLAGS_enable_pir_api is already set by the parent)."""
     import paddle
 
     paddle.set_device("cpu")
-    if fmt == "legacy":
-        _patch_legacy_apis(paddle)
+    if fmt is PaddleFormat.LEGACY:
+        patch_legacy_apis(paddle)
     for model in _models(paddle):
         _save_one(paddle, model, work)
     print(f"saved {fmt} models under {work}")
 
 
-def _check_and_collect(model: str, works: dict[str, pathlib.Path], out: pathlib.Path) -> None:
+def _check_and_collect(model: str, works: dict[PaddleFormat, pathlib.Path], out: pathlib.Path) -> None:
     """Both formats must reproduce the eager outputs; copy the model files and one data.npz."""
     data = {fmt: dict(np.load(w / model / "data.npz")) for fmt, w in works.items()}
-    first = data["pir"]
+    first = data[PaddleFormat.PIR]
     for fmt, arrays in data.items():
         for key in (k for k in arrays if k.startswith("reloaded_")):
             np.testing.assert_allclose(arrays[key], first[key.replace("reloaded_", "out_")], rtol=1e-5, atol=1e-6,
@@ -306,11 +245,10 @@ def _check_and_collect(model: str, works: dict[str, pathlib.Path], out: pathlib.
 def _parent(out: pathlib.Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         works = {}
-        for fmt, flag in FORMATS.items():
+        for fmt in PaddleFormat:
             works[fmt] = pathlib.Path(tmp) / fmt
-            env = dict(os.environ, FLAGS_enable_pir_api=flag)
-            subprocess.run([sys.executable, __file__, "--format", fmt, "--work", str(works[fmt])], env=env, check=True)
-        models = sorted(p.name for p in works["pir"].iterdir())
+            spawn_in_format(fmt, [sys.executable, __file__, "--format", fmt, "--work", str(works[fmt])])
+        models = sorted(p.name for p in works[PaddleFormat.PIR].iterdir())
         for model in models:
             _check_and_collect(model, works, out)
     total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
@@ -320,7 +258,7 @@ def _parent(out: pathlib.Path) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT, help="fixture folder")
-    p.add_argument("--format", choices=sorted(FORMATS), help=argparse.SUPPRESS)  # child process
+    p.add_argument("--format", type=PaddleFormat, help=argparse.SUPPRESS)  # child process
     p.add_argument("--work", type=pathlib.Path, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.format:
