@@ -104,7 +104,9 @@ def _give_rnn_dropout_states(paddle: Any, layer: Any) -> None:
     for sub in layer.sublayers(include_self=True):
         state = getattr(sub, "_dropout_state", None)
         if state is not None and hasattr(state, "_is_initialized") and not state._is_initialized():
-            sub._dropout_state = paddle.zeros([0], "uint8")
+            placed = paddle.zeros([0], "uint8")
+            placed.name = state.name  # the name paddle knows as non-persistable: not written to .pdiparams
+            sub._dropout_state = placed
 
 
 def _legacy_op(paddle: Any, op_type: str, inputs: dict, attrs: dict) -> Any:
