@@ -15,7 +15,7 @@ import importlib
 import os
 import pathlib
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,33 +109,89 @@ def _give_rnn_dropout_states(paddle: Any, layer: Any) -> None:
             sub._dropout_state = placed
 
 
-def _legacy_op(paddle: Any, op_type: str, inputs: dict, attrs: dict) -> Any:
-    """Append a legacy op with one output `Out` to the static program being traced."""
+def _legacy_op(paddle, op_type: str, inputs: dict, attrs: dict, dtype=None):
+    """Append a legacy op with one output `Out` (of the first input's dtype unless given) to the traced program."""
     helper = paddle.base.layer_helper.LayerHelper(op_type)
-    out = helper.create_variable_for_type_inference(next(iter(inputs.values())).dtype)
+    out = helper.create_variable_for_type_inference(dtype or next(iter(inputs.values())).dtype)
     helper.append_op(type=op_type, inputs=inputs, outputs={"Out": out}, attrs=attrs)
     return out
+
+
+def _legacy_unary(paddle, op_type: str):
+    """An API of one tensor appending the legacy op of the same name."""
+    return lambda x, name=None: _legacy_op(paddle, op_type, {"X": x}, {})
+
+
+def _legacy_binary(paddle, op_type: str):
+    """An API of two tensors X, Y appending a legacy op (elementwise ones broadcast as numpy: axis -1)."""
+    attrs = {"axis": -1} if op_type.startswith("elementwise_") else {}
+    return lambda x, y, name=None: _legacy_op(paddle, op_type, {"X": x, "Y": y}, attrs)
+
+
+def _legacy_reduce(paddle, op_type: str):
+    """A reduction API (x, axis, keepdim) appending the legacy reduce op."""
+    def reduce(x, axis=None, keepdim=False, name=None, dtype=None):
+        axes = [] if axis is None else [axis] if isinstance(axis, int) else list(axis)
+        return _legacy_op(paddle, op_type, {"X": x}, {"dim": axes, "keep_dim": keepdim, "reduce_all": not axes})
+    return reduce
+
+
+def _legacy_arg(paddle, op_type: str):
+    """argmax / argmin appending the legacy arg_max / arg_min (int64 indices)."""
+    def arg(x, axis=None, keepdim=False, dtype="int64", name=None):
+        attrs = {"axis": -1 if axis is None else axis, "keepdims": keepdim, "flatten": axis is None, "dtype": 3}
+        return _legacy_op(paddle, op_type, {"X": x}, attrs, paddle.int64)
+    return arg
 
 
 def patch_legacy_apis(paddle: Any) -> None:
     """paddle 3.3 traces these APIs only to PIR; in legacy static mode append the ops Paddle 2 wrote."""
     F = paddle.nn.functional
-    legacy: dict[tuple[Any, str], Callable[..., Any]] = {
+    tensor = importlib.import_module("paddle.tensor")
+    unary = {(paddle, api): _legacy_unary(paddle, api)
+             for api in ("tanh", "abs", "exp", "floor", "sign", "expm1", "rsqrt", "log1p", "sqrt", "logical_not")}
+    binary = {(paddle, api): _legacy_binary(paddle, op_type)
+              for api, op_type in (("maximum", "elementwise_max"), ("multiply", "elementwise_mul"),
+                                   ("logical_and", "logical_and"), ("logical_xor", "logical_xor"))}
+    legacy = {
+        **unary, **binary,
         (F, "gelu"): lambda x, approximate=False, name=None: _legacy_op(
             paddle, "gelu", {"X": x}, {"approximate": approximate}),
         **{(module, "matmul"): lambda x, y, transpose_x=False, transpose_y=False, name=None: _legacy_op(
             paddle, "matmul_v2", {"X": x, "Y": y}, {"trans_x": transpose_x, "trans_y": transpose_y})
-           for module in (paddle, importlib.import_module("paddle.tensor"))},
+           for module in (paddle, tensor)},
         (F, "sigmoid"): lambda x, name=None: _legacy_op(paddle, "sigmoid", {"X": x}, {}),
-        (paddle, "tanh"): lambda x, name=None: _legacy_op(paddle, "tanh", {"X": x}, {}),
-        (paddle, "maximum"): lambda x, y, name=None: _legacy_op(
-            paddle, "elementwise_max", {"X": x, "Y": y}, {"axis": -1}),
+        (F, "softplus"): lambda x, beta=1, threshold=20, name=None: _legacy_op(
+            paddle, "softplus", {"X": x}, {"beta": float(beta), "threshold": float(threshold)}),
+        (paddle, "round"): lambda x, decimals=0, name=None: _legacy_op(paddle, "round", {"X": x}, {"decimals": decimals}),
+        (paddle, "roll"): lambda x, shifts, axis=None, name=None: _legacy_op(
+            paddle, "roll", {"X": x}, {"shifts": list(shifts), "axis": list(axis or [])}),
+        **{(paddle, name): (lambda lower: lambda x, diagonal=0, name=None: _legacy_op(
+            paddle, "tril_triu", {"X": x}, {"diagonal": diagonal, "lower": lower}))(name == "tril")
+           for name in ("tril", "triu")},
+        (paddle, "expand_as"): lambda x, y, name=None: _legacy_op(
+            paddle, "expand_as_v2", {"X": x, "Y": y}, {"target_shape": list(y.shape)}),
+        (paddle, "bmm"): _legacy_binary(paddle, "bmm"),
+        (paddle, "diagonal"): lambda x, offset=0, axis1=0, axis2=1, name=None: _legacy_op(
+            paddle, "diagonal", {"Input": x}, {"offset": offset, "axis1": axis1, "axis2": axis2}),
+        (paddle, "dot"): _legacy_binary(paddle, "dot"),
+        (paddle, "isclose"): lambda x, y, rtol=1e-5, atol=1e-8, equal_nan=False, name=None: _legacy_op(
+            paddle, "isclose", {"Input": x, "Other": y}, {"rtol": str(rtol), "atol": str(atol), "equal_nan": equal_nan},
+            paddle.bool),
+        (paddle, "argmax"): _legacy_arg(paddle, "arg_max"),
+        (paddle, "argmin"): _legacy_arg(paddle, "arg_min"),
+        **{(module, "sum"): _legacy_reduce(paddle, "reduce_sum") for module in (paddle, tensor)},
+        (paddle, "all"): _legacy_reduce(paddle, "reduce_all"),
+        (paddle, "any"): _legacy_reduce(paddle, "reduce_any"),
+        (paddle, "logsumexp"): lambda x, axis=None, keepdim=False, name=None: _legacy_op(
+            paddle, "logsumexp", {"X": x}, {"axis": [] if axis is None else [axis] if isinstance(axis, int) else list(axis),
+                                             "keepdim": keepdim, "reduce_all": axis is None}),
     }
     for (module, name), static in legacy.items():
         setattr(module, name, _dispatch(paddle, getattr(module, name), static))
 
 
-def _dispatch(paddle: Any, eager: Callable, static: Callable) -> Callable:
+def _dispatch(paddle, eager, static):
     def call(*args, **kwargs):  # decided at each call: the mode changes after patching
         return (eager if paddle.in_dynamic_mode() else static)(*args, **kwargs)
 

@@ -80,8 +80,8 @@ def test_input_shapes_checks():
 # -- legacy programs built here: semantics the fixtures do not reach ------------------------------
 def legacy_program(path: pathlib.Path, inputs: dict[str, tuple[int, ...]], ops: list[tuple], fetch: list[str],
                    dtypes: dict[str, int] | None = None) -> None:
-    """Write a parameter-free .pdmodel: ops are (type, {slot: [vars]}, {slot: [vars]}, {attr: int, ints, bool or
-    str}); variables are float32 unless `dtypes` gives their data type code."""
+    """Write a parameter-free .pdmodel: ops are (type, {slot: [vars]}, {slot: [vars]}, {attr: int, float, ints, floats,
+    bool or str}); variables are float32 unless `dtypes` gives their data type code."""
     desc = program_desc()()
     block = desc.blocks.add()
     names = list(inputs) + [n for _, _, outs, _ in ops for vs in outs.values() for n in vs]
@@ -105,7 +105,9 @@ def _add_op(block, op_type: str, inputs: dict, outputs: dict, attrs: dict) -> No
         for slot, args in slots.items():
             target.add(parameter=slot, arguments=args)
     for name, value in attrs.items():
-        if isinstance(value, list):
+        if isinstance(value, list) and any(isinstance(v, float) for v in value):
+            op.attrs.add(name=name, type=AttrType.FLOATS, floats=value)
+        elif isinstance(value, list):
             op.attrs.add(name=name, type=AttrType.INTS, ints=value)
         elif isinstance(value, bool):
             op.attrs.add(name=name, type=AttrType.BOOLEAN, b=value)
@@ -292,8 +294,8 @@ def test_conv3d_and_pool3d(tmp_path, tmp_cache):
 def test_pool3d_refusals(tmp_path):
     path = tmp_path / "pool.pdmodel"
     op = ("pool3d", {"X": ["x"]}, {"Out": ["y"]}, {"pooling_type": "max", "ksize": [2, 2, 2], "adaptive": True})
-    legacy_program(path, {"x": (1, 2, 4, 4, 4)}, [op], ["y"])
-    with pytest.raises(PaddleImportError, match="adaptive pool3d"):
+    legacy_program(path, {"x": (1, 2, 5, 4, 4)}, [op], ["y"])
+    with pytest.raises(PaddleImportError, match=r"adaptive pool3d to \(2, 2, 2\) is supported where it divides"):
         cinn.load_paddle(path)
 
 

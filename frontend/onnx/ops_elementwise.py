@@ -4,6 +4,7 @@ from __future__ import annotations
 from functools import reduce
 
 from cinn.core.ir import Value
+from frontend import compose
 from frontend.onnx.registry import NodeContext, OnnxImportError, converter, onnx_dtype
 
 # ONNX op -> cinn op, for ops without attributes taking their inputs as they are
@@ -55,21 +56,12 @@ def mean(ctx: NodeContext):
 
 def scalar(ctx: NodeContext, value: float, like: Value) -> Value:
     """A 0-d constant of `like`'s dtype."""
-    return ctx.b.fill_constant((), value, like.dtype)
+    return compose.scalar(ctx.b, value, like)
 
 
 @converter("Div")
 def div(ctx: NodeContext):
-    x, y = ctx.inputs
-    if x.dtype.startswith("float"):
-        return [ctx.b.divide(x, y)]
-    if x.dtype.startswith("uint"):  # truncating and flooring agree on non-negative quotients
-        return [ctx.b.floor_divide(x, y)]
-    # ONNX truncates integer division: floor, plus one where the quotient is negative and inexact
-    q = ctx.b.floor_divide(x, y)
-    inexact = ctx.b.not_equal(ctx.b.mod(x, y), scalar(ctx, 0, x))
-    negative = ctx.b.less_than(ctx.b.multiply(ctx.b.sign(x), ctx.b.sign(y)), scalar(ctx, 0, x))
-    return [ctx.b.add(q, ctx.b.cast(ctx.b.logical_and(inexact, negative), x.dtype))]
+    return [compose.divide(ctx.b, *ctx.inputs)]
 
 
 @converter("Mod")
@@ -110,22 +102,17 @@ def elu(ctx: NodeContext):
 def selu(ctx: NodeContext):
     alpha = ctx.attr("alpha", 1.67326319217681884765625)
     gamma = ctx.attr("gamma", 1.05070102214813232421875)
-    return [ctx.b.scale(ctx.b.elu(ctx.input(0), alpha=alpha), scale=gamma)]
+    return [compose.selu(ctx.b, ctx.input(0), alpha, gamma)]
 
 
 @converter("Celu")
 def celu(ctx: NodeContext):
-    alpha = ctx.attr("alpha", 1.0)
-    x = ctx.input(0)
-    # celu(x) = max(0, x) + min(0, alpha * (exp(x / alpha) - 1)) = alpha * elu(x / alpha)
-    return [ctx.b.scale(ctx.b.elu(ctx.b.scale(x, scale=1.0 / alpha), alpha=1.0), scale=alpha)]
+    return [compose.celu(ctx.b, ctx.input(0), ctx.attr("alpha", 1.0))]
 
 
 @converter("ThresholdedRelu")
 def thresholded_relu(ctx: NodeContext):
-    x = ctx.input(0)
-    alpha = ctx.attr("alpha", 1.0)
-    return [ctx.b.select(ctx.b.greater_than(x, scalar(ctx, alpha, x)), x, scalar(ctx, 0, x))]
+    return [compose.thresholded_relu(ctx.b, ctx.input(0), ctx.attr("alpha", 1.0))]
 
 
 @converter("HardSigmoid")
@@ -143,20 +130,17 @@ def gelu(ctx: NodeContext):
 
 @converter("Mish")
 def mish(ctx: NodeContext):
-    x = ctx.input(0)
-    return [ctx.b.multiply(x, ctx.b.tanh(ctx.b.softplus(x)))]
+    return [compose.mish(ctx.b, ctx.input(0))]
 
 
 @converter("Softsign")
 def softsign(ctx: NodeContext):
-    x = ctx.input(0)
-    return [ctx.b.divide(x, ctx.b.add(ctx.b.abs(x), scalar(ctx, 1, x)))]
+    return [compose.softsign(ctx.b, ctx.input(0))]
 
 
 @converter("PRelu")
 def prelu(ctx: NodeContext):
-    x, slope = ctx.inputs
-    return [ctx.b.select(ctx.b.greater_than(x, scalar(ctx, 0, x)), x, ctx.b.multiply(x, slope))]
+    return [compose.prelu(ctx.b, *ctx.inputs)]
 
 
 @converter("IsInf")
@@ -227,9 +211,4 @@ def dropout(ctx: NodeContext):
 
 @converter("Shrink")
 def shrink(ctx: NodeContext):
-    """x + bias below -lambd, x - bias above lambd, 0 between."""
-    x = ctx.input(0)
-    lambd, bias = float(ctx.attr("lambd", 0.5)), float(ctx.attr("bias", 0.0))
-    const = lambda v: ctx.b.fill_constant((), v, x.dtype)
-    above = ctx.b.select(ctx.b.greater_than(x, const(lambd)), ctx.b.subtract(x, const(bias)), const(0))
-    return [ctx.b.select(ctx.b.less_than(x, const(-lambd)), ctx.b.add(x, const(bias)), above)]
+    return [compose.shrink(ctx.b, ctx.input(0), float(ctx.attr("lambd", 0.5)), float(ctx.attr("bias", 0.0)))]

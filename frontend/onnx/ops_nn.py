@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import reduce
 
 import numpy as np
 
 from cinn.core.ir import Value
+from frontend import compose
 from frontend.onnx.registry import NodeContext, OnnxImportError, converter
 from frontend.volumetric import Window3d, conv3d, pool3d, window3d
 
@@ -81,11 +81,6 @@ def _split_same(totals: Sequence[int], auto_pad: str) -> tuple[list[int], list[i
     return (small, big) if auto_pad == "SAME_UPPER" else (big, small)
 
 
-def _channel_vector(ctx: NodeContext, v: Value, rank: int) -> Value:
-    """A per-channel [C] vector shaped to broadcast against an [N, C, ...] tensor."""
-    return ctx.b.reshape(v, [v.shape[0]] + [1] * (rank - 2))
-
-
 @converter("Conv")
 def conv(ctx: NodeContext):
     return [convolve(ctx, ctx.input(0), ctx.input(1), ctx.input(2))]
@@ -105,7 +100,7 @@ def convolve(ctx: NodeContext, x: Value, w: Value, bias: Value | None) -> Value:
         win = _window(ctx, x2.shape[2:], kernel, spatial)
         y = _back(ctx, ctx.b.conv2d(x2, w2, list(win.strides), list(win.pads), list(win.dilations), ctx.attr("group", 1)), spatial)
     if bias is not None:
-        y = ctx.b.add(y, _channel_vector(ctx, bias, len(y.shape)))
+        y = ctx.b.add(y, compose.channel_vector(ctx.b, bias, len(y.shape)))
     return y
 
 
@@ -115,34 +110,14 @@ def conv_transpose(ctx: NodeContext):
     x, w, bias = ctx.input(0), ctx.input(1), ctx.input(2)
     spatial = len(x.shape) - 2
     x2, w2 = (x, w) if spatial == 3 else (_as_2d(ctx, x), _as_2d(ctx, w))
-    groups = ctx.attr("group", 1)
-    (n, c, *sizes), (_, m, *kernel) = x2.shape, w2.shape
-    dims = len(sizes)
+    sizes, kernel = x2.shape[2:], w2.shape[2:]
     strides = _per_dim(ctx.attr("strides", None), spatial, 1)
     dil = _per_dim(ctx.attr("dilations", None), spatial, 1)
     extra = _per_dim(ctx.attr("output_padding", None), spatial, 0)
     begin, end = _transposed_pads(ctx, spatial, sizes, kernel, strides, dil, extra)
-    # insert stride - 1 zeros between input pixels: [.., H, 1, W, 1] padded to [.., H, s, W, s], trailing zeros cut
-    up = ctx.b.reshape(x2, [n, c, *(v for size in sizes for v in (size, 1))])
-    up = ctx.b.pad(up, [(0, 0), (0, 0), *(p for st in strides for p in ((0, 0), (0, st - 1)))])
-    up = ctx.b.reshape(up, [n, c, *(size * st for size, st in zip(sizes, strides, strict=True))])
-    span = [(k - 1) * d for k, d in zip(kernel, dil, strict=True)]
-    full = [sp - b for sp, b in zip(span, begin, strict=True)]
-    tail = [sp - e + o - (st - 1) for sp, e, o, st in zip(span, end, extra, strides, strict=True)]
-    # weights [C, M/g, *k] -> [M, C/g, *k], spatially flipped
-    wt = ctx.b.reshape(w2, [groups, c // groups, m, *kernel])
-    wt = ctx.b.reshape(ctx.b.transpose(wt, [0, 2, 1, *range(3, 3 + dims)]), [groups * m, c // groups, *kernel])
-    wt = ctx.b.reverse(wt, list(range(2, 2 + dims)))
-    up = ctx.b.pad(up, [(0, 0), (0, 0), *((max(f, 0), max(t, 0)) for f, t in zip(full, tail, strict=True))])
-    if dims == 3:
-        y = conv3d(ctx.b, up, wt, window3d(kernel, (1, 1, 1), dil, (0, 0, 0), (0, 0, 0)), groups)
-    else:
-        y = ctx.b.conv2d(up, wt, [1, 1], [0, 0], list(dil), groups)
-    cut = [max(-v, 0) for v in full + tail]
-    if any(cut):
-        y = ctx.b.slice(y, list(range(2, 2 + dims)), cut[:dims], [o - e for o, e in zip(y.shape[2:], cut[dims:], strict=True)])
+    y = compose.conv_transpose(ctx.b, x2, w2, ctx.attr("group", 1), strides, dil, begin, end, extra)
     if bias is not None:
-        y = ctx.b.add(y, _channel_vector(ctx, bias, len(y.shape)))
+        y = ctx.b.add(y, compose.channel_vector(ctx.b, bias, len(y.shape)))
     return [_back(ctx, y, spatial)]
 
 
@@ -178,22 +153,10 @@ def _pool(ctx: NodeContext, pooling_type: str, x: Value | None = None, exclusive
         y = ctx.b.pool2d(x2, pooling_type, list(win.kernel), list(win.strides), list(win.pads), ceil_mode, exclusive,
                          dilations=list(win.dilations))
     if pooling_type == "avg" and not exclusive:
-        y = _include_pad_divisor(ctx, y, x2.shape[2:], win)
+        half = len(win.pads) // 2
+        y = compose.include_pad_divisor(ctx.b, y, x2.shape[2:], win.kernel, win.strides, win.dilations,
+                                        win.pads[:half], win.pads[half:])
     return [_back(ctx, y, spatial)]
-
-
-def _include_pad_divisor(ctx: NodeContext, y: Value, sizes: Sequence[int], win: _Window) -> Value:
-    """ONNX's count_include_pad average divides by the taps inside the padded input: a ceil-mode window that runs
-    past the end pads counts fewer than the whole kernel, which pool2d divides by."""
-    half = len(win.pads) // 2
-    dims = zip(sizes, y.shape[2:], win.kernel, win.strides, win.dilations, strict=True)
-    taps = [[sum(o * s + k * d < n + win.pads[i] + win.pads[half + i] for k in range(kernel)) for o in range(out)]
-            for i, (n, out, kernel, s, d) in enumerate(dims)]
-    counts = reduce(np.multiply.outer, [np.array(t) for t in taps])
-    whole = int(np.prod(win.kernel))
-    if (counts == whole).all():
-        return y
-    return ctx.b.multiply(y, ctx.b.create_constant((whole / counts).astype(y.dtype).reshape(1, 1, *counts.shape)))
 
 
 @converter("MaxPool")
@@ -237,9 +200,8 @@ def batch_norm(ctx: NodeContext):
 @converter("InstanceNormalization")
 def instance_norm(ctx: NodeContext):
     x, scale, bias = ctx.inputs
-    y, _, _ = _standardized(ctx, x, list(range(2, len(x.shape))), ctx.attr("epsilon", 1e-5))
-    rank = len(x.shape)
-    return [ctx.b.add(ctx.b.multiply(y, _channel_vector(ctx, scale, rank)), _channel_vector(ctx, bias, rank))]
+    y, _, _ = compose.standardized(ctx.b, x, list(range(2, len(x.shape))), ctx.attr("epsilon", 1e-5))
+    return [compose.affine(ctx.b, y, scale, bias)]
 
 
 @converter("GroupNormalization")
@@ -247,17 +209,12 @@ def group_norm(ctx: NodeContext):
     """Normalization over each group of channels with its spatial dims; scale and bias per channel (opset 21) or per
     group (opset 18), applied after."""
     x, scale, bias = ctx.input(0), ctx.input(1), ctx.input(2)
-    groups = int(ctx.attr("num_groups", 0))
-    n, c = x.shape[:2]
-    if groups < 1 or c % groups:
-        raise OnnxImportError(f"num_groups {groups} does not divide the {c} channels of x {x.shape}")
-    grouped = ctx.b.reshape(x, [n, groups, int(np.prod(x.shape[1:])) // groups])
-    y = ctx.b.reshape(_standardized(ctx, grouped, [2], ctx.attr("epsilon", 1e-5))[0], list(x.shape))
+    groups, c = int(ctx.attr("num_groups", 0)), x.shape[1]
+    y = compose.group_standardized(ctx.b, x, groups, ctx.attr("epsilon", 1e-5))
     scale, bias = (v if v.shape[0] == c else ctx.b.reshape(ctx.b.broadcast_to(ctx.b.reshape(v, [groups, 1]),
                                                                               [groups, c // groups]), [c])
                    for v in (scale, bias))
-    rank = len(x.shape)
-    return [ctx.b.add(ctx.b.multiply(y, _channel_vector(ctx, scale, rank)), _channel_vector(ctx, bias, rank))]
+    return [compose.affine(ctx.b, y, scale, bias)]
 
 
 @converter("MeanVarianceNormalization")
@@ -288,17 +245,8 @@ def layer_norm_outputs(ctx: NodeContext, x: Value, scale: Value, bias: Value | N
     if not any(stats):
         return [ctx.b.layer_norm(x, scale, bias, begin_norm_axis=axis, epsilon=eps)]
     # Mean and InvStdDev are wanted too: the same decomposition, spelled out to expose them
-    normed, mean, inv_std = _standardized(ctx, x, list(range(axis, len(x.shape))), eps)
+    normed, mean, inv_std = compose.standardized(ctx.b, x, list(range(axis, len(x.shape))), eps)
     return [ctx.b.add(ctx.b.multiply(normed, scale), bias), mean, inv_std]
-
-
-def _standardized(ctx: NodeContext, x: Value, axes: list[int], eps: float) -> tuple[Value, Value, Value]:
-    """(x - mean) * rsqrt(var + eps) over `axes`, with the mean and the inverse standard deviation (kept dims)."""
-    mean = ctx.b.reduce_mean(x, axes, keep_dim=True)
-    centered = ctx.b.subtract(x, mean)
-    var = ctx.b.reduce_mean(ctx.b.multiply(centered, centered), axes, keep_dim=True)
-    inv_std = ctx.b.rsqrt(ctx.b.add(var, ctx.b.fill_constant((), eps, x.dtype)))
-    return ctx.b.multiply(centered, inv_std), mean, inv_std
 
 
 @converter("Gemm")
@@ -318,19 +266,9 @@ def matmul(ctx: NodeContext):
 
 @converter("LRN")
 def lrn(ctx: NodeContext):
-    x = ctx.input(0)
     size = ctx.attr("size", None)
     alpha, beta, bias = ctx.attr("alpha", 1e-4), ctx.attr("beta", 0.75), ctx.attr("bias", 1.0)
-    c, rank = x.shape[1], len(x.shape)
-    # sum of squares over a window of channels: zero-pad the channel axis, add `size` shifted slices
-    lo = (size - 1) // 2
-    padded = ctx.b.pad(ctx.b.multiply(x, x), [(0, 0), (lo, size - 1 - lo)] + [(0, 0)] * (rank - 2))
-    windows = [ctx.b.slice(padded, [1], [k], [k + c]) for k in range(size)]
-    total = windows[0]
-    for w in windows[1:]:
-        total = ctx.b.add(total, w)
-    denom = ctx.b.scale(total, scale=alpha / size, bias=bias)
-    return [ctx.b.divide(x, ctx.b.pow(denom, ctx.b.fill_constant((), beta, x.dtype)))]
+    return [compose.lrn(ctx.b, ctx.input(0), size, alpha / size, beta, bias)]
 
 
 

@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from cinn.core.ir import Value
+from frontend import compose
 from frontend.onnx.registry import NodeContext, converter
 
 # ONNX op -> (cinn reduction, elementwise op applied before it or None, after it or None)
@@ -97,32 +98,16 @@ def log_softmax(ctx: NodeContext):
 
 @converter("CumSum")
 def cumsum(ctx: NodeContext):
-    x, axis, keep = _prefix(ctx)
-    rank = len(x.shape)
-    # a prefix sum is a product with a triangular matrix of ones (exclusive: strictly; reverse: flipped)
-    tri = ctx.b.create_constant(keep.astype(x.dtype), dtype=x.dtype)
-    perm = [k for k in range(rank) if k != axis] + [axis]
-    moved = x if axis == rank - 1 else ctx.b.transpose(x, perm)
-    out = ctx.b.matmul(moved, tri)
-    return [out if axis == rank - 1 else ctx.b.transpose(out, list(np.argsort(perm)))]
+    return [compose.cumsum(ctx.b, *_prefix(ctx))]
 
 
 @converter("CumProd")
 def cumprod(ctx: NodeContext):
-    """out[.., j, ..] = the product of x[.., i, ..] over the i that CumSum would add: x with a new axis after `axis`,
-    1 where the triangular mask is off, reduced over `axis` (n^2 elements: prefix products of short axes)."""
-    x, axis, keep = _prefix(ctx)
-    wide = ctx.b.expand_dims(x, [axis + 1])
-    mask = ctx.b.create_constant(keep.reshape(keep.shape + (1,) * (len(x.shape) - axis - 1)))
-    picked = ctx.b.select(mask, wide, ctx.b.fill_constant((), 1, x.dtype))
-    return [ctx.b.reduce_prod(picked, [axis])]
+    return [compose.cumprod(ctx.b, *_prefix(ctx))]
 
 
 def _prefix(ctx: NodeContext) -> tuple[Value, int, np.ndarray]:
     """A prefix op's input, its axis, and keep[i, j]: whether element i enters output j (exclusive, reverse)."""
     x = ctx.input(0)
     axis = int(ctx.require_const(1, "axis").reshape(())) % len(x.shape)
-    n = x.shape[axis]
-    i, j = np.indices((n, n))
-    keep = i < j if ctx.attr("exclusive", 0) else i <= j
-    return x, axis, keep.T if ctx.attr("reverse", 0) else keep
+    return x, axis, compose.prefix_mask(x.shape[axis], bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0)))

@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 
-from cinn.compiler.passes.fold_constants import MAX_FOLDED_BYTES
-from cinn.core.ir import TensorType, Value
+from cinn.core.ir import Value
 from cinn.core.ops.common import broadcast_shapes
+from frontend import compose
 from frontend.onnx.registry import NodeContext, OnnxImportError, converter
 
 
@@ -176,19 +176,7 @@ def reverse_sequence(ctx: NodeContext):
 
 @converter("GatherND")
 def gather_nd(ctx: NodeContext):
-    """data[batch..., index...] per index tuple in the last axis of constant indices: a gather of the data's leading
-    batch_dims + k axes flattened, by the tuples' flat positions."""
-    x = ctx.input(0)
-    index = ctx.require_const(1, "indices").astype(np.int64)
-    b, k = ctx.attr("batch_dims", 0), index.shape[-1]
-    lead = x.shape[: b + k]
-    if b + k > len(x.shape) or index.shape[:b] != x.shape[:b]:
-        raise OnnxImportError(f"indices of shape {index.shape} (batch_dims {b}) do not fit data of shape {x.shape}")
-    tuples = index.reshape(-1, k) % np.array(lead[b:], np.int64)  # negative indices count from the end
-    batch = np.indices(index.shape[:-1]).reshape(len(index.shape) - 1, -1)[:b]
-    flat = np.ravel_multi_index((*batch, *tuples.T), lead).reshape(index.shape[:-1])
-    rows = ctx.b.reshape(x, [math.prod(lead), *x.shape[b + k:]])
-    return [ctx.b.gather(rows, ctx.b.create_constant(flat.astype(np.int64), dtype="int64"), axis=0)]
+    return [compose.gather_nd(ctx.b, ctx.input(0), ctx.input(1), ctx.attr("batch_dims", 0))]
 
 
 # ScatterND/ScatterElements reductions: how an update combines with what is there (none: it replaces it)
@@ -295,23 +283,9 @@ def constant(ctx: NodeContext):
 
 @converter("Range")
 def range_(ctx: NodeContext):
-    """start, start + delta, ... up to limit: a constant where it folds (its length checked first), else computed at
-    run time (in float64, which holds every integer up to 2**53 exactly)."""
+    """start, start + delta, ... up to limit (constants)."""
     start, limit, delta = (ctx.require_const(i, name).reshape(()) for i, name in enumerate(("start", "limit", "delta")))
-    dtype = str(start.dtype)
-    out = TensorType((_range_length(start.item(), limit.item(), delta.item()),), dtype)
-    if out.nbytes > MAX_FOLDED_BYTES and max(abs(start.item()), abs(limit.item())) <= 2**53:
-        return [ctx.b.arange(start=start.item(), end=limit.item(), step=delta.item(), dtype=dtype)]
-    return [ctx.b.create_constant(np.arange(start, limit, delta).astype(dtype), dtype=dtype)]
-
-
-def _range_length(start: float, limit: float, delta: float) -> int:
-    """Range's length, max(ceil((limit - start) / delta), 0), exact for integers."""
-    if not all(map(math.isfinite, (start, limit, delta))) or delta == 0:
-        raise OnnxImportError(f"Range({start}, {limit}, {delta}): start, limit and delta must be finite, delta nonzero")
-    if isinstance(start, int) and isinstance(limit, int) and isinstance(delta, int):
-        return max(-((start - limit) // delta), 0)
-    return max(math.ceil((limit - start) / delta), 0)
+    return [compose.arange(ctx.b, start, limit, delta, str(start.dtype))]
 
 
 @converter("DepthToSpace")

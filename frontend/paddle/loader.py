@@ -10,14 +10,16 @@ import numpy as np
 from cinn.core.ir import Program, Value, shape_of
 from cinn.core.symbolic import Dim, SymbolicInput, SymbolicProgram, symbol_name
 from frontend.folding import FoldingBuilder
-from frontend.paddle import ops_math, ops_nn, ops_rnn, ops_shape  # noqa: F401  (register converters)
+from frontend.paddle import ops_math, ops_nn, ops_reduce, ops_rnn, ops_shape  # noqa: F401  (register converters)
 from frontend.paddle.graph import PaddleImportError, PaddleModel, PaddleOp, Tensor
 from frontend.paddle.params import params_path, read_params
 from frontend.paddle.pdmodel import read_pdmodel
 from frontend.paddle.pir import read_pir
-from frontend.paddle.registry import CONVERTERS, Bound, OpContext, Unavailable
+from frontend.paddle.registry import Bound, OpContext, Unavailable, converter_of
 
 MODEL_SUFFIXES = (".json", ".pdmodel")
+# how Paddle's PIR writer begins every program (json.dumps without spaces)
+PIR_HEAD = b'{"base_code":{"magic":"pir"'
 
 
 def load_paddle(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | None = None
@@ -53,10 +55,10 @@ def resolve_model_path(path: str) -> str:
     """The model file named by a path: the file itself, or the one model file in a directory."""
     if os.path.isdir(path):
         found = sorted(f for f in glob.glob(os.path.join(glob.escape(path), "*"))
-                       if f.endswith(".pdmodel") or (f.endswith(".json") and os.path.isfile(params_path(f))))
+                       if f.endswith(".pdmodel") or (f.endswith(".json") and _is_pir(f)))
         if len(found) != 1:
             what = "no" if not found else f"{len(found)} ({', '.join(map(os.path.basename, found))})"
-            raise PaddleImportError(f"{path}: {what} Paddle model files (.json with .pdiparams, or .pdmodel); "
+            raise PaddleImportError(f"{path}: {what} Paddle model files (PIR .json, or .pdmodel); "
                                     "pass the model file")
         return found[0]
     if not path.endswith(MODEL_SUFFIXES):
@@ -66,11 +68,19 @@ def resolve_model_path(path: str) -> str:
     return path
 
 
+def _is_pir(path: str) -> bool:
+    """A .json that is a PIR program: its .pdiparams is beside it, or (a model without parameters) it starts as one."""
+    if os.path.isfile(params_path(path)):
+        return True
+    with open(path, "rb") as f:
+        return f.read(len(PIR_HEAD)) == PIR_HEAD
+
+
 def _check_supported(model: PaddleModel) -> None:
     """One error listing every unsupported op type with the ops that use it, before converting anything."""
     unsupported: dict[str, list[str]] = {}
     for op in model.ops:
-        if op.type not in CONVERTERS:
+        if converter_of(op.type) is None:
             unsupported.setdefault(op.type, []).append(op.name)
     if unsupported:
         detail = "; ".join(f"{t} (outputs {', '.join(repr(n) for n in names)})" for t, names in sorted(unsupported.items()))
@@ -99,11 +109,14 @@ def _input_dims(t: Tensor, given: Sequence[int] | None) -> tuple[Dim, ...]:
 def _convert(b: FoldingBuilder, model: PaddleModel, op: PaddleOp, env: dict[str, Bound]) -> None:
     """Convert one op, binding its outputs; errors name the op."""
     where = f"Paddle op {op.type} {op.name!r}"
-    spec = CONVERTERS[op.type]
+    spec = converter_of(op.type)
+    assert spec is not None  # _check_supported saw to it
     try:
         results = list(spec.fn(OpContext(b, op, model.pir, env)))
     except (ValueError, TypeError, NotImplementedError) as e:
         raise type(e)(f"{where}: {e}") from None
+    except IndexError as e:  # folding an index op on constants: an index outside its table at these shapes
+        raise PaddleImportError(f"{where}: {e}; at other input shapes (input_shapes) it may fit") from None
     for k, (slot, name) in enumerate(_output_names(model, op, spec.outputs)):
         value = results[k] if k < len(results) else Unavailable(op, slot)
         if not isinstance(value, Unavailable) or name not in env:  # legacy MeanOut rewrites the mean parameter

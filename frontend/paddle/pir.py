@@ -69,9 +69,15 @@ def _attrs(raw: dict) -> dict[str, Any]:
 
 
 def _attr_value(at: dict) -> Any:
-    """A typed attribute as plain Python: arrays become lists, the rest their data."""
+    """A typed attribute as plain Python: arrays become lists, the rest their data. JSON has no infinities or NaN:
+    Paddle writes those floats as a string in `VD` ("INF", "-INF", "NAN")."""
     if at["#"] == "0.a_array":
         return [_attr_value(x) for x in at["D"]]
+    if "VD" in at:
+        try:
+            return float(at["VD"])
+        except (TypeError, ValueError):
+            raise PaddleImportError(f"attribute value {at['VD']!r} is not a number") from None
     return at.get("D")
 
 

@@ -142,6 +142,14 @@ class ConverterSpec:
 CONVERTERS: dict[str, ConverterSpec] = {}
 
 
+def converter_of(op_type: str) -> ConverterSpec | None:
+    """The converter of an op type; PIR's in-place variants (`relu_`, `scale_`) convert as their op."""
+    spec = CONVERTERS.get(op_type)
+    if spec is None and op_type.endswith("_") and not op_type.startswith("builtin."):
+        spec = CONVERTERS.get(op_type[:-1])
+    return spec
+
+
 def converter(*op_types: str, outputs: Sequence[str] = ("Out",)):
     """Register a function as the converter of some Paddle op types (legacy and PIR names)."""
 
@@ -153,6 +161,11 @@ def converter(*op_types: str, outputs: Sequence[str] = ("Out",)):
         return fn
 
     return register
+
+
+def attr_of(ctx: OpContext, names: Sequence[str], default: Any) -> Any:
+    """The first present attribute among spellings of one setting (legacy and PIR names, Paddle 2 and 3)."""
+    return next((ctx.attr(n) for n in names if n in ctx.op.attrs), default)
 
 
 # PIR type names of the element types, and their cinn dtypes
@@ -183,3 +196,11 @@ def dtype_arg(ctx: OpContext, attr: str, what: str) -> str:
     """A dtype attribute: a code in legacy ops, a name in PIR ops."""
     value = ctx.attr(attr)
     return dtype_of_name(value, what) if isinstance(value, str) else dtype_of_code(int(value), what)
+
+
+def optional_dtype(ctx: OpContext, attr: str, what: str) -> str | None:
+    """A dtype attribute that may say "as the input": absent, legacy code -1 or PIR `Undefined(...)` give None."""
+    value = ctx.attr(attr, None)
+    if value is None or value == -1 or (isinstance(value, str) and value.startswith("Undefined")):
+        return None
+    return dtype_arg(ctx, attr, what)
