@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from benchmarks import paddle_models, zoo_manifest
 from benchmarks.harness import BenchConfig, Engine, ModelRef, PaddlePeer, find_baseline, find_paddle, run_benchmarks
 from benchmarks.paddle_export import PaddleFormat
-from benchmarks.paddle_models import Manifest, read_manifest
+from benchmarks.paddle_models import Manifest
 from benchmarks.report import format_table, write_csv, write_plot
 from cinn import __version__
 from cinn.core.target import parse_target
@@ -29,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
                    f"{', '.join(MODELS)}, model files (.onnx, which onnxruntime runs as it is; Paddle .pdmodel/.json or a "
                    "directory) fed seeded random inputs, or the names of --paddle-set models")
     p.add_argument("--models", default="", help="comma-separated models (added to the positional ones)")
+    p.add_argument("--zoo", default=None, metavar="DIR",
+                   help="also run every model of a zoo directory (python -m benchmarks.zoo export DIR), each at the "
+                        "input shapes of its manifest")
     p.add_argument("--target", default="llvm", help="cinn target (default: llvm, the host CPU)")
     p.add_argument("--log", default=None, metavar="tuning.jsonl", help="schedule log: adds a tuned cinn build")
     p.add_argument("--repeat", type=int, default=20, help="timed runs per engine; the median is reported (default: 20)")
@@ -60,6 +64,13 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: 1800)")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
+
+
+def _zoo_models(directory: str) -> dict[str, dict[str, tuple[int, ...]]]:
+    """A zoo directory's model files, each with its inputs' shapes (a dynamic model's at its export's sizes)."""
+    with reading_arguments():
+        manifest = zoo_manifest.read_manifest(directory)
+    return {os.path.join(directory, e.file): e.shapes() for e in manifest.models}
 
 
 def _model_names(names: list[str], p: argparse.ArgumentParser) -> list[str]:
@@ -105,12 +116,12 @@ def _paddle(refs: Sequence[ModelRef], args: argparse.Namespace, p: argparse.Argu
     return peer
 
 
-def _check_model_files(names: Sequence[str], shapes: dict[str, tuple[int, ...]]) -> None:
+def _check_model_files(names: Sequence[str], shapes: Mapping[str, Mapping[str, tuple[int, ...]]]) -> None:
     """Import each model file once here: one that cannot be read is a usage error, not a failure of every engine."""
     with reading_arguments():
         for name in names:
             if is_model_name(name):
-                load_model(name, shapes)
+                load_model(name, shapes[name])
 
 
 @command("cinn-bench")
@@ -127,25 +138,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         p.error(f"--target: {err}")
     try:
-        shapes = parse_input_shapes(args.input_shape)
+        given = parse_input_shapes(args.input_shape)
     except ValueError as err:
         p.error(str(err))
     names = [m.strip() for m in list(args.model) + args.models.split(",") if m.strip()]
     refs: list[ModelRef] = []
     if args.paddle_set is not None:
         try:
-            manifest = read_manifest(args.paddle_set)
+            manifest = paddle_models.read_manifest(args.paddle_set)
         except ValueError as err:
             p.error(f"--paddle-set {err}")
         refs = _set_models(manifest, names, PaddleFormat(args.paddle_format))
         if not refs:
             p.error(f"--paddle-set {args.paddle_set}: no model saved in the {args.paddle_format} format")
         names = [n for n in names if manifest.entry(n) is None]
-    elif not names:
+    zoo = _zoo_models(args.zoo) if args.zoo is not None else {}
+    if not names and not refs and not zoo:
         names = list(MODELS)
-    names = _model_names(names, p)
-    _check_model_files(names, shapes)
-    refs += [ModelRef(n) for n in names]
+    names = _model_names(names + list(zoo), p)
+    # a zoo model's shapes are its manifest's, unless --input-shape names one of its inputs
+    shapes = {n: {**zoo[n], **{k: v for k, v in given.items() if k in zoo[n]}} if n in zoo else given for n in names}
+    # not a zoo's: each is a valid ONNX file that onnxruntime ran, and one that cinn cannot import is a finding of the
+    # benchmark (its cinn engines fail), not a reason to run none
+    _check_model_files([n for n in names if n not in zoo], shapes)
+    refs += [ModelRef(n, input_shapes=tuple(shapes[n].items()) if n in zoo else None) for n in names]
     baseline = None
     if args.baseline is not None:
         try:
@@ -154,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.error(f"--baseline {err}")
         print(f"[cinn-bench] cinn@baseline: the cinn in {baseline.cinn_dir} ({baseline.python})", file=sys.stderr)
     config = BenchConfig(target=args.target, repeat=args.repeat, warmup=args.warmup, rounds=args.rounds, tuning_log=args.log,
-                         small=args.small, timeout=args.timeout, input_shapes=tuple(shapes.items()), baseline=baseline,
+                         small=args.small, timeout=args.timeout, input_shapes=tuple(given.items()), baseline=baseline,
                          unfused=args.unfused, paddle=_paddle(refs, args, p))
     results = run_benchmarks(refs, config)
     tuned = args.log is not None

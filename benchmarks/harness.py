@@ -172,6 +172,7 @@ class ModelRef:
     feeds: str | None = None  # an .npz of the named inputs; else seeded random ones
     onnx: str | None = None  # the file onnxruntime and OpenVINO run (paddle2onnx's export)
     paddle_set: bool = False  # from a set: the ONNX peers run its ONNX file or nothing, never cinn's export
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] | None = None  # its own, not the config's (a zoo's model)
 
     @property
     def name(self) -> str:
@@ -592,6 +593,8 @@ def bench_model(model: str | ModelRef, config: BenchConfig) -> ModelResult:
     engines in a rotating order; the median over rounds reported) and cross-check the outputs with the reference's:
     Paddle Inference's for a Paddle model, else onnxruntime's."""
     ref = as_model_ref(model)
+    if ref.input_shapes is not None:
+        config = dataclasses.replace(config, input_shapes=ref.input_shapes)
     name = ref.name
     engines = config.model_engines(ref)
     errors: dict[Engine, str] = {}
