@@ -5,6 +5,9 @@ separate single-worker pool (local) or to a device leased from a TVM RPC tracker
 fails to build, crashes its worker, hangs past the timeout or computes a different result than the workload's
 default schedule gives a failed MeasureResult; measure() itself does not raise for a bad candidate. measure()
 returns after its last timing run, so the builds of the next batch never overlap a timing run.
+
+A candidate's build is part of what tuning spends: one that outlasts its limit (MeasureConfig.build_timeout, by
+default BUILD_LIMIT_S stretched by the machine's load) is cut off and recorded as a BUILD_TIMEOUT naming the limit.
 """
 from __future__ import annotations
 
@@ -36,12 +39,25 @@ from cinn.runtime.worker_pool import WorkerPool
 
 T = TypeVar("T")
 
+# seconds a candidate's build may take on an idle core: the default schedules build well within it
+# (docs/notes/build-time-limits.md); a tuned one past it costs more tuning time than it can win back
+BUILD_LIMIT_S = 10.0
+MAX_LOAD_SCALE = 4.0  # how far a loaded machine stretches the default build limit: a hang must still end
+
+
+def build_limit(base: float = BUILD_LIMIT_S) -> float:
+    """The default per-candidate build limit on this machine now: `base` seconds stretched by the load per core (a
+    build sharing its core runs slower, not forever), at most MAX_LOAD_SCALE times."""
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return base * min(max(1.0, load), MAX_LOAD_SCALE)
+
 
 @dataclass(frozen=True)
 class MeasureConfig:
     """How candidates are built, timed and checked."""
 
-    build_timeout: float = 30.0  # seconds per candidate build
+    # seconds a candidate's build may take; None: build_limit() when the runner is made
+    build_timeout: float | None = None
     run_timeout: float = 10.0  # seconds per candidate run: load, warm-up call, timing, output download
     hang_grace: float = 10.0  # seconds past either timeout after which a worker that has not answered is killed
     repeat: int = 3  # timed repeats; MeasureResult.costs has one entry per repeat
@@ -59,7 +75,7 @@ class MeasureConfig:
     seed: int = 0  # of the random kernel arguments
 
     def __post_init__(self):
-        if min(self.build_timeout, self.run_timeout, self.hang_grace) <= 0:
+        if min(self.build_timeout or 1.0, self.run_timeout, self.hang_grace) <= 0:
             raise ValueError(f"MeasureConfig: timeouts must be positive, got {self.build_timeout}, {self.run_timeout}, "
                              f"{self.hang_grace}")
         if min(self.repeat, self.passes, self.number, self.build_workers) < 1:
@@ -268,17 +284,19 @@ def _short(err: BaseException) -> str:
 
 
 class _Stage(enum.Enum):
-    """A measurement stage and its failure kinds: (error, timeout, crash)."""
+    """A measurement stage: its failure kinds (error, timeout, crash), and what it is called and its limit set."""
 
-    BUILD = (FailureKind.BUILD_ERROR, FailureKind.BUILD_TIMEOUT, FailureKind.BUILD_CRASH)
-    RUN = (FailureKind.RUN_ERROR, FailureKind.RUN_TIMEOUT, FailureKind.RUN_CRASH)
+    BUILD = (FailureKind.BUILD_ERROR, FailureKind.BUILD_TIMEOUT, FailureKind.BUILD_CRASH, "build",
+             "MeasureConfig.build_timeout, cinn-tune --build-timeout")
+    RUN = (FailureKind.RUN_ERROR, FailureKind.RUN_TIMEOUT, FailureKind.RUN_CRASH, "run",
+           "MeasureConfig.run_timeout, cinn-tune --timeout")
 
 
 def _collect(future, stage: _Stage, timeout: float, grace: float, pool: WorkerPool) -> _Outcome:
     """A pool future's outcome, its failure given the stage's kind. A worker that does not answer `grace` seconds
     past its own timeout is killed (a candidate that corrupted its heap left it deadlocked in malloc, the worker's
     timeout thread with it, and the tuner waiting for ever)."""
-    error, timed_out, crashed = stage.value
+    error, timed_out, crashed, what, limit = stage.value
     try:
         out = future.result(timeout=timeout + grace)
     except TimeoutError:
@@ -286,8 +304,9 @@ def _collect(future, stage: _Stage, timeout: float, grace: float, pool: WorkerPo
             pool.kill_workers()
             with contextlib.suppress(Exception):  # the blocked receive now fails: the worker restarts on demand
                 future.result(timeout=grace)
-            return _Outcome(None, timed_out, f"no answer after {timeout + grace:g} s: the worker was killed")
-        return _Outcome(None, timed_out, f"after {timeout} s")
+            return _Outcome(None, timed_out, f"the {what} did not answer {timeout + grace:g} s after it started, past "
+                                              f"its limit of {timeout:g} s ({limit}): the worker was killed")
+        return _Outcome(None, timed_out, f"the {what} outlasted its limit of {timeout:g} s ({limit}); cut off")
     except ChildProcessError:
         return _Outcome(None, crashed, "the worker process died (segfault, abort or out of memory)")
     except Exception as err:
@@ -321,6 +340,7 @@ class _PoolRunner:
         self._build_fn = build_fn
         self._run_fn = run_fn
         self._remote = remote
+        self.build_timeout = config.build_timeout if config.build_timeout is not None else build_limit()
         self._build_pool: WorkerPool | None = None
         self._run_pool: WorkerPool | None = None
         self._args: dict[str, tuple[ArgInfo, ...]] = {}
@@ -382,14 +402,14 @@ class _PoolRunner:
         """Build every spec in parallel workers, each into its own file under tmp."""
         if self._build_pool is None:
             self._build_pool = WorkerPool(
-                max_workers=self.config.build_workers, timeout=self.config.build_timeout, initializer=_import_compiler
+                max_workers=self.config.build_workers, timeout=self.build_timeout, initializer=_import_compiler
             )
         futures = {
             s: self._build_pool.submit(_guarded, self._build_fn, s, target, os.path.join(tmp, f"c{n}.so"))
             for n, s in enumerate(specs)
         }
-        return {s: _collect(f, _Stage.BUILD, self.config.build_timeout, self.config.hang_grace,
-                             self._build_pool) for s, f in futures.items()}
+        return {s: _collect(f, _Stage.BUILD, self.build_timeout, self.config.hang_grace, self._build_pool)
+                for s, f in futures.items()}
 
     def _run(self, spec: KernelSpec, lib: str, target: Target, timing: Timing, fetch: bool) -> _Outcome[RunOutput]:
         """Run one built candidate in the run worker (restarted by the pool after a crash or timeout)."""

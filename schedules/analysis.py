@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from math import prod
 
+import tvm_ffi
 from tvm import tirx
 from tvm.s_tir import Schedule, ScheduleError
 from tvm.s_tir.schedule.analysis import is_output_block
@@ -17,6 +20,39 @@ REDUCE_ITER = 2  # tvm IterVar.CommReduce
 NOMINAL_SIZES = "cinn.nominal_sizes"
 # and of one whose default schedule does not apply at symbolic sizes: it got the plain loop nest instead
 PLAIN_SCHEDULE = "cinn.plain_schedule"
+
+
+@dataclass(frozen=True)
+class StraightLine:
+    """The straight-line code a scheduled kernel asks LLVM to compile, which its build time grows with: the lanes of
+    its widest vectorized loop, the steps of its longest unrolled one, and its stores counted once per lane and
+    unrolled step (times the extents of the vectorized and unrolled loops around each one)."""
+
+    widest_vector: int
+    longest_unroll: int
+    unrolled_stores: int
+
+
+def straight_line(func) -> StraightLine:
+    """The StraightLine of a scheduled PrimFunc (a symbolic loop counts as one step)."""
+    around: list[int] = []
+    longest = {tirx.ForKind.VECTORIZED: 1, tirx.ForKind.UNROLLED: 1}
+    stores = 0
+
+    def loop(node, visitor) -> None:
+        extent = int(node.extent) if node.kind in longest and isinstance(node.extent, tirx.IntImm) else 1
+        if node.kind in longest:
+            longest[node.kind] = max(longest[node.kind], extent)
+        around.append(extent)
+        visitor.default_visit(node)
+        around.pop()
+
+    def store(node, visitor) -> None:
+        nonlocal stores
+        stores += prod(around)
+
+    tvm_ffi.structural_visit(func, [(tirx.For, loop), (tirx.BufferStore, store)])
+    return StraightLine(longest[tirx.ForKind.VECTORIZED], longest[tirx.ForKind.UNROLLED], stores)
 
 
 def blocks(sch: Schedule) -> list:

@@ -22,8 +22,8 @@ from cinn.core.ops import PatternKind, RuleName, TargetKind
 from cinn.core.ops.attention import CAUSAL
 from cinn.core.target import Target
 from schedules.analysis import blocks, extents, inline_all, is_static, size
-from schedules.cpu_common import injective, lanes, register_lanes
-from schedules.cpu_matmul import balanced, vectorize_innermost, vectorize_registers
+from schedules.cpu_common import injective, lanes, register_lanes, vectorize_innermost
+from schedules.cpu_matmul import balanced, vectorize_registers
 from schedules.knobs import DEFAULT, Knob, Knobs, divisors
 from schedules.registry import postprocessor, schedule_rule
 
@@ -69,7 +69,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
         sch.compute_at(stage[name], block if whole_heads else task, preserve_unit_loops=True)
     sch.parallel(task)
     if whole_heads:
-        _pack_keys_values(sch, stage, task)
+        _pack_keys_values(sch, stage, task, width)
     budget = target.vector_registers - 4
     _transpose(sch, stage["attention_qt"], width)
     score_keys, step, _ = _register_tile(sch, stage["attention_scores"], width, budget)
@@ -131,7 +131,7 @@ def _whole_heads(sch: Schedule, loops: list, target: Target) -> bool:
     return is_static(sch, loops) and balanced(prod(extents(sch, loops)), target)
 
 
-def _pack_keys_values(sch: Schedule, stage: dict, task) -> None:
+def _pack_keys_values(sch: Schedule, stage: dict, task, width: int) -> None:
     """Copy the task's head of k and of v into contiguous [keys, dim] buffers before its query blocks. In place, a
     head's rows lie a whole row of every head apart, a page apart from 1024 columns on, where the hardware
     prefetchers stop: the matmul stages, which read them a row or two at a time, waited on memory for each
@@ -141,7 +141,7 @@ def _pack_keys_values(sch: Schedule, stage: dict, task) -> None:
         index = next(i for i, r in enumerate(sch.get(stage[name]).reads) if r.source.name in params)
         copy = sch.cache_read(stage[name], index, "global", consumer_blocks=[stage[name]])  # q, k, v may be one buffer
         sch.compute_at(copy, task, preserve_unit_loops=True)
-        vectorize_innermost(sch, copy)
+        vectorize_innermost(sch, copy, width)
 
 
 def _row_block(queries: int, keys: int, target: Target) -> int:
@@ -179,9 +179,9 @@ def _register_tile(sch: Schedule, block, width: int, budget: int) -> tuple:
     sch.reorder(row_outer, col_outer, red, row_inner, col_inner)
     sch.unroll(row_inner)
     vectorize_registers(sch, col_inner, cols, width)
-    vectorize_innermost(sch, sch.decompose_reduction(block, red))
+    vectorize_innermost(sch, sch.decompose_reduction(block, red), width)
     sch.reverse_compute_at(write_back, col_outer)
-    vectorize_innermost(sch, write_back)
+    vectorize_innermost(sch, write_back, width)
     return row_outer, rows, red
 
 

@@ -22,6 +22,7 @@ from schedules.analysis import (
     operand_reads,
     size,
     spatial_count,
+    split,
     vars_in,
     write_dtype,
 )
@@ -48,6 +49,7 @@ def lanes(dtype: str, target: Target) -> int:
 
 
 WINDOW_MAX = 64  # reduced elements per output up to which a reduction is a window (pooling), vectorized over outputs
+MAX_VECTORIZED = 4  # registers one vectorized loop spans at most (as the widest vector_width lets the tuner try)
 
 
 def register_lanes(cols: int, width: int) -> int:
@@ -59,16 +61,19 @@ def register_lanes(cols: int, width: int) -> int:
 def generic(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Inline producers, then parallelize every remaining block and vectorize the injective ones and the windows."""
     inline_all(sch, keep=lambda b: _pads_a_window(sch, b))
-    todo = blocks(sch)  # the blocks before a column reduction's decomposition adds its init
+    # the blocks before a column reduction's decomposition adds its init, by name too: a stage computed inside a
+    # window's loops may be partitioned into others (vectorize_bounded)
+    todo = [(b, sch.get(b).name_hint) for b in blocks(sch)]
     column = column_reduction(sch, target)
     done: set[str] = set()  # blocks scheduled, and stages computed inside a window's or a column reduction's loops
     if column is not None:
-        done = columns(sch, column[0], column[1], target) | {sch.get(column[0]).name_hint}
-    for block in todo:
-        if sch.get(block).name_hint in done or _pads_a_window(sch, block):
+        done = {sch.get(column[0]).name_hint}  # its name in `todo`: the decomposition names it anew
+        done |= columns(sch, column[0], column[1], target)
+    for block, name in todo:
+        if name in done or _pads_a_window(sch, block):
             continue
         if is_reduction(sch, block) and any(_pads_a_window(sch, p) for p in sch.get_producers(block)):
-            done |= padded_window(sch, block)
+            done |= padded_window(sch, block, target)
         elif is_reduction(sch, block) and _is_window(sch, block, target):
             window(sch, block, target)
         elif is_reduction(sch, block):
@@ -92,24 +97,62 @@ def _pads_a_window(sch: Schedule, block) -> bool:
             and all((index_step(read.region[d - 2].min, reader.iter_vars[n + d - 2].var) or 0) >= 1 for d in range(2)))
 
 
-def padded_window(sch: Schedule, block) -> set[str]:
+def padded_window(sch: Schedule, block, target: Target) -> set[str]:
     """A window over its padded input: parallel over channels, the input padded per channel (small, hot), each
-    output row one vector (any width: LLVM splits it) with no bounds test (see
-    docs/notes/pooling-and-reductions.md)."""
+    output row one vector (any width up to MAX_VECTORIZED registers: LLVM splits it; a longer row in vectors
+    of bounded_lanes) with no bounds test (see docs/notes/pooling-and-reductions.md)."""
     loops = sch.get_loops(block)
     n = spatial_count(sch, block)
     pad = next(b for b in sch.get_producers(block) if _pads_a_window(sch, b))
     par = sch.fuse(*loops[: n - 2]) if n > 2 else loops[0]
-    sch.reorder(par, loops[n - 2], *loops[n:], loops[n - 1])
+    width = lanes(write_dtype(sch, block), target)
+    row = extents(sch, loops[n - 1 : n])[0]
+    pieces = [loops[n - 1]]
+    if row > MAX_VECTORIZED * width:
+        pieces = split(sch, loops[n - 1], [None, bounded_lanes(row, width)])
+    sch.reorder(par, loops[n - 2], *pieces[:-1], *loops[n:], pieces[-1])
     sch.parallel(par)
     phased = deinterleave(sch, block, pad)
     sch.compute_at(pad, par)
     if phased:
         copy_in_read_order(sch, pad)
     else:
-        sch.vectorize(sch.get_loops(pad)[-1])
-    _vector_reduce(sch, block, loops[n - 1], loops[n])
-    return _consumers_at(sch, block, par)
+        vectorize_bounded(sch, sch.get_loops(pad)[-1], width)
+    _vector_reduce(sch, block, pieces[-1], loops[n])
+    return _consumers_at(sch, block, par, width)
+
+
+def vectorize_bounded(sch: Schedule, loop, width: int) -> None:
+    """Vectorize a loop of up to MAX_VECTORIZED registers of `width` lanes; a longer one as a loop over
+    one-register vectors, the lanes short of a whole register a vector loop of their own. TVM makes a vectorized loop
+    one vector of all its lanes, which LLVM compiles as straight-line code in a time that grows steeply with the lanes
+    where they gather: a conv1d's write-back over its 1500 positions did not finish building (see
+    docs/notes/build-time-limits.md). A symbolic loop is vectorized as it is."""
+    extent = sch.get(loop).extent
+    if not isinstance(extent, tirx.IntImm) or int(extent) <= MAX_VECTORIZED * width:
+        sch.vectorize(loop)
+        return
+    whole = int(extent) - int(extent) % width
+    if whole < int(extent):
+        loop, rest = sch.loop_partition(loop, [whole, None])
+        sch.vectorize(rest)
+    sch.vectorize(sch.split(loop, [None, width])[1])
+
+
+def bounded_lanes(extent: int, width: int) -> int:
+    """The lanes of a vector loop over a longer loop whose blocks cannot be partitioned (a reduction): the widest
+    divisor of the extent of MIN_LANES to MAX_VECTORIZED registers, else one register (its last vector
+    guarded, and so scalar)."""
+    fits = [d for d in divisors(extent, MAX_VECTORIZED * width) if d >= MIN_LANES]
+    return fits[-1] if fits else width
+
+
+def vectorize_innermost(sch: Schedule, block, width: int) -> None:
+    """Vectorize a block's innermost loop (vectorize_bounded, `width` lanes a register) when it is wider than one
+    element."""
+    loops = sch.get_loops(block)
+    if loops and extents(sch, loops[-1:])[0] > 1:
+        vectorize_bounded(sch, loops[-1], width)
 
 
 def _vector_reduce(sch: Schedule, block, lane, first_reduce) -> None:
@@ -119,22 +162,23 @@ def _vector_reduce(sch: Schedule, block, lane, first_reduce) -> None:
     sch.vectorize(sch.get_loops(init)[-1])
 
 
-def _consumers_at(sch: Schedule, block, loop) -> set[str]:
+def _consumers_at(sch: Schedule, block, loop, width: int) -> set[str]:
     """Compute a reduction's consumers (an average's division) at its parallel loop, vectorized, while its results
     are hot; returns their names."""
     consumers = sch.get_consumers(block)
+    names = {sch.get(c).name_hint for c in consumers}  # before vectorize_bounded may partition them
     for consumer in consumers:
-        compute_at_vectorized(sch, consumer, loop)
-    return {sch.get(c).name_hint for c in consumers}
+        compute_at_vectorized(sch, consumer, loop, width)
+    return names
 
 
-def compute_at_vectorized(sch: Schedule, consumer, loop) -> None:
-    """Compute a consumer inside `loop` (reverse_compute_at), its innermost loop of its own vectorized where it has
-    one wider than an element (`loop` itself may be parallel)."""
+def compute_at_vectorized(sch: Schedule, consumer, loop, width: int) -> None:
+    """Compute a consumer inside `loop` (reverse_compute_at), its innermost loop of its own vectorized
+    (vectorize_bounded) where it has one wider than an element (`loop` itself may be parallel)."""
     sch.reverse_compute_at(consumer, loop)
     *_, inner = sch.get_loops(consumer)
     if not sch.get(inner).same_as(sch.get(loop)) and extents(sch, [inner])[0] > 1:
-        sch.vectorize(inner)
+        vectorize_bounded(sch, inner, width)
 
 
 def _is_window(sch: Schedule, block, target: Target) -> bool:
@@ -209,13 +253,14 @@ def columns(sch: Schedule, block, axis: int, target: Target) -> set[str]:
     Returns the consumers computed inside (see _consumers_at)."""
     loops = sch.get_loops(block)
     n = spatial_count(sch, block)
-    reg = register_lanes(extents(sch, loops[axis : axis + 1])[0], lanes(write_dtype(sch, block), target))
+    width = lanes(write_dtype(sch, block), target)
+    reg = register_lanes(extents(sch, loops[axis : axis + 1])[0], width)
     outer, lane = sch.split(loops[axis], [None, reg])
     sch.reorder(outer, *loops[axis + 1 : n], *loops[n:], lane)
     par = sch.fuse(*loops[:axis], outer) if axis else outer
     sch.parallel(par)
     _vector_reduce(sch, block, lane, loops[n])
-    return _consumers_at(sch, block, par)
+    return _consumers_at(sch, block, par, width)
 
 
 def injective(sch: Schedule, block, target: Target, knobs: Knobs = DEFAULT) -> None:

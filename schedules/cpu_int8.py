@@ -12,8 +12,7 @@ from cinn.core.ops import PatternKind, TargetKind
 from cinn.core.ops.quant import DEPTH, tiles_columns
 from cinn.core.target import Target
 from schedules.analysis import blocks, inline_all, reverse_inline_all, single_reduction, spatial_count
-from schedules.cpu_common import injective
-from schedules.cpu_matmul import vectorize_innermost
+from schedules.cpu_common import injective, vectorize_innermost
 from schedules.knobs import DEFAULT, Knob, Knobs, divisors
 from schedules.registry import schedule_rule
 
@@ -106,15 +105,15 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     sch.tensorize(col_in, _register())
     sch.unroll(row_in)
     sch.unroll(col_vec)
-    vectorize_innermost(sch, init)
-    vectorize_innermost(sch, write_back)
+    vectorize_innermost(sch, init, lanes)
+    vectorize_innermost(sch, write_back, lanes)
     for name in stages:  # producers kept as stages; epilogues TVM would not inline (a second output) run per tile
         block = sch.get_sblock(name)
         if name in producers:
             injective(sch, block, target)
         else:
             sch.reverse_compute_at(block, par)
-            vectorize_innermost(sch, block)
+            vectorize_innermost(sch, block, lanes)
 
 
 def _choose(sch: Schedule, knobs: Knobs, knob: Knob, extent: int, limit: int) -> int:

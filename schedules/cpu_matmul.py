@@ -49,8 +49,9 @@ from schedules.cpu_common import (
     injective,
     lanes,
     register_lanes,
+    vectorize_innermost,
 )
-from schedules.knobs import DEFAULT, TILED_UNROLL_STEPS, Knob, Knobs, divisors, unroll
+from schedules.knobs import DEFAULT, MAX_UNROLLED, TILED_UNROLL_STEPS, Knob, Knobs, divisors, unroll
 from schedules.registry import schedule_rule
 
 MAX_COLS = 32
@@ -419,6 +420,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     # the reduction's producers (e.g. padding) stay stages: inlined, they would put a branch in the inner loop
     inline_all(sch, keep=lambda b: sch.get(b).name_hint in producers)
     tiling = plan(sch, main, target, knobs)
+    width = lanes(write_dtype(sch, main), target)
     view = _padded_view(sch, main)
     write_back = view or sch.cache_write(main, 0, "global")
     _vector_axis_last(sch, main, tiling)
@@ -431,7 +433,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     par, row_outer, loops = _tile(sch, main, tiling, target, knobs, outside)
     pack_outer = tiling.pack is not None and (row_outer is not None or tiling.per_tile)
     if pack_outer:
-        _pack(sch, main, tiling, par)
+        _pack(sch, main, tiling, par, width)
     elif tiling.pack is not None and tiling.pack_transposes:
         _pack_once(sch, main, tiling, target)
     # the blocks still to schedule: producers and epilogues that were there before packing (not inlined by it)
@@ -442,32 +444,31 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     if not outside.chunk:  # else the write-back follows the last chunk, a pass of its own
         at = row_outer if inside and row_outer is not None else par
         sch.reverse_compute_at(write_back, at)
-        stages = _epilogues_at(sch, write_back, at, stages)
+        stages = _epilogues_at(sch, write_back, at, stages, width)
     stages = _producer_at_tile(sch, knobs, main if tiling.col == spatial_count(sch, main) - 1 else None, par, stages,
-                               producers)
+                               producers, width)
     sch.parallel(par)
     unroll(sch, knobs, par, TILED_UNROLL_STEPS)
     if outside.chunk:
         injective(sch, write_back, target)
     else:
-        _vectorize_write_back(sch, write_back, tiling)
+        _vectorize_write_back(sch, write_back, tiling, width)
     *reduce_loops, inner_row2, inner_row, inner_col = loops
     for inner in (inner_row2, inner_row):
         if inner is not None:
             sch.unroll(inner)
-    width = lanes(write_dtype(sch, main), target)
     vectorize_registers(sch, inner_col, tiling.cols, width)
     if tiling.cols <= register_lanes(tiling.cols, width) and tiling.rows * tiling.rows2 > target.vector_registers // 2:
         sch.annotate(main, NO_PARTIAL_UNROLL, 1)  # one vector and many broadcasts a step: unrolled, they spill
     init = sch.decompose_reduction(main, reduce_loops[0])
     if outside.chunk:  # the init runs before the first chunk, over the tiles: in parallel, inside the batch loops
         sch.parallel(sch.get_loops(init)[len(outside.batches)])
-    vectorize_innermost(sch, init)
+    vectorize_innermost(sch, init, width)
     for stage in stages:  # producers (padding) and epilogues TVM would not inline
         injective(sch, stage, target)
 
 
-def _epilogues_at(sch: Schedule, write_back, loop, stages: list) -> list:
+def _epilogues_at(sch: Schedule, write_back, loop, stages: list, width: int) -> list:
     """Attach the epilogues that read the write-back's output (a second output, such as the square an LRN takes of a
     conv's relu) to the write-back's tile, vectorized, so they read it while hot; return the other stages. A pass
     of its own read the whole output again (alexnet's and zfnet's conv + relu + square)."""
@@ -476,7 +477,7 @@ def _epilogues_at(sch: Schedule, write_back, loop, stages: list) -> list:
     for stage in stages:
         if _elementwise_of(sch.get(stage), written):
             try:
-                compute_at_vectorized(sch, stage, loop)
+                compute_at_vectorized(sch, stage, loop, width)
                 continue
             except ScheduleError:  # a consumer whose reads the tile cannot cover stays a pass of its own
                 pass
@@ -538,16 +539,22 @@ def _flat_rows(sch: Schedule, main, view) -> None:
 def vectorize_registers(sch: Schedule, loop, cols: int, width: int) -> None:
     """Vectorize the tile's vector loop one register at a time, unrolling over its registers: LLVM scalarizes a
     loop-carried accumulator that is not a power of two lanes wide, moving every lane through the stack (48 or 28
-    lanes; see docs/notes/register-tiles.md)."""
+    lanes; see docs/notes/register-tiles.md). Registers past MAX_UNROLLED, which no register tile has (a whole
+    attention row of 1500 keys in 375 registers of 4 lanes), are a loop around unrolled groups of them: unrolled
+    whole, their build time grew with the keys (see docs/notes/build-time-limits.md)."""
     reg = register_lanes(cols, width)
     if cols > reg:
         registers, loop = sch.split(loop, [None, reg])
+        count = size(sch, sch.get(registers).extent)
+        if count > MAX_UNROLLED:
+            registers = sch.split(registers, [None, max(divisors(count, MAX_UNROLLED))])[1]
         sch.unroll(registers)
     if cols > 1:
         sch.vectorize(loop)
 
 
-def _producer_at_tile(sch: Schedule, knobs: Knobs, columns, par, stages: list, producers: set[str]) -> list:
+def _producer_at_tile(sch: Schedule, knobs: Knobs, columns, par, stages: list, producers: set[str],
+                      width: int) -> list:
     """Compute a lone producer stage (padding) per parallel tile: the tile's input lands in a small contiguous buffer,
     hot in cache (see docs/notes/parallel-loops.md), instead of a full padded copy beforehand; the tuner may
     choose the full copy. `columns` is the reduction block when it is vectorized over output columns (the stage may
@@ -562,7 +569,7 @@ def _producer_at_tile(sch: Schedule, knobs: Knobs, columns, par, stages: list, p
     if phased:
         copy_in_read_order(sch, mine[0])
     else:
-        vectorize_innermost(sch, mine[0])
+        vectorize_innermost(sch, mine[0], width)
     return [b for b in stages if b not in mine]
 
 
@@ -778,7 +785,7 @@ def _packed_copy(sch: Schedule, main, t: Tiling):
     return panel
 
 
-def _pack(sch: Schedule, main, t: Tiling, par) -> None:
+def _pack(sch: Schedule, main, t: Tiling, par, width: int) -> None:
     """Copy the vector operand's panel for this parallel tile into a contiguous buffer (vector axis last); a stage
     that only views the operand differently (a 1x1 conv's flattened input) is read through by the copy, not copied
     first."""
@@ -789,7 +796,7 @@ def _pack(sch: Schedule, main, t: Tiling, par) -> None:
                 sch.compute_inline(stage)
     sch.compute_at(panel, par)
     if t.pack_perm[-1] == len(t.pack_perm) - 1:  # contiguous copy: vectorize it
-        vectorize_innermost(sch, panel)
+        vectorize_innermost(sch, panel, width)
     elif t.per_tile:  # a depthwise input's transposing copy runs in the order of what it writes: contiguous stores,
         # its padding test per pixel
         dims = [d for d, iv in enumerate(sch.get(panel).iter_vars) if size(sch, iv.dom.extent) > 1]
@@ -804,17 +811,10 @@ def _pack_once(sch: Schedule, main, t: Tiling, target: Target) -> None:
     injective(sch, _packed_copy(sch, main, t), target)
 
 
-def _vectorize_write_back(sch: Schedule, write_back, t: Tiling) -> None:
+def _vectorize_write_back(sch: Schedule, write_back, t: Tiling, width: int) -> None:
     """Vectorize the write-back (with its epilogue) over the tile's vector axis."""
     if t.cols > 1:
-        vectorize_innermost(sch, write_back)
-
-
-def vectorize_innermost(sch: Schedule, block) -> None:
-    """Vectorize a block's innermost loop when it is wider than one element."""
-    loops = sch.get_loops(block)
-    if loops and extents(sch, loops[-1:])[0] > 1:
-        sch.vectorize(loops[-1])
+        vectorize_innermost(sch, write_back, width)
 
 
 @schedule_rule(TargetKind.CPU, 30)

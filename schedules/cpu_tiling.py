@@ -13,7 +13,6 @@ from tvm.s_tir import Schedule
 from cinn.core.target import Target
 from schedules.analysis import (
     blocks,
-    extents,
     inline_all,
     is_reduction,
     reverse_inline_all,
@@ -22,7 +21,7 @@ from schedules.analysis import (
     split,
     write_dtype,
 )
-from schedules.cpu_common import injective, lanes
+from schedules.cpu_common import injective, lanes, vectorize_innermost
 from schedules.knobs import Knob, Knobs, unroll
 
 INNER_SPATIAL = 16  # largest innermost tile of a non-vector spatial axis (register rows)
@@ -51,9 +50,7 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs) -> None:
     sch.vectorize(level[3][-1])
     init = sch.decompose_reduction(main, reduce[0][0])
     for block in (init, write_back):
-        inner = sch.get_loops(block)[-1:]
-        if inner and extents(sch, inner)[0] > 1:
-            sch.vectorize(inner[0])
+        vectorize_innermost(sch, block, width)
     for stage in stages:  # epilogues TVM would not inline into the write-back
         injective(sch, stage, target)
 

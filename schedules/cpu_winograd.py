@@ -8,8 +8,7 @@ from cinn.core.ops import PatternKind, RuleName, TargetKind
 from cinn.core.ops.winograd import ROW_ANNOTATION, tile_size
 from cinn.core.target import Target
 from schedules.analysis import blocks, reverse_inline_all, size, split
-from schedules.cpu_common import lanes
-from schedules.cpu_matmul import vectorize_innermost
+from schedules.cpu_common import lanes, vectorize_innermost
 from schedules.knobs import Knobs
 from schedules.registry import schedule_rule
 
@@ -41,7 +40,7 @@ def _input(sch: Schedule, main, width: int) -> None:
     sch.compute_at(pad, par)
     # the padded copy by rows of tiles, each one vector of tile columns
     sch.split(sch.get_loops(pad)[-1], [None, int(sch.get(pad).annotations[ROW_ANNOTATION])])
-    vectorize_innermost(sch, pad)
+    vectorize_innermost(sch, pad, width)
     _vectorize_tiles(sch, t, p, width)
 
 
@@ -65,7 +64,7 @@ def _output(sch: Schedule, main, width: int) -> None:
     for name in stages:  # epilogue stages TVM would not inline run per output row
         block = sch.get_sblock(name)
         sch.reverse_compute_at(block, h)
-        vectorize_innermost(sch, block)
+        vectorize_innermost(sch, block, width)
     sch.compute_at(products, par)
     _, t, *_, p = sch.get_loops(products)  # under the parallel loop
     _vectorize_tiles(sch, t, p, width)

@@ -17,6 +17,7 @@ UNROLL_STEPS = (0, 16, 64, 512)  # candidate AUTO_UNROLL values, as MetaSchedule
 # over an explicitly unrolled register tile, a larger budget unrolls the reduction and the per-tile copies around it,
 # which costs far more build time than it gains (see docs/notes/build-time-limits.md)
 TILED_UNROLL_STEPS = (0, 16)
+MAX_UNROLLED = 64  # the longest loop cinn unrolls: a register tile's (schedules.replay refuses a trace's longer ones)
 
 
 class Knob(enum.StrEnum):

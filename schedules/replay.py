@@ -21,7 +21,7 @@ from tvm.s_tir import Schedule, Trace
 from cinn.core.target import NO_PARTIAL_UNROLL
 from schedules.cpu_attention import KEY_OFFSET, KEY_STEP, QUERY_BLOCKS, QUERY_ROWS
 from schedules.cpu_int8 import INTRIN
-from schedules.knobs import AUTO_UNROLL, EXPLICIT_UNROLL, TILED_UNROLL_STEPS, UNROLL_STEPS
+from schedules.knobs import AUTO_UNROLL, EXPLICIT_UNROLL, MAX_UNROLLED, TILED_UNROLL_STEPS, UNROLL_STEPS
 
 
 class TraceRefused(ValueError):
@@ -73,7 +73,6 @@ INDEX_MAP_NODES = frozenset({"None", "int", "ffi.Array", "ffi.String", "ir.IntIm
 _RV = re.compile(r"[blv]\d{1,9}|None")  # the names TVM writes for random variables (blocks, loops, values) and None
 _NAME = re.compile(r"[A-Za-z_][\w.]{0,255}")
 MAX_TILE = 1024  # the most a literal split factor may exceed its loop by (a CUDA block's threads over a short loop)
-MAX_UNROLLED = 64  # the longest loop cinn unrolls: a register tile's
 
 
 def check(trace_text: str) -> list:

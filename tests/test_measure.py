@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 import frontend
-from autotune.database import FailureKind
+from autotune.database import FailureKind, read_records
 from autotune.measure import (
+    BUILD_LIMIT_S,
+    MAX_LOAD_SCALE,
     ArgInfo,
     LocalRunner,
     MeasureConfig,
@@ -24,10 +26,13 @@ from autotune.measure import (
     RunOutput,
     RunRequest,
     arg_infos,
+    build_limit,
     compare_outputs,
     run_kernel,
 )
+from autotune.search import SearchConfig
 from autotune.task import Task
+from autotune.tuner import TuneConfig, tune
 from cinn.compiler.build import KernelSpec, build_kernel
 from cinn.compiler.lower import lower_program
 from cinn.core.target import Target, parse_target
@@ -66,12 +71,15 @@ def _trace(task: Task, fault: str = "") -> str:
 
 
 def _fault(trace: str | None) -> str:
-    return next((f for f in ("build_crash", "crash", "deadlock", "hang", "perturb") if trace and f in trace), "")
+    faults = ("build_crash", "slow_build", "crash", "deadlock", "hang", "perturb")
+    return next((f for f in faults if trace and f in trace), "")
 
 
 def _faulty_build(spec: KernelSpec, target: Target, path: str) -> str:
     if _fault(spec.trace) == "build_crash":
         os.abort()
+    if _fault(spec.trace) == "slow_build":  # a build that never ends (time.sleep lets the worker's timeout run)
+        time.sleep(FOREVER_S)
     if spec.workload == NO_DEFAULT and spec.trace is None:
         raise RuntimeError("no default schedule for you")
     return build_kernel(dataclasses.replace(spec, trace=_without_fault(spec.trace)), target, path)
@@ -186,8 +194,8 @@ def test_different_func_under_same_workload_is_wrong(runner, task, target):
     "fault, failure, detail",
     [
         ("crash", FailureKind.RUN_CRASH, "the worker process died"),
-        ("hang", FailureKind.RUN_TIMEOUT, f"after {FAST.run_timeout} s"),
-        ("deadlock", FailureKind.RUN_TIMEOUT, f"no answer after {FAST.run_timeout + FAST.hang_grace:g} s"),
+        ("hang", FailureKind.RUN_TIMEOUT, f"the run outlasted its limit of {FAST.run_timeout:g} s"),
+        ("deadlock", FailureKind.RUN_TIMEOUT, f"the run did not answer {FAST.run_timeout + FAST.hang_grace:g} s"),
         ("perturb", FailureKind.WRONG_RESULT, "max abs err 1 at"),
         ("build_crash", FailureKind.BUILD_CRASH, "the worker process died"),
     ],
@@ -197,6 +205,47 @@ def test_failed_candidate_does_not_stop_the_next(runner, task, target, fault, fa
     bad, good = runner.measure([MeasureInput(task, _trace(task, fault)), MeasureInput(task, _trace(task))], target)
     assert bad.failure is failure and bad.detail.startswith(detail) and bad.costs == (), str(bad)
     _assert_ok(good)  # the pool restarted the dead or killed worker
+
+
+def _slow_candidate_build(spec: KernelSpec, target: Target, path: str) -> str:
+    """Build the default schedule; a candidate's build never ends."""
+    if spec.trace is not None:
+        time.sleep(FOREVER_S)
+    return build_kernel(spec, target, path)
+
+
+def test_a_build_past_its_limit_is_cut_off(task, target):
+    """A candidate whose build outlasts the limit fails as BUILD_TIMEOUT, saying which limit and where it is set;
+    a candidate built beside it is measured."""
+    config = dataclasses.replace(FAST, build_timeout=scaled(5.0))
+    with LocalRunner(config, build_fn=_faulty_build, run_fn=_faulty_run) as r:
+        slow, ok = r.measure([MeasureInput(task, _trace(task, "slow_build")), MeasureInput(task, _trace(task))], target)
+    assert slow.failure is FailureKind.BUILD_TIMEOUT and slow.costs == (), str(slow)
+    assert slow.detail.startswith(f"the build outlasted its limit of {config.build_timeout:g} s")
+    assert "--build-timeout" in slow.detail
+    _assert_ok(ok)
+
+
+def test_the_tuner_logs_a_cut_off_build_as_a_failed_candidate(task, target, tmp_path):
+    config = dataclasses.replace(FAST, build_timeout=scaled(5.0))
+    log = tmp_path / "log.jsonl"
+    with LocalRunner(config, build_fn=_slow_candidate_build) as r:
+        tune([task], target, log, TuneConfig(trials=2, batch=2, verify=0, search=SearchConfig(population=16, generations=1)),
+             runner=r)
+    records = list(read_records(log))
+    assert len(records) == 2
+    assert all(rec.failure is FailureKind.BUILD_TIMEOUT and "outlasted its limit" in rec.error for rec in records)
+
+
+def test_the_default_build_limit_follows_the_load(monkeypatch):
+    """10 s on an idle machine; stretched by the load per core, at most MAX_LOAD_SCALE times."""
+    cores = os.cpu_count() or 1
+    for load, scale in [(0.0, 1.0), (2.5 * cores, 2.5), (100.0 * cores, MAX_LOAD_SCALE)]:
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        assert build_limit() == pytest.approx(BUILD_LIMIT_S * scale)
+        assert LocalRunner(dataclasses.replace(FAST, build_timeout=None)).build_timeout == pytest.approx(
+            BUILD_LIMIT_S * scale)
+    assert LocalRunner(FAST).build_timeout == FAST.build_timeout  # a limit the user sets is kept
 
 
 def test_candidates_are_timed_in_interleaved_passes(task, target):

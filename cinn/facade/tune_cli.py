@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from autotune.algorithms import select_winograd
 from autotune.cost_model import CostModel
-from autotune.measure import LocalRunner, MeasureConfig, RpcRunner
+from autotune.measure import BUILD_LIMIT_S, MAX_LOAD_SCALE, LocalRunner, MeasureConfig, RpcRunner
 from autotune.task import extract_tasks
 from autotune.tuner import Progress, TaskSummary, TuneConfig, tune
 from cinn import __version__
@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log", required=True, metavar="tuning.jsonl", help="schedule log to append to")
     p.add_argument("--resume", action="store_true", help="continue from the log: its records count towards --trials")
     p.add_argument("--timeout", type=seconds, default=10.0, metavar="S", help="seconds allowed per candidate run")
+    p.add_argument("--build-timeout", type=seconds, default=None, metavar="S",
+                   help="seconds allowed per candidate build; a longer one is cut off and logged as a failed candidate "
+                   f"(default: {BUILD_LIMIT_S:g}, stretched by the machine's load up to {MAX_LOAD_SCALE:g} times)")
     p.add_argument("--repeat", type=int, default=None, help="timed repeats per candidate (default: 10 with the cache "
                    "flush, each one call; 3 without, each at least 20 ms of calls)")
     p.add_argument("--cache-flush", action=argparse.BooleanOptionalAction, default=True,
@@ -109,7 +112,8 @@ def _tune(args) -> tuple[list[TaskSummary], list[Verdict]]:
         programs = _load(args.model, args.input_shape, args.shape_hint)
         # a bad --cost-model file is a usage error (NotACostModel, a ValueError): before any worker starts
         model = CostModel.load(args.cost_model) if args.cost_model and os.path.exists(args.cost_model) else CostModel(seed=args.seed)
-        measure = MeasureConfig(run_timeout=args.timeout, repeat=args.repeat, cache_flush=args.cache_flush)
+        measure = MeasureConfig(build_timeout=args.build_timeout, run_timeout=args.timeout, repeat=args.repeat,
+                                cache_flush=args.cache_flush)
         runner = RpcRunner(args.rpc_tracker, args.rpc_key, measure) if args.rpc_tracker else LocalRunner(measure)
     config = TuneConfig(trials=args.trials, batch=args.batch, seed=args.seed, verify=args.verify)
     try:
