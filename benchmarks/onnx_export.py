@@ -228,6 +228,8 @@ def to_onnx(model: Program | SymbolicProgram) -> onnx.ModelProto:
     """The ONNX model computing a program: inputs stay inputs, constants become initializers; a symbolic program's
     symbols become dim_params (its outputs' shapes are left to ONNX's inference)."""
     program = model if isinstance(model, Program) else model.specialize(model.probe())
+    if not isinstance(program, Program):
+        raise NotImplementedError("onnx export: the program runs in stages (sizes known only at run time)")
     _check_exportable(program)
     taken = {v.name for v in program.inputs} | set(program.constants) | {v.name for n in program.nodes for v in n.outputs}
     e = _Emitter(taken)

@@ -26,7 +26,9 @@ _EXPORTS = {
     "compile": "cinn.facade.api",
     "Executable": "cinn.runtime.executable",
     "DynamicExecutable": "cinn.runtime.dynamic",
+    "StagedExecutable": "cinn.runtime.dynamic",
     "SymbolicProgram": "cinn.core.symbolic",
+    "StagedProgram": "cinn.core.symbolic",
     "ShapeBindingError": "cinn.core.symbolic",
     "aligned_empty": "cinn.runtime.executable",
     "Node": "cinn.core.ir",
@@ -38,15 +40,16 @@ _EXPORTS = {
     "load_model": "frontend.loading",
 }
 
-__all__ = ["DynamicExecutable", "Executable", "NetBuilder", "Node", "Program", "ShapeBindingError", "SymbolicProgram",
-           "TensorType", "Value", "__version__", "aligned_empty", "compile", "load_model", "load_onnx", "load_paddle"]
+__all__ = ["DynamicExecutable", "Executable", "NetBuilder", "Node", "Program", "ShapeBindingError", "StagedExecutable",
+           "StagedProgram", "SymbolicProgram", "TensorType", "Value", "__version__", "aligned_empty", "compile",
+           "load_model", "load_onnx", "load_paddle"]
 
 if TYPE_CHECKING:
     from cinn.core.builder import NetBuilder
     from cinn.core.ir import Node, Program, TensorType, Value
-    from cinn.core.symbolic import ShapeBindingError, SymbolicProgram
+    from cinn.core.symbolic import ShapeBindingError, StagedProgram, SymbolicProgram
     from cinn.facade.api import compile
-    from cinn.runtime.dynamic import DynamicExecutable
+    from cinn.runtime.dynamic import DynamicExecutable, StagedExecutable
     from cinn.runtime.executable import Executable, aligned_empty
     from frontend.loading import load_model
     from frontend.onnx import load_onnx

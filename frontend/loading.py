@@ -5,7 +5,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from cinn.core.ir import Program
-from cinn.core.symbolic import SymbolicProgram
+from cinn.core.symbolic import StagedProgram, SymbolicProgram
 
 ONNX_SUFFIXES = (".onnx",)
 PADDLE_SUFFIXES = (".pdmodel", ".json")
@@ -21,7 +21,8 @@ def is_model_file(path: str) -> bool:
     return os.path.isdir(path) or path.endswith(MODEL_FILE_SUFFIXES)
 
 
-def load_model(path: str, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program | SymbolicProgram:
+def load_model(path: str, input_shapes: Mapping[str, Sequence[int]] | None = None
+               ) -> Program | StagedProgram | SymbolicProgram:
     """A Program from a model file, chosen by its extension (a directory is a Paddle model); symbolic when dims
     that input_shapes leaves open are symbolic."""
     # each importer is imported only for its own format: onnx and protobuf take a while to import

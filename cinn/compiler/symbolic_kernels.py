@@ -103,7 +103,7 @@ def plan(program: SymbolicProgram, target: Target, fuse: bool = True, passes: bo
     if target.is_cuda:
         raise NotSymbolic("symbolic kernels are built for CPU targets")
     probes = _probes(program)
-    optimized = [_optimized(program.specialize(p), target, fuse, passes, disabled) for p in probes]
+    optimized = [_optimized(_static(program, p), target, fuse, passes, disabled) for p in probes]
     first, groups = optimized[0]
     for other, other_groups in optimized[1:]:
         _check_same(first, groups, other, other_groups)
@@ -122,7 +122,7 @@ def symbolic_shapes(program: SymbolicProgram) -> dict[str, tuple[Dim, ...]]:
     """Every value's dims as written (before the passes), as expressions of the program's symbols (tirx.Vars named
     after them); raises NotSymbolic where a dim is no product of symbols (a ceil-mode pool of a symbolic height)."""
     probes = _probes(program)
-    return _fitted([program.specialize(p) for p in probes], program.symbols, probes)[1]
+    return _fitted([_static(program, p) for p in probes], program.symbols, probes)[1]
 
 
 def _probes(program: SymbolicProgram) -> list[Binding]:
@@ -136,6 +136,15 @@ def _probes(program: SymbolicProgram) -> list[Binding]:
     sizes = [tuple(PROBES[k * len(names) + i] for i in range(len(names))) for k in range(PROBE_COUNT)]
     sizes.append(tuple(2 * p for p in sizes[0]))
     return [Binding(tuple(zip(names, s, strict=True))) for s in sizes]
+
+
+def _static(program: SymbolicProgram, binding: Binding) -> Program:
+    """The program at a probe binding, which must be one static program (not staged)."""
+    static = program.specialize(binding)
+    if not isinstance(static, Program):
+        raise NotSymbolic(f"it runs in stages: the output sizes of {static.host_op_names()} are known only at run "
+                          "time")
+    return static
 
 
 def _fitted(programs: Sequence[Program], names: Sequence[str], probes: Sequence[Binding]

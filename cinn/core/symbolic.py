@@ -3,16 +3,21 @@
 A SymbolicProgram holds its inputs' dims (ints and symbol names) and a shape function: input shapes -> the static
 Program of those shapes (an importer run again, or a NetBuilder program re-inferred). cinn.compile builds the
 bindings named ahead of time and the runtime picks one by the fed shapes.
+
+Sizes known only at run time (NonZero's count) are symbols too: a StagedProgram runs a static head, then host ops
+(cinn.core.host_ops) on its outputs, whose sizes bind the symbols of its tail, a SymbolicProgram.
 """
 from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from cinn.core.host_ops import HostOp
 from cinn.core.ir import Node, Program, TensorType, Value
 from cinn.core.ops import get_op, infer
 
@@ -91,8 +96,9 @@ class SymbolicProgram:
 
     name: str
     inputs: tuple[SymbolicInput, ...]
-    # input shapes and the by-value inputs' arrays -> the static program
-    shape_function: Callable[[Mapping[str, tuple[int, ...]], Mapping[str, np.ndarray]], Program]
+    # input shapes and the by-value inputs' arrays -> the static program (staged where a size is known only at
+    # run time)
+    shape_function: Callable[[Mapping[str, tuple[int, ...]], Mapping[str, np.ndarray]], Program | StagedProgram]
 
     @property
     def symbols(self) -> tuple[str, ...]:
@@ -142,8 +148,9 @@ class SymbolicProgram:
         return tuple((i.name, tuple(np.asarray(values[i.name], i.dtype).reshape(-1).tolist()))
                      for i in self.inputs if i.by_value)
 
-    def specialize(self, binding: Binding) -> Program:
-        """The static Program at a binding; a model that cannot take those sizes raises naming them."""
+    def specialize(self, binding: Binding) -> Program | StagedProgram:
+        """The static Program at a binding (a StagedProgram where an op's output size is known only at run time); a
+        model that cannot take those sizes raises naming them."""
         shapes = {i.name: i.shape_at(binding) for i in self.inputs}
         by_name = {i.name: i for i in self.inputs}
         values = {k: np.array(v, by_name[k].dtype).reshape(shapes[k]) for k, v in binding.values}
@@ -154,7 +161,7 @@ class SymbolicProgram:
                 raise
             raise type(e)(f"{self.name} at {binding}: {e}", *e.args[1:]) from None
 
-    def static_or_probed(self) -> Program | SymbolicProgram:
+    def static_or_probed(self) -> Program | StagedProgram | SymbolicProgram:
         """An importer's result: the static Program when there are no symbols, else this program once its shape
         function has run at the probe sizes (so that a model's errors show at import, not at its first run)."""
         if any(i.by_value for i in self.inputs):
@@ -172,6 +179,40 @@ class SymbolicProgram:
 
     def __str__(self) -> str:
         return f"symbolic program {self.name}({', '.join(map(str, self.inputs))})"
+
+
+@dataclass(frozen=True, eq=False)
+class StagedProgram:
+    """A static program cut after the ops whose output size is known only at run time.
+
+    The head runs first; its outputs are known by the names `links` (model value names). The host ops then run on
+    the host over those, and the tail, a SymbolicProgram over the links and the host ops' outputs (whose run-time
+    sizes are its symbols), computes the program's outputs: each run binds the tail to the sizes the host ops gave.
+    A tail may be staged again at a binding (NonMaxSuppression over boxes that NonZero selected).
+    """
+
+    name: str
+    head: Program
+    links: tuple[str, ...]  # the head's outputs, in order, as the host ops and the tail name them
+    host_ops: tuple[HostOp, ...]
+    tail: SymbolicProgram
+
+    @property
+    def inputs(self) -> tuple[Value, ...]:
+        """The graph inputs: the head's."""
+        return self.head.inputs
+
+    def host_op_names(self, shown: int = 3) -> str:
+        """The host ops' names for messages: the first `shown`, then how many more."""
+        names = [op.name or op.kind.value for op in self.host_ops]
+        more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        return ", ".join(names[:shown]) + more
+
+    def __str__(self) -> str:
+        kinds = Counter(op.kind.value for op in self.host_ops)
+        ops = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+        return (f"staged program {self.name}: head of {len(self.head.nodes)} nodes; on the host: {ops}; then a tail "
+                f"over {len(self.tail.inputs)} inputs, symbolic in {len(self.tail.symbols)} run-time sizes")
 
 
 def bindings_of(program: SymbolicProgram, hints: Mapping[str, Iterable[int]]) -> list[Binding]:
@@ -211,9 +252,13 @@ def reinfer(program: Program, shapes: Mapping[str, tuple[int, ...]]) -> Program:
                            outputs=tuple(map(typed, program.outputs)))
 
 
-def require_static(program: Program | SymbolicProgram, how: str) -> Program:
-    """The program itself when its shapes are static; a symbolic one raises naming its symbolic inputs and `how`."""
+def require_static(program: Program | StagedProgram | SymbolicProgram, how: str) -> Program:
+    """The program itself when its shapes are static; a symbolic one raises naming its symbolic inputs and `how`, a
+    staged one naming its host ops."""
     if isinstance(program, Program):
         return program
+    if isinstance(program, StagedProgram):
+        raise ShapeBindingError(f"{program.name}: the output sizes of {program.host_op_names()} are known only at "
+                                "run time: the program runs in stages (cinn.compile gives a StagedExecutable)")
     inputs = ", ".join(str(i) for i in program.inputs if any(isinstance(d, str) for d in i.dims))
     raise ShapeBindingError(f"{program.name}: inputs {inputs} have symbolic dims; {how}")

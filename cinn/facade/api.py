@@ -29,10 +29,10 @@ from cinn.compiler.passes import manager, pipeline
 from cinn.compiler.passes.manager import PassName
 from cinn.compiler.symbolic_kernels import NotSymbolic
 from cinn.core.ir import Program
-from cinn.core.symbolic import Binding, SymbolicProgram, bindings_of
+from cinn.core.symbolic import Binding, StagedProgram, SymbolicProgram, bindings_of
 from cinn.core.target import Target, parse_target
 from cinn.core.views import find_views
-from cinn.runtime.dynamic import DynamicExecutable
+from cinn.runtime.dynamic import DynamicExecutable, StagedExecutable
 from cinn.runtime.executable import ConstantPool, Executable, Kernel
 from schedules.analysis import PLAIN_SCHEDULE
 from schedules.replay import replay
@@ -54,8 +54,16 @@ def compile(program: SymbolicProgram, target: str | Target = ..., fuse: bool = .
             symbolic_kernels: bool = ..., disabled_passes: Iterable[str] = ...) -> DynamicExecutable: ...
 
 
+@overload
+def compile(program: StagedProgram, target: str | Target = ..., fuse: bool = ...,
+            tuning_log: str | os.PathLike | Sequence[Record] | None = ..., *, cache_dir: str | os.PathLike | None = ...,
+            workers: int | None = ..., progress: Callable[[int, int], None] | None = ..., passes: bool = ...,
+            shape_hints: None = ..., on_demand: bool = ..., symbolic_kernels: bool = ...,
+            disabled_passes: Iterable[str] = ...) -> StagedExecutable: ...
+
+
 def compile(
-    program: Program | SymbolicProgram,
+    program: Program | SymbolicProgram | StagedProgram,
     target: str | Target = "llvm",
     fuse: bool = True,
     tuning_log: str | os.PathLike | Sequence[Record] | None = None,
@@ -68,7 +76,7 @@ def compile(
     on_demand: bool = True,
     symbolic_kernels: bool = True,
     disabled_passes: Iterable[str] = (),
-) -> Executable | DynamicExecutable:
+) -> Executable | DynamicExecutable | StagedExecutable:
     """Compile a Program for a target; fuse=False runs one kernel per op (the baseline).
 
     cache_dir defaults to $CINN_CACHE_DIR or ~/.cache/cinn; workers (default: all cores) build uncached
@@ -82,8 +90,12 @@ def compile(
     shape_hints ({"batch": [1, 8], "seq": [128, 384]}), and, with symbolic_kernels, kernels built now for every size
     (their schedules chosen at the largest hinted sizes) that run any other binding; where the program cannot have
     those (see DynamicExecutable.symbolic_reason), another binding is built at its first run when on_demand.
+
+    A StagedProgram (a model with NonZero or NonMaxSuppression) gives a StagedExecutable: its head compiled now, and
+    its tail, symbolic in the run-time sizes, on symbolic kernels built now where it can have them, else built for
+    each run's sizes at their first run (on_demand is implied: the sizes come from the data).
     """
-    if not isinstance(program, (Program, SymbolicProgram)):
+    if not isinstance(program, (Program, SymbolicProgram, StagedProgram)):
         raise TypeError(f"compile: expected a cinn Program (NetBuilder.build(), cinn.load_onnx, cinn.load_model), "
                         f"got {type(program).__module__}.{type(program).__name__}")
     options = _Options(target, fuse, tuning_log, cache_dir, workers, progress, passes,
@@ -97,10 +109,11 @@ def compile(
                 symbolic = _symbolic_kernels(program, options, pool, shape_hints or {})
             except NotSymbolic as e:
                 reason = str(e)
-        return DynamicExecutable(program, lambda p: _compile(p, options, pool), bindings, on_demand, symbolic, reason)
+        return DynamicExecutable(program, lambda p: _compile_any(p, options, pool, symbolic_kernels), bindings,
+                                 on_demand, symbolic, reason)
     if shape_hints is not None:
         raise TypeError(f"compile: shape_hints are for symbolic programs; {program.name!r} has static shapes")
-    return _compile(program, options, None)
+    return _compile_any(program, options, None, symbolic_kernels)
 
 
 @dataclass(frozen=True)
@@ -115,6 +128,31 @@ class _Options:
     progress: Callable[[int, int], None] | None
     passes: bool
     disabled: frozenset[PassName]
+
+
+def _compile_any(program: Program | StagedProgram, o: _Options, constants: ConstantPool | None,
+                 symbolic_kernels: bool) -> Executable | StagedExecutable:
+    """Compile a static program, or a staged one (see _compile_staged)."""
+    if isinstance(program, StagedProgram):
+        return _compile_staged(program, o, constants, symbolic_kernels)
+    return _compile(program, o, constants)
+
+
+def _compile_staged(program: StagedProgram, o: _Options, constants: ConstantPool | None,
+                    symbolic_kernels: bool) -> StagedExecutable:
+    """The head compiled now; the tail's symbolic kernels built now where it can have them (its run-time sizes are
+    its symbols), and its other bindings built at their first run."""
+    head = _compile(program.head, o, constants)
+    pool = constants if constants is not None else ConstantPool()  # the tail's bindings share one copy of a weight
+    symbolic, reason = None, ""
+    if symbolic_kernels:
+        try:
+            symbolic = _symbolic_kernels(program.tail, o, pool, {})
+        except NotSymbolic as e:
+            reason = str(e)
+    tail = DynamicExecutable(program.tail, lambda p: _compile_any(p, o, pool, symbolic_kernels), (), True, symbolic,
+                             reason, run_time_sizes=True)
+    return StagedExecutable(program, head, tail)
 
 
 def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> Executable:

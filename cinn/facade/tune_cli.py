@@ -15,7 +15,7 @@ from autotune.tuner import Progress, TaskSummary, TuneConfig, tune
 from cinn import __version__
 from cinn.compiler.passes.winograd import ALGORITHM_PREFIX, DIRECT, ConvShape
 from cinn.core.ir import Program
-from cinn.core.symbolic import SymbolicProgram, bindings_of
+from cinn.core.symbolic import SymbolicProgram, bindings_of, require_static
 from cinn.core.target import parse_target
 from cinn.facade.command import ExitStatus, UsageError, command, reading_arguments, seconds
 from cinn.facade.in_model import Verdict, judge_in_model
@@ -141,7 +141,8 @@ def _load(model: str, input_shapes: Sequence[str], shape_hints: Sequence[str]) -
     program = load_model(model, parse_input_shapes(input_shapes))
     if not isinstance(program, SymbolicProgram):
         raise ValueError(f"--shape-hint: {model} has static shapes")
-    return [program.specialize(b) for b in bindings_of(program, parse_input_shapes(shape_hints))]
+    return [require_static(program.specialize(b), "cinn-tune tunes each binding's static program")
+            for b in bindings_of(program, parse_input_shapes(shape_hints))]
 
 
 def _algorithm_progress(done: int, total: int, shape: ConvShape, tile: int | None) -> None:

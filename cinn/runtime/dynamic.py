@@ -1,4 +1,5 @@
-"""DynamicExecutable: a symbolic program compiled for bindings of its symbols; each run takes the one its feeds fit."""
+"""DynamicExecutable: a symbolic program compiled for bindings of its symbols; each run takes the one its feeds fit.
+StagedExecutable: a staged program compiled: its head, the host ops, then its tail bound to the sizes they gave."""
 from __future__ import annotations
 
 import collections
@@ -9,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from cinn.core.ir import Program
-from cinn.core.symbolic import Binding, ShapeBindingError, SymbolicProgram
+from cinn.core.symbolic import Binding, ShapeBindingError, StagedProgram, SymbolicProgram
 from cinn.runtime.executable import Executable, Profile, feed_as_array
 from cinn.runtime.machine import Peaks
 
@@ -28,23 +29,26 @@ class DynamicExecutable:
     binding runs on the symbolic kernels when there are some (`symbolic`: built once at compile time for every size;
     counted in `served_symbolic`; not a binding with a symbol of 0), else builds the binding first when `on_demand`
     (counted in `built_on_demand`), else raises naming the bindings there are. Safe to run from several threads: a
-    binding is built once.
+    binding is built once. With `run_time_sizes` (a staged program's tail, whose sizes come from the data, so that a
+    server may meet new ones at every request), at most MANY_ON_DEMAND of those built are kept, the oldest dropped.
     """
 
-    def __init__(self, program: SymbolicProgram, build: Callable[[Program], Executable], bindings: Iterable[Binding],
-                 on_demand: bool = True, symbolic: Callable[[Binding], Executable] | None = None,
-                 symbolic_reason: str = ""):
+    def __init__(self, program: SymbolicProgram, build: Callable[[Program | StagedProgram], Executable | StagedExecutable],
+                 bindings: Iterable[Binding], on_demand: bool = True,
+                 symbolic: Callable[[Binding], Executable] | None = None, symbolic_reason: str = "",
+                 run_time_sizes: bool = False):
         self.program = program
+        self._run_time_sizes = run_time_sizes
         self._build = build
         self._on_demand = on_demand
         self._symbolic = symbolic
         # why the program has no symbolic kernels ("" when it has them, or when they were not asked for)
         self.symbolic_reason = symbolic_reason
         self._lock = threading.Lock()
-        self._executables: dict[Binding, Executable] = {}
+        self._executables: dict[Binding, Executable | StagedExecutable] = {}
         # bindings served by the symbolic kernels, least recently used first: each holds only its buffers
         self._served: collections.OrderedDict[Binding, Executable] = collections.OrderedDict()
-        self._by_shapes: dict[tuple, Executable] = {}  # the feeds' shapes seen -> their executable: runs skip binding
+        self._by_shapes: dict[tuple, Executable | StagedExecutable] = {}  # the feeds' shapes seen -> their executable: runs skip binding
         self._names = [i.name for i in program.inputs]
         # what each input takes, for the messages of feeds that are not arrays of numbers
         self._expected = {i.name: f"{i.dtype} of shape ({', '.join(map(str, i.dims))})" for i in program.inputs}
@@ -64,7 +68,7 @@ class DynamicExecutable:
         """The bindings built so far, in build order (without those the symbolic kernels serve)."""
         return tuple(self._executables)
 
-    def executable(self, binding: Binding) -> Executable:
+    def executable(self, binding: Binding) -> Executable | StagedExecutable:
         """The executable of a binding: its own build (made now if it is new, there are no symbolic kernels and
         building on demand is on), else the symbolic kernels with buffers for its sizes."""
         exe = self._executables.get(binding)
@@ -81,13 +85,23 @@ class DynamicExecutable:
                 built = "; ".join(map(str, self._executables)) or "none"
                 raise ShapeBindingError(f"{self.program.name}: no executable for {binding} (built: {built}); "
                                         "compile with shape hints that include it, or on demand")
-            self._executables[binding] = self._build(self.program.specialize(binding))
+            exe = self._executables[binding] = self._build(self.program.specialize(binding))
             self.built_on_demand += 1
+            if self._run_time_sizes and len(self._executables) > MANY_ON_DEMAND:
+                del self._executables[next(iter(self._executables))]
+                self._by_shapes.clear()  # it may hold the one dropped
             if self.built_on_demand == MANY_ON_DEMAND:
-                warnings.warn(f"cinn: {self.program.name} has built {MANY_ON_DEMAND} executables at run time, "
-                              "each kept for good; hint the sizes at compile time, or fix the inputs read by value "
-                              f"({', '.join(self._by_value) or 'none'})", stacklevel=3)
-            return self._executables[binding]
+                warnings.warn(self._many_built(), stacklevel=3)
+            return exe
+
+    def _many_built(self) -> str:
+        """The warning once MANY_ON_DEMAND bindings have been built at run time."""
+        if self._run_time_sizes:
+            return (f"cinn: {self.program.name} has built {MANY_ON_DEMAND} executables for sizes known only at run "
+                    f"time, as each new set of sizes is (no symbolic kernels: {self.symbolic_reason}); the oldest "
+                    "are dropped from now on")
+        return (f"cinn: {self.program.name} has built {MANY_ON_DEMAND} executables at run time, each kept for good; "
+                f"hint the sizes at compile time, or fix the inputs read by value ({', '.join(self._by_value) or 'none'})")
 
     def _served_by_symbolic(self, binding: Binding) -> Executable:
         """The symbolic kernels' executable of a binding (the caller holds the lock); the least recently used of
@@ -127,7 +141,7 @@ class DynamicExecutable:
     def _runtime_feeds(self, feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         return {k: v for k, v in feeds.items() if k not in self._by_value} if self._by_value else feeds
 
-    def _executable_of(self, feeds: Mapping[str, np.ndarray]) -> Executable:
+    def _executable_of(self, feeds: Mapping[str, np.ndarray]) -> Executable | StagedExecutable:
         try:
             key = tuple(np.shape(feeds[n]) for n in self._names)
             key += tuple(tuple(np.asarray(feeds[n]).reshape(-1).tolist()) for n in self._by_value)
@@ -140,3 +154,26 @@ class DynamicExecutable:
             if key is not None and binding in self._executables:  # the symbolic kernels' executables may be dropped
                 self._by_shapes[key] = exe
         return exe
+
+
+class StagedExecutable:
+    """A StagedProgram compiled: each run runs the head's kernels, then the host ops on the host over its outputs, then
+    the tail (a DynamicExecutable) at the sizes they gave: on its symbolic kernels where it has some, else on the
+    executable built for those sizes (at their first run; see DynamicExecutable). Safe to run from several threads."""
+
+    def __init__(self, program: StagedProgram, head: Executable, tail: DynamicExecutable):
+        self.program = program
+        self.head = head
+        self.tail = tail
+
+    def run(self, feeds: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """Execute with named input arrays (see Executable.run); `out` takes the tail's outputs, the program's."""
+        values = dict(zip(self.program.links, self.head.run(feeds), strict=True))
+        for op in self.program.host_ops:
+            values.update(zip(op.outputs, op.run([values[n] if n else None for n in op.inputs]), strict=True))
+        return self.tail.run({i.name: values[i.name] for i in self.tail.program.inputs}, out)
+
+    def profile(self, feeds: Mapping[str, np.ndarray], repeat: int = 20, peaks: Peaks | None = None) -> Profile:
+        """Not for a whole staged program (its stages' kernels run at sizes each run chooses): profile the head."""
+        raise NotImplementedError(f"{self.program.name} runs in stages: profile its head (exe.head.profile(feeds)) or "
+                                  "a tail binding's executable (exe.tail.executable(binding))")

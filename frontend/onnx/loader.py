@@ -1,6 +1,7 @@
 """cinn.load_onnx: each ONNX node becomes NetBuilder calls (as CINN's op mappers), giving a Program."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import math
@@ -11,13 +12,15 @@ import numpy as np
 import onnx
 
 from cinn.core.builder import program_names
+from cinn.core.host_ops import HostOp, output_dims
 from cinn.core.ir import Node, Program, Value, shape_of
 from cinn.core.ops.common import normalize_axis
-from cinn.core.symbolic import Dim, SymbolicInput, SymbolicProgram, symbol_name
+from cinn.core.symbolic import Dim, StagedProgram, SymbolicInput, SymbolicProgram, symbol_name
 from frontend.folding import FoldingBuilder
 from frontend.onnx import (  # noqa: F401  (register converters)
     ops_attention,
     ops_contrib,
+    ops_dynamic,
     ops_elementwise,
     ops_extra,
     ops_nn,
@@ -47,13 +50,14 @@ MIN_OPSET, MAX_OPSET = 7, 28
 
 
 def load_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None, *,
-              base_dir: str | os.PathLike | None = None) -> Program | SymbolicProgram:
+              base_dir: str | os.PathLike | None = None) -> Program | StagedProgram | SymbolicProgram:
     """Convert an ONNX model (a path or a ModelProto) to a Program; initializers become constants.
 
     Symbolic input dims (dim_params, unnamed dims) give a SymbolicProgram over them, unless input_shapes fixes them
-    (it may also override static dims). External tensor data is read only beside the model file, or, for a
-    ModelProto, from `base_dir` when given (never from the working directory). The model must pass onnx.checker's
-    full check.
+    (it may also override static dims). Ops whose output size is known only at run time (NonZero,
+    NonMaxSuppression, Compress) give a StagedProgram: the model is cut after them (see _Stage). External tensor data
+    is read only beside the model file, or, for a ModelProto, from `base_dir` when given (never from the working
+    directory). The model must pass onnx.checker's full check.
     """
     proto = _read(model, base_dir)
     _check_supported(proto.graph)
@@ -61,7 +65,7 @@ def load_onnx(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[
     inputs = _symbolic_inputs(proto.graph, dict(input_shapes or {}))
     name = proto.graph.name or "onnx_model"
 
-    def shape_function(shapes: Mapping[str, Sequence[int]], values: Mapping[str, np.ndarray]) -> Program:
+    def shape_function(shapes: Mapping[str, Sequence[int]], values: Mapping[str, np.ndarray]) -> Program | StagedProgram:
         return _import(proto, opset, shapes, values)
 
     try:
@@ -86,18 +90,157 @@ def _maybe_by_value(i: SymbolicInput) -> bool:
 
 
 def _import(proto: onnx.ModelProto, opset: int, shapes: Mapping[str, Sequence[int]],
-            values: Mapping[str, np.ndarray]) -> Program:
-    """The Program of a checked model with static input shapes; inputs given by value are constants."""
+            values: Mapping[str, np.ndarray]) -> Program | StagedProgram:
+    """The Program of a checked model with static input shapes (staged where it has run-time sizes); inputs given
+    by value are constants."""
     graph = proto.graph
     b = FoldingBuilder(graph.name or "onnx_model")
     env = _graph_inputs(b, graph, shapes, values)
-    budget = SubgraphBudget(_subgraph_nodes(graph), MAX_UNROLLED_NODES)
-    for node in graph.node:
-        _convert(b, node, env, opset, budget)
-    missing = [o.name for o in graph.output if o.name not in env]
-    if missing:
-        raise OnnxImportError(f"graph outputs {missing} are not produced by any node")
-    return _named_outputs(b, [(o.name, env[o.name]) for o in graph.output])
+    stage = _Stage(graph.name or "onnx_model", opset, tuple(o.name for o in graph.output), _subgraph_nodes(graph))
+    return stage.convert(b, list(graph.node), env)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cut:
+    """A run-time sized node held for the host: its host op, over the names of its inputs."""
+
+    op: HostOp
+    key: tuple  # its kind, attributes and inputs: a node that repeats one (NonZero of the same mask) shares its run
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stage:
+    """Converts nodes in order into one static program; where a node's output size is known only at run time
+    (NonZero of a computed mask), the model is cut.
+
+    Such a node becomes a host op; it and every node that reads, however indirectly, a value of run-time size are
+    held back, and the others go on converting, so that the host ops of one stage run together (torchvision's
+    detection post-processing: one NonZero per class, then NonMaxSuppression over every class's boxes: three
+    stages). What was converted is the head of a StagedProgram; the held nodes are its tail, converted again at each
+    binding of the host ops' sizes by this same loop (so it may be cut again). An If whose chosen branch holds such a
+    node is inlined node by node, and Compress is expanded into NonZero and Gather, so that they can be cut too.
+    """
+
+    name: str
+    opset: int
+    outputs: tuple[str, ...]  # the graph's
+    subgraph_nodes: int  # of the model's subgraphs (its SubgraphBudget)
+
+    def convert(self, b: FoldingBuilder, nodes: Sequence[onnx.NodeProto], env: dict[str, Value]) -> Program | StagedProgram:
+        """The program of `nodes` over the values in `env` (which it extends), staged where they need a run-time
+        size."""
+        budget = SubgraphBudget(self.subgraph_nodes, MAX_UNROLLED_NODES)
+        held: list[onnx.NodeProto] = []
+        pending: set[str] = set()  # the values held nodes and host ops make
+        cuts: dict[tuple, _Cut] = {}
+        aliases: dict[str, str] = {}  # a repeated host op's output -> the first one's
+        queue = collections.deque(nodes)
+        while queue:
+            node = queue.popleft()
+            if _reads(node) & pending:
+                held.append(node)
+                pending.update(o for o in node.output if o)
+                continue
+            expanded = _expanded(b, node, env, budget)
+            if expanded is not None:
+                queue.extendleft(reversed(expanded))
+            elif converter_key(node) in ops_dynamic.RUN_TIME_SIZED and _run_time(b, node, env):
+                cut = _cut(node, env, len(cuts))
+                first = cuts.setdefault(cut.key, cut)
+                aliases.update((o, t) for o, t in zip(node.output, first.op.outputs, strict=False) if o != t and o)
+                pending.update(o for o in node.output if o)
+            else:
+                _convert(b, node, env, self.opset, budget)
+        if not cuts:
+            missing = [o for o in self.outputs if o not in env]
+            if missing:
+                raise OnnxImportError(f"graph outputs {missing} are not produced by any node")
+            return _named_outputs(b, [(o, env[o]) for o in self.outputs])
+        return self._staged(b, env, held, [c.op for c in cuts.values()], aliases)
+
+    def _staged(self, b: FoldingBuilder, env: Mapping[str, Value], held: Sequence[onnx.NodeProto],
+                host_ops: Sequence[HostOp], aliases: Mapping[str, str]) -> StagedProgram:
+        """The head converted so far, the host ops, and the held nodes as the tail, a SymbolicProgram over the
+        values it reads from the head and the host ops' outputs."""
+        read = dict.fromkeys(n for node in held for n in sorted(_reads(node)))
+        read.update(dict.fromkeys(self.outputs))
+        known = [n for n in read if n in env]
+        constants = {n: a for n in known if (a := b.constant_of(env[n])) is not None}
+        computed = [n for n in known if n not in constants]
+        links = tuple(dict.fromkeys([*computed, *(n for op in host_ops for n in op.inputs if n)]))
+        inputs = [SymbolicInput(n, env[n].dtype, env[n].shape) for n in computed]
+        inputs += [SymbolicInput(op.outputs[0], "int64",
+                                 output_dims(op.kind, [env[n].shape if n else None for n in op.inputs],
+                                             symbol_name(op.outputs[0]))) for op in host_ops]
+
+        def resume(shapes: Mapping[str, Sequence[int]], _: Mapping[str, np.ndarray]) -> Program | StagedProgram:
+            tail = FoldingBuilder(self.name)
+            tail_env = {n: tail.create_constant(a, dtype=str(a.dtype)) for n, a in constants.items()}
+            tail_env.update((i.name, tail.create_input(i.dtype, shapes[i.name], i.name)) for i in inputs)
+            tail_env.update((alias, tail_env[first]) for alias, first in aliases.items())
+            return self.convert(tail, held, tail_env)
+
+        head = _named_outputs(b, [(n, env[n]) for n in links])
+        return StagedProgram(self.name, head, links, tuple(host_ops), SymbolicProgram(self.name, tuple(inputs), resume))
+
+
+def _run_time(b: FoldingBuilder, node: onnx.NodeProto, env: Mapping[str, Value]) -> bool:
+    """Whether a run-time sized node's inputs are computed at run time (else its converter folds it)."""
+    return any(b.constant_of(env[n]) is None for n in node.input if n)
+
+
+def _cut(node: onnx.NodeProto, env: Mapping[str, Value], index: int) -> _Cut:
+    """The host op of a run-time sized node (its one output, as its schema has)."""
+    kind = ops_dynamic.RUN_TIME_SIZED[converter_key(node)]
+    attrs = ops_dynamic.host_attrs(node)
+    op = HostOp(kind, tuple(node.input), (node.output[0],), attrs, node.name or f"{node.op_type}#{index}")
+    return _Cut(op, (kind, attrs, tuple(env[n].name if n else "" for n in node.input)))
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """The values a node reads: its inputs, and the enclosing values its subgraphs read by name."""
+    return {n for n in node.input if n}.union(*(_free_names(g) for g in _subgraphs(node)))
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """A node's graph attributes (If's branches, Loop's and Scan's bodies)."""
+    return [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)]
+
+
+def _free_names(graph: onnx.GraphProto) -> set[str]:
+    """The enclosing values a subgraph reads by name."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    defined |= {o for n in graph.node for o in n.output}
+    used = {o.name for o in graph.output} | set().union(*(_reads(n) for n in graph.node))
+    return used - defined
+
+
+def _expanded(b: FoldingBuilder, node: onnx.NodeProto, env: Mapping[str, Value],
+              budget: SubgraphBudget) -> list[onnx.NodeProto] | None:
+    """The nodes that stand for a node so that a run-time sized op inside can be cut: Compress's NonZero and Gather,
+    or the branch an If picks when it holds such an op (None: the node converts as it is)."""
+    if converter_key(node) == "Compress":
+        return ops_dynamic.expand_compress(node)
+    if converter_key(node) != "If":
+        return None
+    cond = b.constant_of(env[node.input[0]])
+    if cond is None or cond.size != 1:
+        return None  # the converter says why
+    branch = next(a.g for a in node.attribute if a.name == ("then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"))
+    if not _has_run_time_sized(branch):
+        return None
+    budget.charge(len(branch.node), f"If's branch {branch.name!r}")
+    constants = [onnx.helper.make_node("Constant", [], [t.name], value=t) for t in branch.initializer]
+    # the branch's names stay: the checker refuses one that the graph made before the If (and exporters name each
+    # value once)
+    results = [onnx.helper.make_node("Identity", [o.name], [r]) for o, r in zip(branch.output, node.output, strict=True)]
+    return [*constants, *branch.node, *results]
+
+
+def _has_run_time_sized(graph: onnx.GraphProto) -> bool:
+    """Whether a graph (or a subgraph of it) holds a node whose output size is known only at run time."""
+    return any(converter_key(n) in ops_dynamic.RUN_TIME_SIZED or converter_key(n) == "Compress" or
+               any(map(_has_run_time_sized, _subgraphs(n))) for n in graph.node)
 
 
 def _read(model, base_dir) -> onnx.ModelProto:
@@ -287,8 +430,7 @@ MAX_UNROLLED_NODES = 4096
 
 def _subgraph_nodes(graph: onnx.GraphProto) -> int:
     """The nodes of every subgraph in a graph, nested ones included."""
-    return sum(len(g.node) + _subgraph_nodes(g) for node in graph.node for a in node.attribute
-               for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs))
+    return sum(len(g.node) + _subgraph_nodes(g) for node in graph.node for g in _subgraphs(node))
 
 
 class Direction(enum.IntEnum):

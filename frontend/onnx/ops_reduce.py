@@ -70,8 +70,14 @@ def arg_reduce(ctx: NodeContext):
 @converter("TopK")
 def top_k(ctx: NodeContext):
     """Values and int64 indices, always sorted (sorted=0 leaves the order to the implementation)."""
+    x = ctx.input(0)
     k = ctx.attr("k", None) if ctx.opset < 10 else int(ctx.require_const(1, "k").reshape(()))
-    values, indices = ctx.b.topk(ctx.input(0), k, axis=ctx.attr("axis", -1), largest=bool(ctx.attr("largest", 1)))
+    axis = ctx.attr("axis", -1)
+    if k == 0:  # empty results (a detector's top min(k, count) of no candidate)
+        shape = list(x.shape)
+        shape[axis] = 0
+        return [ctx.b.create_constant(np.zeros(shape, x.dtype)), ctx.b.create_constant(np.zeros(shape, np.int64))]
+    values, indices = ctx.b.topk(x, k, axis=axis, largest=bool(ctx.attr("largest", 1)))
     return [values, indices]
 
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from cinn.core.ir import Program, Value, shape_of
-from cinn.core.symbolic import Dim, SymbolicInput, SymbolicProgram, symbol_name
+from cinn.core.symbolic import Dim, StagedProgram, SymbolicInput, SymbolicProgram, symbol_name
 from frontend.folding import FoldingBuilder
 from frontend.paddle import ops_math, ops_nn, ops_reduce, ops_rnn, ops_shape  # noqa: F401  (register converters)
 from frontend.paddle.graph import PaddleImportError, PaddleModel, PaddleOp, Tensor
@@ -23,7 +23,7 @@ PIR_HEAD = b'{"base_code":{"magic":"pir"'
 
 
 def load_paddle(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | None = None
-                ) -> Program | SymbolicProgram:
+                ) -> Program | StagedProgram | SymbolicProgram:
     """Convert a Paddle inference model to a Program; its parameters (`.pdiparams` beside it) become constants.
 
     `path` is a `.json` (PIR) or `.pdmodel` (legacy) file, or a directory holding one with its `.pdiparams`. Dynamic
