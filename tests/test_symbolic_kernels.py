@@ -234,6 +234,8 @@ def test_every_op_infers_shapes_with_a_symbolic_dim():
             except ValueError:  # the op refuses this size (a window larger than the input)
                 continue
             for v in static.outputs:
+                if 0 in v.shape:  # an empty result is compiled on its own, never served by symbolic kernels
+                    continue
                 got = tuple(dim_at(d, {"n": k}) for d in dims[v.name])
                 assert got == v.shape, f"{op} at n={k}: fitted {dims[v.name]} -> {got}, inferred {v.shape}"
         checked.append(op)
