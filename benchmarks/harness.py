@@ -99,23 +99,35 @@ class Baseline:
         return [self.python, "-P", "-m", self.worker]
 
 
-def find_baseline(python: str, timeout: float) -> Baseline:
-    """Ask the Python `python` (a path, or a name on PATH) for its cinn, within `timeout` seconds (cinn-bench's bound
-    on a worker getting ready); ValueError saying why it cannot be a baseline."""
+def _probe(python: str, code: str, timeout: float, missing: str = "") -> tuple[str, dict]:
+    """Run `code` in the Python `python` (a path, or a name on PATH) within `timeout` seconds: the interpreter's path
+    and the JSON object its last line prints; ValueError saying why not (`missing` added where the probe exits)."""
     exe = shutil.which(python)
     if exe is None:
         raise ValueError(f"{python}: no such Python interpreter")
     try:
-        proc = subprocess.run([exe, "-P", "-c", _BASELINE_PROBE], capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run([exe, "-P", "-c", code], capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise ValueError(f"{python}: cannot run it ({err})") from None
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        raise ValueError(f"{python}: {why}")
+        raise ValueError(f"{python}: {why}{missing}")
     try:
         info = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):  # /bin/true, /bin/echo: not a Python
+        raise ValueError(f"{python}: not a Python interpreter") from None
+    if not isinstance(info, dict):
+        raise ValueError(f"{python}: not a Python interpreter")
+    return exe, info
+
+
+def find_baseline(python: str, timeout: float) -> Baseline:
+    """Ask the Python `python` for its cinn, within `timeout` seconds (cinn-bench's bound on a worker getting ready);
+    ValueError saying why it cannot be a baseline."""
+    exe, info = _probe(python, _BASELINE_PROBE, timeout)
+    try:
         return Baseline(exe, info["cinn"], info["worker"])
-    except (IndexError, ValueError, KeyError, TypeError):  # /bin/true, /bin/echo: not a Python
+    except KeyError:
         raise ValueError(f"{python}: not a Python interpreter") from None
 
 
@@ -143,22 +155,13 @@ class PaddlePeer:
 
 
 def find_paddle(python: str, timeout: float) -> PaddlePeer:
-    """Ask the Python `python` (a path, or a name on PATH) for its paddle, within `timeout` seconds; ValueError saying
-    why it cannot run Paddle Inference, and how to install paddle."""
-    exe = shutil.which(python)
-    if exe is None:
-        raise ValueError(f"{python}: no such Python interpreter")
+    """Ask the Python `python` for its paddle, within `timeout` seconds; ValueError saying why it cannot run Paddle
+    Inference, and how to install paddle."""
+    exe, info = _probe(python, _PADDLE_PROBE, timeout, f"; Paddle Inference needs paddlepaddle: {PADDLE_EXTRA}, or "
+                       "name a Python that has it with --paddle-python")
     try:
-        proc = subprocess.run([exe, "-P", "-c", _PADDLE_PROBE], capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise ValueError(f"{python}: cannot run it ({err})") from None
-    if proc.returncode != 0:
-        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        raise ValueError(f"{python}: {why}; Paddle Inference needs paddlepaddle: {PADDLE_EXTRA}, or name a Python that "
-                         "has it with --paddle-python")
-    try:
-        return PaddlePeer(exe, json.loads(proc.stdout.strip().splitlines()[-1])["paddle"])
-    except (IndexError, ValueError, KeyError, TypeError):
+        return PaddlePeer(exe, info["paddle"])
+    except KeyError:
         raise ValueError(f"{python}: not a Python interpreter") from None
 
 
