@@ -135,6 +135,9 @@ def _pad_or_crop(ctx: NodeContext, x, begin: list[int], end: list[int], value: f
     grow = [(max(p, 0), max(q, 0)) for p, q in zip(begin, end, strict=False)]
     if any(p or q for p, q in grow):
         x = ctx.b.pad(x, grow, pad_value=value, mode=mode)
+    short = [k for k in range(len(begin)) if x.shape[k] + begin[k] + end[k] < 0]
+    if short:  # a slice would clamp this to an empty axis; onnxruntime refuses it
+        raise OnnxImportError(f"pads {begin + end} remove more than axis {short[0]} of shape {x.shape} has")
     crop = [k for k in range(len(begin)) if begin[k] < 0 or end[k] < 0]  # negative pads remove elements
     if crop:
         x = ctx.b.slice(x, crop, [-min(begin[k], 0) for k in crop], [x.shape[k] + min(end[k], 0) for k in crop])
