@@ -50,7 +50,8 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     if "attention_rows" in stage:
         injective(sch, stage["attention_rows"], target)
     out = stage["attention"]
-    keys, queries = (size(sch, iv.dom.extent) for iv in sch.get(stage["attention_scores"]).iter_vars[-3:-1])
+    # the keys there are (the scores may compute whole tiles of them: cinn.core.ops.attention) and the queries computed
+    keys, queries = (size(sch, iv.dom.extent) for iv in sch.get(stage["attention_exp"]).iter_vars[-2:])
     value_dim = size(sch, sch.get(stage["attention_context"]).iter_vars[-2].dom.extent)
     width = lanes(str(sch.get(out).writes[0].source.dtype), target)
     *batch, seq, cols = sch.get_loops(out)

@@ -59,6 +59,7 @@ def _compile_attention(shapes, heads, scale, cache):
 @pytest.mark.parametrize(("seq", "keys", "heads", "dim", "mask"), [
     (1, 1, 1, 8, "none"), (1, 77, 4, 16, "padding"), (7, 7, 2, 8, "causal"), (77, 77, 3, 16, "padding"),
     (128, 128, 4, 64, "padding"), (128, 128, 2, 32, "causal"), (129, 129, 2, 24, "causal"), (64, 192, 2, 80, "none"),
+    (37, 37, 2, 16, "padding"), (23, 53, 2, 8, "none"),  # queries in whole vectors, keys' scores in whole tiles
 ])
 def test_fused_attention_matches_numpy(seq, keys, heads, dim, mask, tmp_cache):
     batch = 2
@@ -131,6 +132,88 @@ def _attention_graph(form: str, shape=(2, 9, 16), heads=2):
     return b.build(outputs), feeds
 
 
+def _merged_heads_graph(order: str, shape=(2, 9, 16), heads=2):
+    """torch's bmm form: heads merged with the batch ([batch * heads, seq, dim]; `order` "batch" puts the batch
+    outermost, as torch does, "heads" the heads), a [1, seq, seq] bias."""
+    b = cinn.NetBuilder(f"merged-{order}")
+    batch, seq, hidden = shape
+    d = hidden // heads
+    x = b.create_input("float32", shape, "x")
+    perm = [0, 2, 1, 3] if order == "batch" else [2, 0, 1, 3]
+
+    def split(v):  # [batch, seq, hidden] -> [batch * heads, seq, d] (or [heads * batch, ...])
+        return b.reshape(b.transpose(b.reshape(v, [batch, seq, heads, d]), perm), [batch * heads, seq, d])
+
+    q, k, v = (split(b.matmul(x, b.create_constant(_rand(hidden, hidden) * 0.3, n))) for n in "qkv")
+    bias = b.create_constant(_rand(1, seq, seq), "bias")
+    probs = b.softmax(b.add(b.scale(b.matmul(q, k, trans_y=True), scale=1 / math.sqrt(d)), bias), axes=[-1])
+    ctx = b.reshape(b.matmul(probs, v), [batch, heads, seq, d] if order == "batch" else [heads, batch, seq, d])
+    out = b.reshape(b.transpose(ctx, [0, 2, 1, 3] if order == "batch" else [1, 2, 0, 3]), list(shape))
+    return b.build([out]), {"x": _rand(*shape)}
+
+
+def _sequence_first_graph(seq=37, hidden=32, heads=4):
+    """torch's nn.MultiheadAttention (batch_first, batch 1) as torchvision's ViT exports it: the input turned
+    sequence first, one fused projection cut in three by reshapes, a transpose and gathers, q and k^T each scaled
+    by the fourth root of 1 / d before their matmul, the context merged back through [seq, 1, heads, d]."""
+    b = cinn.NetBuilder("sequence-first")
+    d = hidden // heads
+    x = b.create_input("float32", (1, seq, hidden), "x")
+    qkv = b.add(b.matmul(b.transpose(x, [1, 0, 2]), b.create_constant(_rand(hidden, 3 * hidden) * 0.3, "w")),
+                b.create_constant(_rand(3 * hidden), "b"))
+    parts = b.squeeze(b.transpose(b.expand_dims(b.reshape(qkv, [seq, 1, 3, hidden]), [0]), [3, 1, 2, 0, 4]), [3])
+    root = b.create_constant(np.full((1,), d ** -0.25, "float32"), "fourth_root")
+    q, k, v = (b.reshape(b.transpose(b.reshape(b.gather(parts, b.create_constant(np.int64(j), f"i{j}"), axis=0),
+                                               [seq, heads, d]), [1, 0, 2]), [1, heads, seq, d]) for j in range(3))
+    scores = b.matmul(b.multiply(q, root), b.multiply(b.transpose(k, [0, 1, 3, 2]), root))
+    ctx = b.matmul(b.softmax(scores, axes=[-1]), v)
+    merged = b.reshape(b.transpose(ctx, [2, 0, 1, 3]), [seq, hidden])
+    out = b.matmul(merged, b.create_constant(_rand(hidden, hidden) * 0.3, "out_proj"))
+    return b.build([b.transpose(b.reshape(out, [seq, 1, hidden]), [1, 0, 2])]), {"x": _rand(1, seq, hidden)}
+
+
+def _scaled_split_graph(shape=(1, 37, 32), heads=4):
+    """transformers' SDPA export: q and k split to [batch, heads, ...] (k straight to [..., d, seq]), each scaled
+    by the square root of the scale before the matmul, the context merged back through reshapes."""
+    b = cinn.NetBuilder("scaled-split")
+    x = b.create_input("float32", shape, "x")
+    q, k, v = (b.matmul(x, b.create_constant(_rand(shape[-1], shape[-1]) * 0.3, n)) for n in "qkv")
+    root = b.create_constant(np.float32((shape[-1] // heads) ** -0.25), "fourth_root")
+    scores = b.matmul(b.multiply(_split(b, q, heads), root), b.multiply(_split(b, k, heads, True), root))
+    ctx = b.matmul(b.softmax(scores, axes=[-1]), _split(b, v, heads))
+    out = b.reshape(b.transpose(ctx, [0, 2, 1, 3]), list(shape))
+    return b.build([out]), {"x": _rand(*shape)}
+
+
+EXPORTS = {"merged-heads": lambda: _merged_heads_graph("batch"), "sequence-first": _sequence_first_graph,
+           "scaled-split": _scaled_split_graph}
+
+
+@pytest.mark.parametrize("form", sorted(EXPORTS))
+def test_exporters_attention_fuses_into_one_kernel_and_matches_unfused(form, tmp_cache):
+    """The layouts torch and transformers export (37 tokens: no whole tiles of rows) fuse into one attention node
+    that reads the projections in place: no head split, softmax or merge is left, and the fused model computes
+    what the unfused one does."""
+    program, feeds = EXPORTS[form]()
+    ops = [n.op for n in optimize(program).nodes]
+    assert ops.count("attention") == 1 and not {"transpose", "softmax", "gather", "reshape"} & set(ops)
+    fused = cinn.compile(program, cache_dir=tmp_cache)
+    unfused = cinn.compile(program, fuse=False, passes=False, cache_dir=tmp_cache)
+    assert fused.num_kernels == ops.count("matmul_packed") + 1  # the projections' and the attention's
+    for a, b in zip(fused.run(feeds), unfused.run(feeds), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_heads_merged_outside_the_batch_are_not_fused(tmp_cache):
+    """[heads * batch, seq, d] puts a head's rows of every batch side by side: no [batch, seq, heads * d] layout
+    the fused op reads, so the graph stays as it is, and computes the same."""
+    program, feeds = _merged_heads_graph("heads")
+    assert "attention" not in [n.op for n in optimize(program).nodes]
+    fused = cinn.compile(program, cache_dir=tmp_cache)
+    unfused = cinn.compile(program, fuse=False, passes=False, cache_dir=tmp_cache)
+    np.testing.assert_allclose(fused.run(feeds)[0], unfused.run(feeds)[0], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("form", ["plain", "k-transposed", "padding-mask", "causal", "probs-also-output", "fused-qkv"])
 def test_attention_subgraph_fuses_and_matches_unfused(form, tmp_cache):
     program, feeds = _attention_graph(form)
@@ -166,9 +249,11 @@ def test_reference_agrees_with_independent_numpy():
     np.testing.assert_allclose(ref, _numpy_attention(q, k, v, bias, 3, 0.3), rtol=1e-5, atol=1e-6)
 
 
-def test_fully_masked_rows_are_zero(tmp_cache):
-    q, k, v = _rand(2, 3, 8), _rand(2, 5, 8), _rand(2, 5, 8)
-    bias = np.zeros((2, 1, 3, 5), "float32")
+@pytest.mark.parametrize(("seq", "keys"), [(3, 5), (19, 37)])
+def test_fully_masked_rows_are_zero(seq, keys, tmp_cache):
+    """Also where the kernel computes whole tiles of queries and of keys' scores (19 and 37)."""
+    q, k, v = _rand(2, seq, 8), _rand(2, keys, 8), _rand(2, keys, 8)
+    bias = np.zeros((2, 1, seq, keys), "float32")
     bias[1, 0, 2, :] = -np.inf  # batch 1, query 2 sees no key
     bias[0, 0, 0, :3] = -np.inf
     exe = _compile_attention([q.shape, k.shape, v.shape, bias.shape], 2, 0.5, tmp_cache)

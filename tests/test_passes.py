@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from collections.abc import Callable
 
@@ -14,6 +15,7 @@ from cinn.compiler.passes.conv_forms import conv_forms
 from cinn.compiler.passes.cse import cse
 from cinn.compiler.passes.dce import dce
 from cinn.compiler.passes.fold_constants import fold_constants
+from cinn.compiler.passes.index_map import IndexMap
 from cinn.compiler.passes.pack_weights import pack_weights
 from cinn.compiler.passes.pipeline import optimize
 from cinn.compiler.passes.simplify import simplify
@@ -21,6 +23,7 @@ from cinn.compiler.passes.verify import verify
 from cinn.core.ir import Program, TensorType
 from cinn.core.ops import get_op, infer
 from cinn.core.ops.nn import PackedMatmulAttrs, WeightLayout
+from cinn.core.ops.te_util import thin_rows
 from cinn.core.target import parse_target
 
 RNG = np.random.default_rng(0)
@@ -270,6 +273,26 @@ def test_pack_weights_pads_odd_wide_weights_to_whole_panels(tmp_cache):
     assert exe.num_kernels == 1
 
 
+@pytest.mark.parametrize(("rows", "padded"), [(197, True), (50, False), (17, False), (2 * 197, True), (192, False)])
+def test_matmul_rows_without_a_fitting_tile_height_are_computed_in_whole_tiles(rows, padded, tmp_cache):
+    """197 tokens (a prime) would take register tiles one row high: the kernel computes 200 rows, the last tile
+    reading x's last row again, and writes back 197, bias and residual included; 50 rows take tiles of 5 and 17
+    would gain too little for the rows it adds."""
+    b = cinn.NetBuilder("rows")
+    x = b.create_input("float32", (1, rows, 24), "x")
+    y = b.add(b.add(b.matmul(x, b.create_constant(rand(24, 96), "w")), b.create_constant(rand(96), "c")),
+              b.create_input("float32", (1, rows, 96), "r"))
+    program = b.build([y])
+    feeds = {"x": rand(1, rows, 24), "r": rand(1, rows, 96)}
+    (node,) = [n for n in optimize(program, target=parse_target("llvm")).nodes if n.op == "matmul_packed"]
+    assert node.attrs.row_pad == AVX512.padded_rows
+    assert thin_rows(rows, node.attrs.row_pad) is padded
+    exe = check_compiled(program, feeds, tmp_cache, rtol=1e-4)
+    assert exe.num_kernels == 1
+    # the last tile's rows read x's last row again
+    assert bool(re.search(rf"x\[0, T\.min\(\w+, {rows - 1}\)", exe.kernel_sources()[0])) is padded
+
+
 def test_matmul_columns_lie_in_the_last_panel():
     x, y = TensorType((3, 8), "float32"), TensorType((2, 8, 16), "float32")
     with pytest.raises(ValueError, match=r"matmul_packed: columns 12 is not within the last of the panels of y \(2, 8, 16\)"):
@@ -443,6 +466,79 @@ def test_transposes_fold_into_matmul(tmp_cache):
     flags = [(n.attrs.trans_x, n.attrs.trans_y) for n in result.nodes if n.op == "matmul"]
     assert flags[:2] == [(True, False), (True, False)]
     check_compiled(program, feeds, tmp_cache)
+
+
+def test_a_transpose_of_unit_axes_is_a_reshape():
+    b = cinn.NetBuilder("unit_transpose")
+    x = b.create_input("float32", (1, 5, 1, 6), "x")
+    moved = b.transpose(x, [1, 0, 3, 2])  # 5 and 6 keep their order: a reshape
+    kept = b.transpose(x, [3, 1, 2, 0])  # 6 before 5: a transpose
+    program = b.build([b.relu(moved), kept])
+    result = check_pass(program, {"x": rand(1, 5, 1, 6)}, simplify)
+    assert ops(result) == Counter(reshape=1, relu=1, transpose=1)
+
+
+def test_reshapes_around_a_matmul_and_its_bias_cancel(tmp_cache):
+    """torch's sequence-first projection at batch 1: [1, seq, k] -> [seq, 1, k] -> matmul -> + bias -> [1, seq, n].
+    The matmul takes the rows as they are, the bias joins it, and the reshapes meet and cancel."""
+    b = cinn.NetBuilder("sequence_first")
+    x = b.create_input("float32", (1, 13, 8), "x")
+    y = b.add(b.create_constant(rand(16), "bias"), b.matmul(b.reshape(x, [13, 1, 8]), b.create_constant(rand(8, 16), "w")))
+    z = b.add(b.matmul(b.reshape(x, [13, 8]), b.create_constant(rand(8, 16), "w2")), b.create_constant(rand(1, 16), "c"))
+    program = b.build([b.reshape(y, [1, 13, 16]), b.relu(b.reshape(z, [1, 13, 16]))])
+    feeds = {"x": rand(1, 13, 8)}
+    result = check_pass(program, feeds, simplify)
+    assert ops(result) == Counter(matmul=2, add=2, relu=1)
+    assert all(n.inputs[0] == x for n in result.nodes if n.op == "matmul")
+    check_compiled(program, feeds, tmp_cache)
+
+
+def test_a_reshape_before_a_full_operand_stays():
+    b = cinn.NetBuilder("residual")
+    x = b.create_input("float32", (1, 6, 4), "x")
+    r = b.create_input("float32", (6, 4), "r")
+    s = b.create_input("float32", (1, 1), "s")
+    scalar = b.add(b.reshape(s, []), b.create_constant(np.float32(2), "two"))  # to rank 0: no axis it keeps
+    program = b.build([b.add(b.reshape(x, [6, 4]), r), scalar])  # r varies along the rows: the reshape stays
+    result = check_pass(program, {"x": rand(1, 6, 4), "r": rand(6, 4), "s": rand(1, 1)}, simplify)
+    assert [n.op for n in result.nodes] == ["reshape", "add", "reshape", "add"]
+
+
+def _positions(index: IndexMap) -> np.ndarray:
+    """Each element's position in the base, from an index map's digits."""
+    out = np.full(index.shape, index.offset)
+    for axis, digits in enumerate(index.axes):
+        values = np.zeros(index.shape[axis], dtype=np.int64)
+        place = 1
+        for d in reversed(digits):
+            values += (np.arange(index.shape[axis]) // place % d.size) * d.stride
+            place *= d.size
+        out = out + values.reshape([-1 if k == axis else 1 for k in range(len(index.axes))])
+    return out
+
+
+def test_index_maps_follow_layout_ops_as_numpy_moves_elements():
+    """Reshapes (also across axes whose strides do not line up), transposes, one-index takes and slices: each
+    element's position in the base, as the map says, is where numpy finds it."""
+    base = np.arange(2 * 6 * 12).reshape(2, 6, 12)
+    steps = [
+        (lambda a: a.reshape(2, 6, 3, 4), lambda m: m.reshape((2, 6, 3, 4))),
+        (lambda a: a.transpose(2, 0, 3, 1), lambda m: m.transpose((2, 0, 3, 1))),
+        (lambda a: a[1], lambda m: m.take(0, 1, 0)),  # [2, 4, 6]: the middle third of the columns
+        (lambda a: a.reshape(8, 6), lambda m: m.reshape((8, 6))),  # merges axes 48 and 1 elements apart
+        (lambda a: a[:, 1:5:2], lambda m: m.slice([range(8), range(1, 5, 2)])),
+        (lambda a: a.reshape(4, 1, 4), lambda m: m.reshape((4, 1, 4))),  # splits a digit of 4 in two
+        (lambda a: a[:, :, 1:2], lambda m: m.slice([range(4), range(1), range(1, 2)])),
+    ]
+    array, index = base, IndexMap.of(base.shape)
+    for move, follow in steps:
+        array, index = move(array), follow(index)
+        assert index is not None and index.shape == array.shape
+        np.testing.assert_array_equal(_positions(index), array)
+    assert IndexMap.of((6, 4)).transpose((1, 0)).reshape((3, 8)) is None  # a digit of 6 read as axes of 4 and 8
+    assert IndexMap.of((2, 6)).transpose((1, 0)).slice([range(1, 5), range(2)]) is not None
+    assert IndexMap.of((2, 6)).reshape((12,)).transpose((0,)).reshape((3, 4)).transpose((1, 0)).reshape(
+        (12,)).slice([range(2, 7)]) is None  # a partial range of an axis of several digits
 
 
 # -- the default pipeline ------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import tvm_ffi
 from tvm.s_tir import Schedule
 
 import schedules
+from cinn.core import ops
 from cinn.core.cpu_model import default_cache_dir as default_cache_dir
 from cinn.core.ops import PatternKind
 from cinn.core.target import NO_PARTIAL_UNROLL, Target
@@ -57,9 +58,10 @@ def workload_key(func) -> str:
 
 @functools.cache
 def code_version() -> str:
-    """A hash of the code that decides what a kernel becomes, so schedule changes invalidate the cache."""
+    """A hash of the code that decides what a kernel becomes, so schedule, pass and op changes invalidate the cache
+    (an op's compute decides it as much as its schedule does)."""
     h = hashlib.sha256(tvm.__version__.encode())
-    for root in (pathlib.Path(schedules.__file__).parent, pathlib.Path(__file__).parent):
+    for root in (pathlib.Path(schedules.__file__).parent, pathlib.Path(__file__).parent, pathlib.Path(ops.__file__).parent):
         for f in sorted(root.rglob("*.py")):
             h.update(f.read_bytes())
     return h.hexdigest()[:16]

@@ -42,7 +42,7 @@ STRIDED_PAD_MAX = 1 / 3
 ROW_PAD_MAX = 1 / 16
 
 
-def pack_weights(program: Program, cpu: CpuModel) -> Program:
+def pack_weights(program: Program, cpu: CpuModel, pad_rows: bool = True) -> Program:
     """A conv2d with constant weights becomes a conv2d_packed, its weights OIHW -> IHWO32 panels for dense convs, IHWO
     for grouped ones (output channels contiguous: the conv kernels' vector axis; many channels padded to whole panels
     and sliced back); a matmul's constant 2-D y goes to column panels [N / p, K, p] of a matmul_packed (y_panel: the
@@ -50,11 +50,13 @@ def pack_weights(program: Program, cpu: CpuModel) -> Program:
     8-lane divisor, its `columns`), or [K, N] where no panel width divides a small N, or [N, K] for one output row
     (a plain matmul). The elementwise epilogue of a padded conv then runs before the slice back
     (sink_slices). Matmul panels are the first of the CPU's matmul_panels that divides N. With few registers, flat 1x1
-    convs compute whole register tiles of output channels (CpuModel.row_tile)."""
-    return rewrite(rewrite(program, lambda rw, node: _pack(rw, node, cpu)), sink_slices)
+    convs compute whole register tiles of output channels (CpuModel.row_tile). With `pad_rows` (a CPU's kernels),
+    a panel matmul whose rows have no fitting tile height computes them in whole tiles of CpuModel.padded_rows
+    (PackedMatmulAttrs.row_pad)."""
+    return rewrite(rewrite(program, lambda rw, node: _pack(rw, node, cpu, pad_rows)), sink_slices)
 
 
-def _pack(rw: Rewriter, node: Node, cpu: CpuModel) -> bool:
+def _pack(rw: Rewriter, node: Node, cpu: CpuModel, pad_rows: bool) -> bool:
     if node.op not in ("conv2d", "matmul"):
         return False
     x, w = rw.inputs(node)
@@ -67,7 +69,7 @@ def _pack(rw: Rewriter, node: Node, cpu: CpuModel) -> bool:
     mm = cast(MatmulAttrs, node.attrs)
     columns = data.T if mm.trans_y else data
     if data.ndim == 2 and not _is_gemv(node) and (width := _panel_width(columns.shape[1], cpu.matmul_panels)):
-        _panels(rw, node, columns, width)
+        _panels(rw, node, columns, width, cpu.padded_rows if pad_rows else 0)
         return True
     if data.ndim >= 2 and mm.trans_y != _is_gemv(node):
         packed = rw.new_constant(np.swapaxes(data, -1, -2), f"{w.name}_t")
@@ -76,15 +78,17 @@ def _pack(rw: Rewriter, node: Node, cpu: CpuModel) -> bool:
     return False
 
 
-def _panels(rw: Rewriter, node: Node, columns: np.ndarray, width: int) -> None:
+def _panels(rw: Rewriter, node: Node, columns: np.ndarray, width: int, row_pad: int) -> None:
     """matmul(x, [K, N] columns) as a matmul_packed over column panels of `width`, zero-padded to whole panels where
-    `width` does not divide N (its `columns`: the kernel writes back the N columns, no slice copies them)."""
+    `width` does not divide N (its `columns`: the kernel writes back the N columns, no slice copies them), its rows
+    computed in whole tiles of `row_pad` where they have no fitting tile height (the kernel decides by the rows it
+    is lowered for: a symbolic program's probes all take the same attributes)."""
     x, w = rw.inputs(node)
     n = columns.shape[1]
     padded = np.pad(columns, ((0, 0), (0, -n % width))) if n % width else columns
     packed = rw.new_constant(panel(padded, width), f"{w.name}_panels")
     semantic = dataclasses.replace(cast(MatmulAttrs, node.attrs), trans_y=False)
-    attrs = layout_variant(PackedMatmulAttrs, semantic, y_panel=width, columns=n % width and n)
+    attrs = layout_variant(PackedMatmulAttrs, semantic, y_panel=width, columns=n % width and n, row_pad=row_pad)
     rw.keep(node, op="matmul_packed", inputs=(x, packed), attrs=attrs)
 
 

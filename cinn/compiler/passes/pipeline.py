@@ -44,7 +44,8 @@ def _channels_last(program: Program, context: PassContext) -> Program:
 
 
 def _pack_weights(program: Program, context: PassContext) -> Program:
-    return pack_weights(program, (context.target or parse_target("llvm")).model)
+    target = context.target or parse_target("llvm")
+    return pack_weights(program, target.model, pad_rows=not target.is_cuda)
 
 
 def _sink_transposes(program: Program, context: PassContext) -> Program:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from math import prod
 from typing import cast
 
 import numpy as np
@@ -9,6 +10,7 @@ import numpy as np
 from cinn.compiler.passes.dce import dce
 from cinn.compiler.passes.rewrite import Rewriter, Rule, rewrite, same_graph
 from cinn.core.ir import Node, Program, Value
+from cinn.core.ops import PatternKind, get_op
 from cinn.core.ops.elementwise import ScaleAttrs
 from cinn.core.ops.nn import DataFormat, MatmulAttrs
 from cinn.core.ops.shape import ReshapeAttrs, TransposeAttrs
@@ -32,11 +34,12 @@ def simplify(program: Program) -> Program:
 
 # -- no-op ops ----------------------------------------------------------------------------------
 def remove_noops(rw: Rewriter, node: Node) -> bool:
-    """identity disappears; so does inference dropout, or it becomes a scale when it multiplies (downgrade_in_infer)."""
+    """identity and a cast to the dtype it has disappear; so does inference dropout, or it becomes a scale when it
+    multiplies (downgrade_in_infer)."""
     if node.op == "dropout" and node.attrs.keep_scale != 1.0:
         rw.keep(node, op="scale", attrs=ScaleAttrs(scale=node.attrs.keep_scale))
         return True
-    if node.op in ("identity", "dropout"):
+    if node.op in ("identity", "dropout") or (node.op == "cast" and node.inputs[0].dtype == node.outputs[0].dtype):
         rw.substitute(node.outputs[0], rw.inputs(node)[0])
         return True
     return False
@@ -126,6 +129,62 @@ def merge_transposes(rw: Rewriter, node: Node) -> bool:
     if source == x:
         return False
     rw.keep(node, inputs=(source,), attrs=dataclasses.replace(cast(TransposeAttrs, node.attrs), axis=perm))
+    return True
+
+
+def unit_transpose_to_reshape(rw: Rewriter, node: Node) -> bool:
+    """A transpose that moves only unit axes ([1, seq, dim] -> [seq, 1, dim], torch's batch-first to sequence-first at
+    batch 1) keeps the elements' order: a reshape, which merges with its neighbours."""
+    if node.op != "transpose":
+        return False
+    shape = node.inputs[0].shape
+    moved = [a for a in transpose_perm(node) if shape[a] != 1]
+    if moved != sorted(moved):
+        return False
+    rw.keep(node, op="reshape", attrs=ReshapeAttrs(node.outputs[0].shape))
+    return True
+
+
+def matmul_of_rows(rw: Rewriter, node: Node) -> bool:
+    """matmul(reshape(x), y [K, N]) -> reshape(matmul(x, y)) where x [1.., M, K] holds all its rows in one axis and
+    the reshape keeps K (torch's sequence-first [seq, 1, dim] at batch 1, an exporter's [seq, dim] before a Gemm): the
+    kernel then tiles x's M rows as they are, and the reshape moves on to meet its opposite."""
+    if node.op != "matmul":
+        return False
+    viewed, y = rw.inputs(node)
+    reshape = rw.producer(viewed)
+    if reshape is None or reshape.op not in RESHAPE_LIKE or len(y.shape) != 2 or node.attrs.trans_x:
+        return False
+    x = rw.inputs(reshape)[0]
+    if len(x.shape) < 2 or prod(x.shape[:-2]) != 1 or x.shape[-1] != viewed.shape[-1] or len(viewed.shape) < 2:
+        return False
+    (out,) = rw.emit("matmul", [x, y], node.attrs)
+    (back,) = rw.emit("reshape", [out], ReshapeAttrs(node.outputs[0].shape))
+    rw.substitute(node.outputs[0], back)
+    return True
+
+
+def sink_reshape(rw: Rewriter, node: Node) -> bool:
+    """op(reshape(x), b) -> reshape(op(x, b)) for an elementwise op whose other operands vary along the last axis
+    alone (a bias), which the reshape keeps: the op then joins x's producer (a matmul's epilogue), and the reshape
+    moves on to meet its opposite."""
+    inputs = rw.inputs(node)
+    if get_op(node.op).kind not in (PatternKind.ELEMENTWISE, PatternKind.BROADCAST) or len(node.outputs) != 1 \
+            or len(inputs) < 2:
+        return False
+    viewed = [i for i, v in enumerate(inputs) if (p := rw.producer(v)) is not None and p.op in RESHAPE_LIKE
+              and rw.has_single_use(v)]
+    if len(viewed) != 1:
+        return False
+    (i,) = viewed
+    x = rw.inputs(cast(Node, rw.producer(inputs[i])))[0]
+    out = node.outputs[0]
+    if not (x.shape and out.shape) or x.shape[-1] != out.shape[-1] or inputs[i].shape != out.shape or any(
+            prod(v.shape[:-1]) != 1 for k, v in enumerate(inputs) if k != i):
+        return False
+    (y,) = rw.emit(node.op, [x if k == i else v for k, v in enumerate(inputs)], node.attrs)
+    (back,) = rw.emit("reshape", [y], ReshapeAttrs(out.shape))
+    rw.substitute(out, back)
     return True
 
 
@@ -234,5 +293,5 @@ def _integral(rw: Rewriter, v: Value, depth: int) -> bool:
     return False
 
 
-RULES: tuple[Rule, ...] = (remove_noops, fold_batchnorm, merge_reshapes, merge_transposes, fold_transpose_into_matmul,
-                           pow_to_roots, drop_integer_round_trip)
+RULES: tuple[Rule, ...] = (remove_noops, fold_batchnorm, merge_reshapes, merge_transposes, unit_transpose_to_reshape,
+                           matmul_of_rows, sink_reshape, fold_transpose_into_matmul, pow_to_roots, drop_integer_round_trip)

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import te, tirx, topi
 
+from cinn.core.cpu_model import lowering_model
 from cinn.core.ir import Attrs, SymbolicType, TensorType
 from cinn.core.ops.common import broadcast_shapes, keep_nan, same_dims, same_dtype
 from cinn.core.ops.registry import DtypeClass, OpDef, PatternKind, RuleName, register
-from cinn.core.ops.te_util import broadcast_index, const, dims, leading_rows, whole_tiles
+from cinn.core.ops.te_util import broadcast_index, const, dims, leading_rows, thin_rows, whole_tiles
 
 # a bias at or below this masks its key: exp(-10000 + s - max) is 0 in float32 unless that key's logit exceeds the
 # row's largest unmasked one by ~9900
@@ -108,37 +109,60 @@ def _infer(types: Sequence[TensorType], a: AttentionAttrs) -> list[TensorType]:
 QUERY_PAD = 32  # query rows of a symbolic attention's blocks (schedules.cpu_attention.ROW_BLOCKS divide it)
 
 
+def _query_tile(s: AttentionShape, a: AttentionAttrs) -> int:
+    """The query rows the kernel computes in whole tiles of (0: as they are): a symbolic count in blocks of QUERY_PAD,
+    a static one that is no whole number of vectors (CpuModel.lanes) in whole vectors (the schedule's vectors run
+    along the queries: 197 would take one lane each). A causal attention keeps its rows, by which skip_masked_keys
+    cuts."""
+    if not isinstance(s.queries, int):
+        return QUERY_PAD
+    lanes = lowering_model().lanes
+    return lanes if not a.causal and s.queries > lanes and s.queries % lanes else 0
+
+
+def _key_tile(s: AttentionShape, a: AttentionAttrs) -> int:
+    """The keys the scores compute in whole tiles of (0: as they are): static keys with no fitting register-tile
+    height (thin_rows), whose padded scores the softmax then skips."""
+    tile = lowering_model().padded_rows
+    return tile if isinstance(s.keys, int) and not a.causal and thin_rows(s.keys, tile) else 0
+
+
 def _compute(tensors, a: AttentionAttrs, out_types: Sequence[TensorType]):
     q, k, v, bias = tensors
     s = attention_shape([SymbolicType(dims(t), str(t.dtype)) for t in tensors], a)
     n, dtype, d, dv = len(s.batch), q.dtype, s.dim, s.value_dim
+    # query rows and the scores' keys in whole tiles where they have none that fits (see whole_tiles)
+    padded, key_tile = _query_tile(s, a), _key_tile(s, a)
+    queries, query = whole_tiles(s.queries, padded) if padded else (s.queries, lambda i: i)
+    keys, key = whole_tiles(s.keys, key_tile) if key_tile else (s.keys, lambda i: i)
     rd, rt = te.reduce_axis((0, d), name="d"), te.reduce_axis((0, s.keys), name="t")
-    # a symbolic kernel's query rows in whole blocks of QUERY_PAD (see whole_tiles)
-    padded = not isinstance(s.queries, int)
-    queries, query = whole_tiles(s.queries, QUERY_PAD) if padded else (s.queries, lambda i: i)
+    # the max reads the padded keys' logits too, copies of the last key's: so the scores are computed (and tiled)
+    # over whole tiles of keys, while the sum and the context read the keys there are
+    rt_max = te.reduce_axis((0, keys), name="t") if key_tile else rt
 
     # per head: q^T [d, queries]; scores, logits and exponentials [keys, queries]; max, sum [queries]
     qc, kc, vc = a.columns
     qt = te.compute((*s.batch, s.heads, d, queries),
                     lambda *i: q(*i[:n], query(i[n + 2]), qc + i[n] * d + i[n + 1]), name="attention_qt")
     scores = te.compute(
-        (*s.batch, s.heads, s.keys, queries),
-        lambda *i: te.sum(k(*i[:n], i[n + 1], kc + i[n] * d + rd) * qt(*i[:n], i[n], rd, i[n + 2]), axis=rd),
+        (*s.batch, s.heads, keys, queries),
+        lambda *i: te.sum(k(*i[:n], key(i[n + 1]), kc + i[n] * d + rd) * qt(*i[:n], i[n], rd, i[n + 2]), axis=rd),
         name="attention_scores",
     )
+    shape = (*s.batch, s.heads, s.keys, queries)  # the exponentials': the keys there are
 
     def logit(*i):  # i: [..., heads, keys, queries]; the bias is indexed as [..., heads, queries, keys]
         value = scores(*i) if a.scale == 1.0 else scores(*i) * const(a.scale, dtype)
-        return value + bias(*broadcast_index(bias, [*i[:-2], query(i[-1]), i[-2]]))
+        return value + bias(*broadcast_index(bias, [*i[:-2], query(i[-1]), key(i[-2])]))
 
     logits = te.compute(scores.shape, logit, name="attention_logits")
-    top = te.compute((*s.batch, s.heads, queries), lambda *i: te.max(logits(*i[:-1], rt, i[-1]), axis=rt),
+    top = te.compute((*s.batch, s.heads, queries), lambda *i: te.max(logits(*i[:-1], rt_max, i[-1]), axis=rt_max),
                      name="attention_max")
-    shifted = te.compute(scores.shape, lambda *i: logits(*i) - top(*i[:-2], i[-1]), name="attention_shifted")
+    shifted = te.compute(shape, lambda *i: logits(*i) - top(*i[:-2], i[-1]), name="attention_shifted")
     if dtype == "float32":  # NaN logits stay NaN (topi's polynomial clamps them), so the row's output is NaN
         exp = keep_nan(shifted, topi.fast_exp(shifted), name="attention_exp")
     else:
-        exp = te.compute(scores.shape, lambda *i: tirx.exp(shifted(*i)), name="attention_exp")
+        exp = te.compute(shape, lambda *i: tirx.exp(shifted(*i)), name="attention_exp")
     total = te.compute(top.shape, lambda *i: te.sum(exp(*i[:-1], rt, i[-1]), axis=rt), name="attention_sum")
     context = te.compute(
         (*s.batch, s.heads, queries, dv),

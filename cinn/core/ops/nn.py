@@ -24,7 +24,7 @@ from cinn.core.ops.common import broadcast_shapes, coerce_enum, normalize_axes, 
 from cinn.core.ops.registry import DtypeClass as D
 from cinn.core.ops.registry import OpDef, layout_variant, register, register_semantic
 from cinn.core.ops.registry import PatternKind as K
-from cinn.core.ops.te_util import cast, const, dims, dtype_of, leading_rows, lowest, whole_tiles
+from cinn.core.ops.te_util import cast, const, dims, dtype_of, leading_rows, lowest, thin_rows, whole_tiles
 
 
 class PoolType(enum.StrEnum):
@@ -136,11 +136,15 @@ class PackedMatmulAttrs(MatmulAttrs):
     `columns` > 0 says N is only the panels' first that many columns: the rest are zero padding to whole panels,
     computed with the others and not written back (GPT-2's 50257-token logits over panels of 24).
     `x_panel` > 0 likewise says x is stored as row panels, [batch..., M / x_panel, K, x_panel] (the winograd pass
-    stores its transformed weights so)."""
+    stores its transformed weights so).
+    `row_pad` > 0 says a static M with no divisor of at least half of `row_pad` (197 tokens, a prime) is computed in
+    whole tiles of `row_pad` rows, the last tile reading x's last row again, and only the M rows written back: its
+    register tiles would otherwise be one or two rows high (te_util.thin_rows)."""
 
     y_panel: int = 0
     x_panel: int = 0
     columns: int = 0
+    row_pad: int = 0
 
 
 @dataclass(frozen=True)
@@ -206,9 +210,12 @@ def _matmul_compute(tensors, a: PackedMatmulAttrs, out_types: Sequence[TensorTyp
     s = _matmul_shape(xs, ys, a)
     dtype = out_types[0].dtype
     k = te.reduce_axis((0, s.k), name="k")
-    # a symbolic kernel's rows in whole tiles of SymbolicType.tile_rows (see whole_tiles)
+    # a symbolic kernel's rows in whole tiles of SymbolicType.tile_rows (see whole_tiles), a static M without a
+    # fitting tile height in tiles of row_pad
     tile = getattr(out_types[0], "tile_rows", 1)
     padded = not isinstance(s.m, int) and not s.x_vec and not a.x_panel and tile > 1
+    if isinstance(s.m, int) and not (s.x_vec or s.y_vec or a.x_panel) and thin_rows(s.m, a.row_pad):
+        padded, tile = True, a.row_pad
     rows, row = whole_tiles(s.m, tile) if padded else (s.m, lambda i: i)
     cols, col = _computed_columns(s, a, dims(y))
     wide = isinstance(s.n, int) and cols != s.n

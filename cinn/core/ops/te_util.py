@@ -26,10 +26,21 @@ def dim_at(dim, sizes: Mapping[str, int]) -> int:
 
 
 def whole_tiles(extent, tile: int) -> tuple:
-    """A symbolic kernel's rows computed in whole tiles: the extent rounded up to them, and the row index read at
-    each (the last row again past the extent, then dropped by leading_rows). A guarded last tile would make TVM 0.27
+    """Rows computed in whole tiles (a symbolic kernel's, or a static axis's without a fitting tile height): the extent
+    rounded up to them, and the row index read at each (the last row again past the extent, then dropped by
+    leading_rows). A guarded last tile would make TVM 0.27
     size the tile's buffers wrongly (a negative allocation)."""
     return (extent + tile - 1) // tile * tile, lambda i: tvm.tirx.min(i, extent - 1)
+
+
+ROW_PAD_MAX = 1 / 8  # of a static axis's rows that computing them in whole tiles may add (thin_rows)
+
+
+def thin_rows(rows: int, tile: int) -> bool:
+    """Whether a static axis of `rows` register-tile rows is computed in whole tiles of `tile` rows (see whole_tiles):
+    no divisor of it is at least half a tile (197 tokens, a prime, would take tiles one row high), and the padding
+    adds at most ROW_PAD_MAX of the rows."""
+    return tile > 1 and 2 * max(d for d in range(1, tile + 1) if rows % d == 0) < tile and -rows % tile <= rows * ROW_PAD_MAX
 
 
 def leading_rows(padded: te.Tensor, shape: Sequence, name: str) -> te.Tensor:
