@@ -6,6 +6,7 @@ from schedules import (  # noqa: F401
     cpu_int8,
     cpu_matmul,
     cpu_reduction,
+    cpu_squeeze_excite,
     cpu_winograd,
     cuda_common,
     cuda_matmul,

@@ -181,6 +181,11 @@ def plan(sch: Schedule, main, target: Target, knobs: Knobs = DEFAULT) -> Tiling:
     if panel and col == n - 1:  # a matmul's register tile reads whole columns of one panel
         default_cols, default_rows = _panel_tile(panel, ext[row] if row is not None else 1, width, target)
         default_rows2 = 1
+    elif row is not None and (window := _channels_last_window(block, n, ext, col, row)) is not None:
+        default_cols, default_rows = _channels_last_depthwise_tile(ext[col], ext[row], width,
+                                                                   window * DataType(write_dtype(sch, main)).bits // 8,
+                                                                   target)
+        default_rows2 = 1
     else:
         default_cols, default_rows, default_rows2 = _default_tile(ext, n, col, row, row2, in_vector, width, target,
                                                                   write_dtype(sch, main), reuse=bool(free))
@@ -249,6 +254,36 @@ def _depthwise_tiling(sch: Schedule, knobs: Knobs, main, ext: list[int], col: in
     dim = next(d for d, rg in enumerate(block.reads[pack].region) if var in vars_in(rg.min))
     perm = tuple(d for d in range(len(block.reads[pack].region)) if d != dim) + (dim,)
     return Tiling(col, cols, row, rows, None, 1, pack, perm, per_tile=True)
+
+
+def _channels_last_window(block, n: int, ext: list[int], col: int, row: int) -> int | None:
+    """The input elements per channel that one output row of a channels-last depthwise conv reads (its window's rows
+    times the input columns the output row spans), None for other reductions: every operand is read per channel
+    (the vector axis, the last), none is shared by the output columns (`row`), and the reduction is a window."""
+    if col != n - 1 or prod(ext[n:]) == 1 or not _per_channel(block, col) or _row_operands(block, col):
+        return None
+    reads = _reads_using(block, row)
+    if len(reads) != 1 or len(reads[0].region) < 3:
+        return None
+    rows = prod(ext[n:]) // ext[-1]  # the window's rows (and its channel axis, of one channel)
+    column = reads[0].region[-2].min
+    stride = index_step(column, block.iter_vars[row].var) or 1
+    dilation = index_step(column, block.iter_vars[-1].var) or 1
+    return rows * ((ext[row] - 1) * stride + (ext[-1] - 1) * dilation + 1)
+
+
+def _channels_last_depthwise_tile(channels: int, columns: int, width: int, window: int,
+                                  target: Target) -> tuple[int, int]:
+    """(cols, rows) of a channels-last depthwise conv: two registers of channels where the input window a task
+    copies for its output row (`window` bytes per channel) keeps them within half of L1 while the tile runs over
+    it, else one (the whole channels, 144 of them, streamed that window from L2; see docs/notes/depthwise-conv.md);
+    output columns up to half the accumulators (all of them where no divisor is that small: 7 columns), since each
+    FMA loads its own input vector: more columns add registers, not reuse."""
+    fits = [c for c in (2 * width, width) if channels % c == 0 and window * c <= target.l1d_bytes // 2]
+    cols = fits[0] if fits else register_lanes(channels, width)
+    vectors = cols // register_lanes(cols, width)
+    limit = max(1, min(tile_elems(target) // width, target.vector_registers - 1 - vectors) // vectors)
+    return cols, _tile_rows(columns, max(1, limit // 2), limit)
 
 
 def _enough_tasks(spatial: list[int], col: int, cols: int, row: int | None, rows: int, width: int,
@@ -558,7 +593,10 @@ def _producer_at_tile(sch: Schedule, knobs: Knobs, columns, par, stages: list, p
     """Compute a lone producer stage (padding) per parallel tile: the tile's input lands in a small contiguous buffer,
     hot in cache (see docs/notes/parallel-loops.md), instead of a full padded copy beforehand; the tuner may
     choose the full copy. `columns` is the reduction block when it is vectorized over output columns (the stage may
-    then be deinterleaved), else None. Returns the stages still to schedule on their own."""
+    then be deinterleaved), else None. A copy of whole registers is vectorized one register of `width` lanes at a
+    time: its padding test over a row of many registers (a channels-last depthwise conv's 144 channels) was
+    scalarized, one insert per lane (see docs/notes/depthwise-conv.md). Returns the stages still to schedule on their
+    own."""
     mine = [b for b in stages if sch.get(b).name_hint in producers]
     # the row operand of a tile over output columns is read whole by every column tile: computed once, up front
     default = int(columns is None or not _is_row_operand(sch, columns, mine[0])) if len(mine) == 1 else 1

@@ -256,3 +256,59 @@ def test_a_concat_of_slices_is_one_kernel(tmp_cache):
     fused, _, (out,) = _run_both(program, {"x": xv}, tmp_cache)
     assert fused.num_kernels == 2  # exp and relu (siblings), then the concat with the scale
     np.testing.assert_allclose(out, 2 * np.concatenate([np.exp(xv)[:, :4], np.maximum(xv, 0)[:, :4]], 1), rtol=1e-5)
+
+
+def _squeeze_excite(b: cinn.NetBuilder, x, channels: int, layout: str, gate: str):
+    """A squeeze-excite gate scaling x (global average pool, 1x1 conv + relu, 1x1 conv + `gate`, times x), and the
+    two convs' weights."""
+    nhwc = layout == "NHWC"
+    pooled = b.reduce_mean(x, [1, 2] if nhwc else [2, 3], keep_dim=True)
+    w1, w2 = _rand(channels // 4, channels, 1, 1), _rand(channels, channels // 4, 1, 1)
+    hidden = b.relu(b.conv2d(pooled, b.create_constant(w1), data_format=layout))
+    logits = b.conv2d(hidden, b.create_constant(w2), data_format=layout)
+    g = b.multiply(logits, b.sigmoid(logits)) if gate == "silu" else getattr(b, gate)(logits)
+    return b.multiply(x, g), w1, w2
+
+
+def _se_reference(xv, w1, w2, nhwc: bool, gate: str):
+    """The squeeze-excite gate's scale of xv in numpy."""
+    spatial = (1, 2) if nhwc else (2, 3)
+    pooled = xv.mean(axis=spatial)  # [n, c]
+    hidden = np.maximum(pooled @ w1[:, :, 0, 0].T, 0)
+    logits = hidden @ w2[:, :, 0, 0].T
+    # hard_sigmoid at the builder's (and ONNX's) default slope
+    g = {"hard_sigmoid": np.clip(logits * 0.2 + 0.5, 0, 1), "sigmoid": 1 / (1 + np.exp(-logits)),
+         "silu": logits / (1 + np.exp(-logits))}[gate]
+    return xv * (g[:, None, None, :] if nhwc else g[:, :, None, None])
+
+
+@pytest.mark.parametrize(("layout", "shape", "gate"), [
+    ("NHWC", (1, 14, 14, 96), "hard_sigmoid"),  # mobilenet_v3's, channels last
+    ("NCHW", (1, 32, 28, 28), "sigmoid"),  # efficientnet's early blocks: the pool reduces rows
+    ("NHWC", (2, 7, 7, 40), "silu"),  # a batch of two; channels of no whole vector; the gate's own activation fused
+    ("NCHW", (1, 20, 9, 9), "hard_sigmoid"),
+])
+def test_squeeze_excite_is_one_kernel(layout, shape, gate, tmp_cache):
+    """A squeeze-excite block's pool, two fully connected layers (1x1 convs over one pixel), their activations and
+    the scale of the pooled tensor are one kernel, as unfused and as numpy."""
+    b = cinn.NetBuilder("se")
+    x = b.create_input("float32", shape, "x")
+    channels = shape[-1] if layout == "NHWC" else shape[1]
+    scaled, w1, w2 = _squeeze_excite(b, x, channels, layout, gate)
+    program = b.build([scaled])
+    xv = _rand(*shape)
+    fused, unfused, (out,) = _run_both(program, {"x": xv}, tmp_cache)
+    assert fused.num_kernels == 1 and unfused.num_kernels >= 6
+    np.testing.assert_allclose(out, _se_reference(xv, w1, w2, layout == "NHWC", gate), rtol=1e-4, atol=1e-5)
+
+
+def test_squeeze_excite_block_takes_three_kernels(tmp_cache):
+    """A mobilenet_v3 block at 14x14: the depthwise conv (with its activation), the squeeze-excite gate and scale,
+    and the project conv (with the residual add): three kernels, however many ops the gate has."""
+    b = cinn.NetBuilder("block")
+    x = b.create_input("float32", (1, 14, 14, 96), "x")
+    d = b.relu(b.conv2d(x, b.create_constant(_rand(96, 1, 3, 3)), paddings=(1, 1), groups=96, data_format="NHWC"))
+    s, _, _ = _squeeze_excite(b, d, 96, "NHWC", "hard_sigmoid")
+    program = b.build([b.add(b.conv2d(s, b.create_constant(_rand(96, 96, 1, 1)), data_format="NHWC"), x)])
+    fused, _, _ = _run_both(program, {"x": _rand(1, 14, 14, 96)}, tmp_cache)
+    assert fused.num_kernels == 3

@@ -19,6 +19,7 @@ from cinn.compiler.passes.index_map import IndexMap
 from cinn.compiler.passes.pack_weights import pack_weights
 from cinn.compiler.passes.pipeline import optimize
 from cinn.compiler.passes.simplify import simplify
+from cinn.compiler.passes.sink_transposes import sink_transposes
 from cinn.compiler.passes.verify import verify
 from cinn.core.ir import Program, TensorType
 from cinn.core.ops import get_op, infer
@@ -696,3 +697,92 @@ def test_channels_last_keeps_rows_of_whole_vectors_nchw():
     formats = {mcpu: {n.attrs.data_format for n in optimize(program, target=parse_target(f"llvm -mcpu={mcpu}")).nodes
                       if n.op == "conv2d_packed"} for mcpu in ("znver3", "znver4")}
     assert formats == {"znver3": {"NCHW"}, "znver4": {"NHWC"}}
+
+
+# -- squeeze-excite blocks and padded channels ----------------------------------------------------
+def _se_block(hw: int, channels: int, stride: int = 1, kernel: int = 3, gate: str = "hard_sigmoid") -> Program:
+    """A MobileNetV3 block: 1x1 expand + relu, kxk depthwise + relu, a squeeze-excite gate (global average pool, 1x1
+    conv + relu, 1x1 conv + `gate`) scaling it, 1x1 project."""
+    b = cinn.NetBuilder("se_block")
+    x = b.create_input("float32", (1, 24, hw, hw), "x")
+    e = b.relu(_conv(b, x, channels, 24, 1))
+    d = b.relu(_conv(b, e, channels, 1, kernel, strides=(stride, stride), paddings=(kernel // 2, kernel // 2),
+                     groups=channels))
+    squeezed = b.relu(_conv(b, b.reduce_mean(d, [2, 3], keep_dim=True), channels // 4, channels, 1))
+    g = getattr(b, gate)(_conv(b, squeezed, channels, channels // 4, 1))
+    return b.build([_conv(b, b.multiply(d, g), 24, channels, 1)])
+
+
+@pytest.mark.parametrize(("hw", "stride", "kernel"), [(14, 1, 3), (28, 2, 5), (7, 1, 5)])
+def test_squeeze_excite_gate_goes_channels_last_with_its_block(hw, stride, kernel, tmp_cache):
+    """Channels last, a depthwise conv's squeeze-excite gate computes NHWC too: its pool reads the conv's output in
+    place and its scale broadcasts over it, so the block keeps only the transposes at its ends (none around the
+    pool or the scale); 72 channels, padded to whole vectors by the expand conv, stay padded through the depthwise
+    conv, the gate and the scale until the project conv reads them as zero weights: no slice is left. The compiled
+    block equals the one compiled without the passes."""
+    program = _se_block(hw, 72, stride, kernel)
+    optimized = optimize(program, target=parse_target("llvm -mcpu=znver4"))
+    convs = [n for n in optimized.nodes if n.op == "conv2d_packed"]
+    assert {n.attrs.data_format for n in convs} == {"NHWC"} and len(convs) == 5
+    counts = ops(optimized)
+    assert counts["transpose"] == 2 and counts["slice"] == 0
+    (pool,) = [n for n in optimized.nodes if n.op == "reduce_mean"]
+    assert pool.attrs.dim == (1, 2) and pool.inputs[0].shape[-1] == 80  # channels last, padded
+    x = np.random.default_rng(1).standard_normal((1, 24, hw, hw)).astype(np.float32)
+    (got,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": x})
+    (want,) = cinn.compile(program, cache_dir=tmp_cache, passes=False).run({"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_transposes_sink_through_reductions(keep):
+    """A reduction of a transposed tensor reduces the tensor itself over the axes the permutation maps its own to:
+    only its small result is transposed, where the kept axes change order."""
+    b = cinn.NetBuilder("reduce_transposed")
+    x = b.create_input("float32", (2, 5, 6, 8), "x")
+    t = b.transpose(x, [0, 3, 1, 2])  # NHWC -> NCHW
+    program = b.build([b.reduce_mean(t, [2, 3], keep_dim=keep), b.reduce_max(t, [1], keep_dim=keep),
+                       b.reduce_sum(t, [], keep_dim=keep)])
+    result = check_pass(program, {"x": rand(2, 5, 6, 8)}, sink_transposes)
+    reductions = [n for n in result.nodes if n.op.startswith("reduce")]
+    assert [n.inputs[0].name for n in reductions] == ["x"] * 3
+    assert [n.attrs.dim for n in reductions] == [(1, 2), (3,), (0, 1, 2, 3)]
+    # with keep_dim each result is transposed back (a few elements); without, the kept axes stay in order: the
+    # mean's (2, 8), the max's (2, 5, 6)
+    assert ops(result)["transpose"] == (3 if keep else 0)
+
+
+@pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
+def test_padded_channels_run_through_depthwise_convs_and_gates(data_format, tmp_cache):
+    """pack_weights pads a conv's 72 output channels to 80 where its rows are no whole vectors; the slice back sinks
+    below the bias and activation, the depthwise conv (zero weights for the padding), the pool, the gate and the
+    scale, and the project conv reads all 80 channels (zero weights): no slice is left, in either layout, and the
+    block computes what it did."""
+    b = cinn.NetBuilder("padded")
+    nhwc = data_format == "NHWC"
+    shape = (1, 14, 14, 24) if nhwc else (1, 24, 14, 14)
+    x = b.create_input("float32", shape, "x")
+    conv = lambda v, o, c, k, **a: b.conv2d(v, b.create_constant(rand(o, c, k, k)), data_format=data_format, **a)
+    channel = (72,) if nhwc else (72, 1, 1)
+    e = b.relu(b.add(conv(x, 72, 24, 1), b.create_constant(rand(*channel))))
+    d = b.relu(conv(e, 72, 1, 3, paddings=(1, 1), groups=72))
+    pooled = b.reduce_mean(d, [1, 2] if nhwc else [2, 3], keep_dim=True)
+    g = b.sigmoid(conv(b.relu(conv(pooled, 18, 72, 1)), 72, 18, 1))
+    program = b.build([conv(b.multiply(d, g), 24, 72, 1)])
+    result = check_pass(program, {"x": rand(*shape)}, lambda p: dce(pack_weights(p, AVX512)))
+    assert ops(result)["slice"] == 0
+    groups = [n.attrs.groups for n in result.nodes if n.op == "conv2d_packed" and n.attrs.groups > 1]
+    assert groups == [80]
+    check_compiled(program, {"x": rand(*shape)}, tmp_cache, rtol=1e-4)
+
+
+def test_a_padded_output_read_elsewhere_keeps_its_slice():
+    """A slice whose tensor is also a program output stays where it is: sinking it would leave it beside the ops
+    that run wider."""
+    b = cinn.NetBuilder("kept")
+    x = b.create_input("float32", (1, 24, 14, 14), "x")
+    e = b.relu(b.conv2d(x, b.create_constant(rand(72, 24, 1, 1))))
+    d = b.conv2d(e, b.create_constant(rand(72, 1, 3, 3)), paddings=(1, 1), groups=72)
+    result = check_pass(b.build([e, d]), {"x": rand(1, 24, 14, 14)}, lambda p: dce(pack_weights(p, AVX512)))
+    assert ops(result)["slice"] == 1
+    assert [n.attrs.groups for n in result.nodes if n.op == "conv2d_packed"] == [1, 72]

@@ -90,6 +90,14 @@ def _long_rows(b: cinn.NetBuilder):
     return [b.reduce_sum(b.create_input("float32", (2, 20000), "x"), [1])]
 
 
+def _squeeze_excite(b: cinn.NetBuilder):
+    """A squeeze-excite gate over 14x14 maps of 64 channels, scaling them: one vector chain kernel."""
+    x = b.create_input("float32", (1, 64, 14, 14), "x")
+    pooled = b.reduce_mean(x, [2, 3], keep_dim=True)
+    hidden = b.relu(b.conv2d(pooled, _constant(b, (16, 64, 1, 1), "w1")))
+    return [b.multiply(x, b.hard_sigmoid(b.conv2d(hidden, _constant(b, (64, 16, 1, 1), "w2"))))]
+
+
 def _elementwise(b: cinn.NetBuilder):
     x, y = (b.create_input("float32", (32, 128), n) for n in "xy")
     return [b.tanh(b.add(x, y))]
@@ -98,14 +106,15 @@ def _elementwise(b: cinn.NetBuilder):
 # program, its passes on: whether its 3x3 convs become Winograd convs
 PROGRAMS = {"matmul": _matmul, "gemv": _gemv, "conv": _conv(8, 16), "winograd": _conv(64, 24),
             "quantized": _quantized_matmul, "matmul_u8i8": _matmul_u8i8, "attention": _attention,
-            "softmax": _softmax, "column_sum": _column_sum, "long_rows": _long_rows, "elementwise": _elementwise}
+            "softmax": _softmax, "column_sum": _column_sum, "long_rows": _long_rows, "elementwise": _elementwise,
+            "squeeze_excite": _squeeze_excite}
 WINOGRAD_TRANSFORMS = ["Winograd", "Matmul", "Winograd"]
 # the rule of each kernel, as the elif chains of schedules/cpu.py and cuda.py chose them before the registry
 CHAIN = {
     (VNNI, "matmul"): ["Matmul"], (VNNI, "gemv"): ["Gemv"], (VNNI, "conv"): ["Matmul"],
     (VNNI, "winograd"): WINOGRAD_TRANSFORMS, (VNNI, "quantized"): ["Generic", "Int8"], (VNNI, "matmul_u8i8"): ["Int8"],
     (VNNI, "attention"): ["Attention"], (VNNI, "softmax"): ["RowReduction"], (VNNI, "column_sum"): ["RowReduction"],
-    (VNNI, "elementwise"): ["Generic"],
+    (VNNI, "elementwise"): ["Generic"], (VNNI, "squeeze_excite"): ["SqueezeExcite"],
     (AVX2, "winograd"): WINOGRAD_TRANSFORMS, (AVX2, "quantized"): ["Generic", "Matmul"], (AVX2, "matmul_u8i8"): ["Matmul"],
     (AVX2, "attention"): ["Attention"],
     (CUDA, "matmul"): ["CudaMatmul"], (CUDA, "gemv"): ["CudaMatmul"], (CUDA, "conv"): ["CudaMatmul"],
@@ -113,8 +122,10 @@ CHAIN = {
     (CUDA, "matmul_u8i8"): ["CudaMatmul"], (CUDA, "attention"): ["CudaGeneric"],
     (CUDA, "softmax"): ["CudaRowReduction"], (CUDA, "column_sum"): ["CudaRowReduction"],
     (CUDA, "long_rows"): ["CudaGeneric"], (CUDA, "elementwise"): ["CudaGeneric"],
+    (CUDA, "squeeze_excite"): ["CudaGeneric"],
 }
-ORDER = {TargetKind.CPU: [("Winograd", 70), ("Attention", 60), ("Int8", 50), ("Gemv", 40), ("Matmul", 30),
+ORDER = {TargetKind.CPU: [("Winograd", 70), ("Attention", 60), ("Int8", 50), ("SqueezeExcite", 44), ("Gemv", 40),
+                          ("Matmul", 30),
                           ("RowReduction", 20), ("Generic", FALLBACK)],
          TargetKind.CUDA: [("CudaMatmul", 30), ("CudaRowReduction", 20), ("CudaGeneric", FALLBACK)]}
 

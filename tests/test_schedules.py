@@ -566,6 +566,47 @@ def test_channels_last_depthwise_tasks_run_channel_tiles_outermost():
     assert str(sch.get(par).loop_var).startswith("i3")  # the channel tiles, then the images and rows
 
 
+def _depthwise_nhwc(c: int, hw: int, k: int, stride: int):
+    """A channels-last depthwise conv over IHWO weights, as channels_last and pack_weights emit it, and its numpy
+    reference."""
+    op = get_op("conv2d_packed")
+    a = op.attrs(strides=[stride, stride], paddings=[k // 2, k // 2], groups=c, data_format="NHWC", weight_layout="IHWO")
+    types = [TensorType((1, hw, hw, c), "float32"), TensorType((1, k, k, c), "float32")]
+    x, w = te.placeholder(types[0].shape, name="x"), te.placeholder(types[1].shape, name="w")
+    y = op.compute([x, w], a, infer(op, types, a))[0]
+
+    def ref(xa, wa):
+        return [conv_ref(xa.transpose(0, 3, 1, 2), wa.transpose(3, 0, 1, 2), stride, k // 2, c).transpose(0, 2, 3, 1)]
+    return x, w, y, ref
+
+
+@pytest.mark.parametrize("c, hw, k, stride, want", [
+    (144, 56, 5, 2, (16, 7)),  # a 5x5/2 over 59 input columns: two registers' window (38 KB) outgrows half of L1
+    (672, 14, 3, 1, (32, 2)),  # 16 input columns: two registers' window (6 KB) fits
+    (960, 7, 5, 1, (32, 7)),  # 7 columns have no divisor up to half the accumulators: all 7
+    (40, 28, 3, 2, (8, 7)),  # 40 channels: no whole 16-lane register, 8-lane ones
+])
+def test_channels_last_depthwise_tile_keeps_its_input_window_in_l1(c, hw, k, stride, want):
+    """A channels-last depthwise conv's channel tile is two registers where the input window its task copies for an
+    output row fits in half of L1, else one (not all its channels: 144 of them read that window from L2); its
+    columns fill up to half the accumulators (each FMA loads its own input vector). The output is numpy's, and the
+    padded window is copied a register at a time (a row of 9 registers was copied lane by lane)."""
+    x, w, y, ref = _depthwise_nhwc(c, hw, k, stride)
+    sch = schedule_of([x, w, y])
+    t = cpu_matmul.plan(sch, single_reduction(sch), parse_target("llvm -mcpu=skylake-avx512 -num-cores=2"))
+    assert (t.col, t.cols, t.rows) == (3, *want)
+    sch = check([x, w], [y], K.OUT_FUSIBLE, ref)
+    *_, inner = sch.get_loops(sch.get_sblock("pad"))
+    assert sch.get(inner).kind == tvm.tirx.ForKind.VECTORIZED and int(sch.get(inner).extent) <= LANES
+
+
+@pytest.mark.parametrize("c, hw, k, stride", [(20, 9, 3, 1), (72, 14, 5, 2), (96, 7, 3, 2)])
+def test_channels_last_depthwise_convs_of_ragged_channels(c, hw, k, stride):
+    """Channels that fill no whole register (20, 72) or whole ones at any stride: the output is numpy's."""
+    x, w, y, ref = _depthwise_nhwc(c, hw, k, stride)
+    check([x, w], [y], K.OUT_FUSIBLE, ref)
+
+
 def _pointwise_nhwc_7x7():
     """A channels-last 64->64 1x1 conv on 7x7 pixels (its input, IHWO32 weights and output)."""
     op = get_op("conv2d_packed")
@@ -812,3 +853,36 @@ def test_attention_tasks_take_whole_heads_where_they_balance_the_cores(extra):
     assert int(sch.get(par).extent) == (heads * 2 if extra else heads)  # 64 queries: two blocks of 32
     copies = [b for b in blocks(sch) if sch.get(b).name_hint in ("k_global", "v_global")]
     assert len(copies) == (0 if extra else 2)
+
+
+@pytest.mark.parametrize(("layout", "hw"), [("NHWC", 14), ("NCHW", 28), ("NCHW", 14)])
+def test_squeeze_excite_kernel_vectorizes_each_stage(layout, hw):
+    """A squeeze-excite kernel (tests/test_fusion.py checks its numbers): the pool of channels-last pixels vectorized
+    over its channels, of NCHW rows over lane-wise partial sums (rfactor; 4 lanes over 14x14's 196 pixels); each gate
+    conv over its output channels;
+    the vectors read many times (the means, the hidden activation, the gate) computed once, as stages; the scale in
+    parallel."""
+    import cinn
+    from cinn.compiler.lower import lower_program
+    from schedules.registry import pick
+
+    b = cinn.NetBuilder("se")
+    nhwc = layout == "NHWC"
+    x = b.create_input("float32", (1, hw, hw, 64) if nhwc else (1, 64, hw, hw), "x")
+    pooled = b.reduce_mean(x, [1, 2] if nhwc else [2, 3], keep_dim=True)
+    conv = lambda v, o, c: b.conv2d(v, b.create_constant(RNG.standard_normal((o, c, 1, 1)).astype("float32")),
+                                    data_format=layout)
+    g = b.hard_sigmoid(conv(b.relu(conv(pooled, 16, 64)), 64, 16))
+    (lowered,) = lower_program(b.build([b.multiply(x, g)]), target=TARGET)[1]
+    sch = Schedule(tvm.IRModule({"main": lowered.func}))
+    rule = pick(sch, lowered.group.kind, TARGET)
+    assert rule.name == "SqueezeExcite"
+    rule.rule.apply(sch, TARGET, DefaultKnobs())
+    names = {sch.get(blk).name_hint: blk for blk in blocks(sch)}
+    assert {"relu", "hard_sigmoid"} <= set(names)  # the vectors read by a conv or the scale stay stages
+    assert any("_rf" in name for name in names) != nhwc  # NCHW rows: lane-wise partial sums
+    for name in ("conv2d_update", "conv2d_1_update", "multiply"):
+        *_, inner = sch.get_loops(names[name])
+        assert sch.get(inner).kind == tvm.tirx.ForKind.VECTORIZED, name
+    assert sch.get(sch.get_loops(names["multiply"])[0]).kind == tvm.tirx.ForKind.PARALLEL
+    tvm.compile(sch.mod, target=TARGET.tvm())

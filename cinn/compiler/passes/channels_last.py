@@ -26,6 +26,7 @@ from cinn.compiler.passes.sink_transposes import sink_transposes
 from cinn.core.ir import Node, Program, Value
 from cinn.core.ops import PatternKind, get_op, op_flops
 from cinn.core.ops.nn import TO_NCHW, TO_NHWC, Conv2dAttrs, DataFormat
+from cinn.core.ops.reduction import ReduceAttrs, reduced_axes
 from cinn.core.ops.shape import TransposeAttrs
 from cinn.core.target import Target
 
@@ -38,7 +39,8 @@ TRANSPOSED_SIZE = 8  # bytes a transpose moves per float32 element: read and wri
 
 def channels_last(program: Program, target: Target) -> Program:
     """Compute the depthwise convs whose output rows are not whole half-vectors (of the target's fp32 lanes) and that
-    have 1x1 convs on both sides, through elementwise ops, channels last with those 1x1 convs; with few registers,
+    have 1x1 convs on both sides, through elementwise ops, channels last with those 1x1 convs and the squeeze-excite
+    gates over them (_gate_convs); with few registers,
     also the flat candidates that gain (_flat_chosen)."""
     cpu = target.model
     chosen = _chosen(program, cpu.lanes) | (_flat_chosen(program, target) if cpu.few_registers else set())
@@ -61,8 +63,35 @@ def _chosen(program: Program, lanes: int) -> set[str]:
         before = [n for n in _joined(conv, producers, consumers, True)[0] if _is_pointwise(n)]
         after = [n for n in _joined(conv, producers, consumers, False)[0] if _is_pointwise(n)]
         if before and after:
-            chosen |= {n.outputs[0].name for n in (conv, *before, *after)}
+            chosen |= {n.outputs[0].name for n in (conv, *before, *after, *_gate_convs(conv, consumers))}
     return chosen
+
+
+def _gate_convs(conv: Node, consumers: dict[str, list[Node]]) -> list[Node]:
+    """The pointwise convs over 1x1 maps that a conv's output reaches through elementwise ops, global pools and
+    such convs: a squeeze-excite block's two fully connected layers, whose gate scales the conv's output. Channels
+    last with it, the pool reads that output in place and the gate broadcasts over it, no transpose between."""
+    found: list[Node] = []
+    seen: set[int] = set()
+    stack = list(conv.outputs)
+    while stack:
+        for node in consumers.get(stack.pop().name, []):
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            gate = _is_pointwise(node) and node.outputs[0].shape[2:] == (1, 1)
+            if gate:
+                found.append(node)
+            if gate or _is_global_pool(node) or (get_op(node.op).kind is PatternKind.ELEMENTWISE
+                                                 and len(node.outputs) == 1):
+                stack += list(node.outputs)
+    return found
+
+
+def _is_global_pool(node: Node) -> bool:
+    """A reduction of an NCHW tensor over its spatial axes that keeps them (a global average or max pool)."""
+    return (isinstance(node.attrs, ReduceAttrs) and node.attrs.keep_dim and len(node.inputs[0].shape) == 4
+            and reduced_axes(node.op, node.attrs.dim, node.inputs[0].shape) == (2, 3))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -120,17 +120,50 @@ def _can_fuse(producer: _Draft, node: Node, consumer: _Draft) -> bool:
         # an elementwise producer is inlined into a reduction's input, never into matmul/conv
         return consumer.kind == K.REDUCTION and get_op(node.op).kind == K.REDUCTION
     if consumer.kind not in _LIGHT:
-        # two reductions over the same rows (softmax's max and sum) share one kernel
-        return producer.kind == consumer.kind == K.REDUCTION and producer.domain == consumer.domain
+        # two reductions over the same rows (softmax's max and sum) share one kernel; a gate conv joins a vector chain
+        return (producer.kind == consumer.kind == K.REDUCTION and producer.domain == consumer.domain) \
+            or (consumer.nodes == [node] and _is_gate(node) and _is_vector_chain(producer))
+    shapes = {n.outputs[0].shape for n in consumer.nodes}
+    if _is_vector_chain(producer) and producer.domain is not None and _scales(consumer, producer.domain[0]):
+        return True
     if not all(get_op(n.op).kind in (K.ELEMENTWISE, K.BROADCAST) for n in consumer.nodes):
         return False
-    shapes = {n.outputs[0].shape for n in consumer.nodes}
     if producer.kind == K.REDUCTION:
         return all(_row_compatible(producer.domain, s) for s in shapes)
     if producer.kind == K.OUT_FUSIBLE:
         # elementwise epilogue (bias, batch norm, activation, residual) of the anchor's shape
-        return shapes == {producer.nodes[0].outputs[0].shape}
+        return shapes == {_anchor(producer).outputs[0].shape}
     return False
+
+
+def _scales(consumer: _Draft, shape: tuple[int, ...]) -> bool:
+    """Whether a light group is a vector chain's scale of the tensor its pool reduced (`shape`): elementwise ops of
+    that shape, and index ops of the gate's vectors (the slice back of its padded channels)."""
+    return all(n.outputs[0].shape == shape if get_op(n.op).kind in (K.ELEMENTWISE, K.BROADCAST)
+               else _is_vector(n.outputs[0].shape) for n in consumer.nodes)
+
+
+def _anchor(draft: _Draft) -> Node:
+    """A group's last node that is no elementwise op (a matmul or conv whose epilogue the rest is)."""
+    return next((n for n in reversed(draft.nodes) if get_op(n.op).kind not in _LIGHT), draft.nodes[0])
+
+
+def _is_vector(shape: tuple[int, ...]) -> bool:
+    """A batch of vectors: at most one dim after the first above 1 (channels pooled over their pixels)."""
+    return sum(d > 1 for d in shape[1:]) <= 1
+
+
+def _is_gate(node: Node) -> bool:
+    """A conv of a batch of channel vectors (1x1 maps) to another: a squeeze-excite gate's fully connected layer."""
+    return node.op == "conv2d_packed" and _is_vector(node.inputs[0].shape) and _is_vector(node.outputs[0].shape)
+
+
+def _is_vector_chain(draft: _Draft) -> bool:
+    """A group of vector computations (a global pool, gate convs, their activations), one kernel of small loops: a
+    squeeze-excite block's pool, two fully connected layers and activation, rather than a kernel for each."""
+    heavy = [n for n in draft.nodes if get_op(n.op).kind not in _LIGHT]
+    return bool(heavy) and all(_is_vector(n.outputs[0].shape) for n in draft.nodes) \
+        and all(_is_gate(n) or get_op(n.op).kind == K.REDUCTION for n in heavy)
 
 
 def _row_compatible(domain: tuple | None, shape: tuple[int, ...]) -> bool:

@@ -26,6 +26,7 @@ from cinn.core.ops.nn import (
     is_flat_pointwise,
     panel,
 )
+from cinn.core.ops.reduction import ReduceAttrs, reduced_axes
 from cinn.core.ops.shape import ReshapeAttrs, SliceAttrs, slice_ranges
 
 # N with no divisor of whole 8-lane registers (GPT-2's 50257-token vocabulary) from this many columns on: padded to
@@ -48,12 +49,13 @@ def pack_weights(program: Program, cpu: CpuModel, pad_rows: bool = True) -> Prog
     and sliced back); a matmul's constant 2-D y goes to column panels [N / p, K, p] of a matmul_packed (y_panel: the
     tiled kernels' vector axis, contiguous per register tile; zero-padded to whole panels where N is wide with no
     8-lane divisor, its `columns`), or [K, N] where no panel width divides a small N, or [N, K] for one output row
-    (a plain matmul). The elementwise epilogue of a padded conv then runs before the slice back
-    (sink_slices). Matmul panels are the first of the CPU's matmul_panels that divides N. With few registers, flat 1x1
-    convs compute whole register tiles of output channels (CpuModel.row_tile). With `pad_rows` (a CPU's kernels),
-    a panel matmul whose rows have no fitting tile height computes them in whole tiles of CpuModel.padded_rows
-    (PackedMatmulAttrs.row_pad)."""
-    return rewrite(rewrite(program, lambda rw, node: _pack(rw, node, cpu, pad_rows)), sink_slices)
+    (a plain matmul). The elementwise epilogue of a padded conv then runs before the slice back, and so do the
+    depthwise convs, pools and squeeze-excite gates after it, up to the next dense conv, which reads the padded
+    channels as zero weights (sink_slices). Matmul panels are the first of the CPU's matmul_panels that divides N.
+    With few registers, flat 1x1 convs compute whole register tiles of output channels (CpuModel.row_tile). With
+    `pad_rows` (a CPU's kernels), a panel matmul whose rows have no fitting tile height computes them in whole tiles
+    of CpuModel.padded_rows (PackedMatmulAttrs.row_pad)."""
+    return rewrite(program, lambda rw, node: _pack(rw, node, cpu, pad_rows) or sink_slices(rw, node))
 
 
 def _pack(rw: Rewriter, node: Node, cpu: CpuModel, pad_rows: bool) -> bool:
@@ -64,7 +66,7 @@ def _pack(rw: Rewriter, node: Node, cpu: CpuModel, pad_rows: bool) -> bool:
     if data is None:
         return False
     if node.op == "conv2d":
-        _ihwo(rw, node, data, cpu)
+        _conv(rw, node, data, cpu)
         return True
     mm = cast(MatmulAttrs, node.attrs)
     columns = data.T if mm.trans_y else data
@@ -92,13 +94,41 @@ def _panels(rw: Rewriter, node: Node, columns: np.ndarray, width: int, row_pad: 
     rw.keep(node, op="matmul_packed", inputs=(x, packed), attrs=attrs)
 
 
-def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray, cpu: CpuModel) -> None:
+def _conv(rw: Rewriter, node: Node, oihw: np.ndarray, cpu: CpuModel) -> None:
+    """Pack a conv's weights (_ihwo); a dense or depthwise conv of channels sliced from padded ones (a padded conv's
+    output, _cut) reads all of them instead: a dense conv's weights of the padding are zeros, a depthwise conv
+    computes the padding too (zero weights) and its output is sliced back."""
+    x = rw.inputs(node)[0]
+    conv = cast(Conv2dAttrs, node.attrs)
+    cut = _cut(rw, x)
+    if cut is None or cut.axis != channel_axis(x.shape, conv.data_format) or not _slice_dies(rw, node.inputs[0]):
+        _ihwo(rw, node, oihw, cpu, x)
+        return
+    pad = (cut.kept.start, cut.wide.shape[cut.axis] - cut.kept.stop)
+    if conv.groups == 1:
+        _ihwo(rw, node, np.pad(oihw, ((0, 0), pad, (0, 0), (0, 0))), cpu, cut.wide)
+    elif conv.groups == x.shape[cut.axis] == oihw.shape[0]:
+        _wide_depthwise(rw, node, np.pad(oihw, (pad, (0, 0), (0, 0), (0, 0))), cut)
+    else:
+        _ihwo(rw, node, oihw, cpu, x)
+
+
+def _wide_depthwise(rw: Rewriter, node: Node, oihw: np.ndarray, cut: _Cut) -> None:
+    """A depthwise conv over the padded channels `cut` drops (their weights zero), its output sliced back alike."""
+    conv = dataclasses.replace(cast(Conv2dAttrs, node.attrs), groups=oihw.shape[0])
+    packed = rw.new_constant(WeightLayout.IHWO.from_oihw(oihw), f"{node.inputs[1].name}_ihwo")
+    attrs = layout_variant(PackedConv2dAttrs, conv, weight_layout=WeightLayout.IHWO)
+    (y,) = rw.emit("conv2d_packed", [cut.wide, packed], attrs)
+    rw.substitute(node.outputs[0], cut.apply(rw, y, channel_axis(y.shape, conv.data_format)))
+
+
+def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray, cpu: CpuModel, x: Value) -> None:
     """The conv as conv2d_packed with IHWO weights, in IHWO32 panels (CpuModel.conv_panel wide) where the output
     channels are whole panels of a dense conv (a channel tile's weights are then one contiguous block, read in place:
     no per-run copy into a packed panel); many output channels that are no whole number of panels (squeezenet's 1000
     classes) are zero-padded to whole panels and the output sliced back (1000 channels took narrower registers). A
-    grouped NCHW conv (not depthwise) takes GIHWO weights instead."""
-    x, w = rw.inputs(node)
+    grouped NCHW conv (not depthwise) takes GIHWO weights instead. `x` is the input it reads."""
+    w = rw.inputs(node)[1]
     conv = cast(Conv2dAttrs, node.attrs)
     o = oihw.shape[0]
     dense = conv.groups == 1
@@ -108,7 +138,10 @@ def _ihwo(rw: Rewriter, node: Node, oihw: np.ndarray, cpu: CpuModel) -> None:
         return
     padding = _channel_padding(o, width, conv.strides[1] > 1, cpu) if dense else 0
     tiles = cpu.few_registers and _takes_row_tiles(x.shape, oihw.shape, conv, o + padding, cpu)
-    layout = WeightLayout.IHWO32 if dense and (o + padding) % cpu.conv_panel == 0 else WeightLayout.IHWO
+    # a conv of one pixel reads each input channel's weights once, whole rows of output channels: no panels
+    one_pixel = as_nchw(node.outputs[0].shape, conv.data_format)[2:] == (1, 1)
+    panels = dense and (o + padding) % cpu.conv_panel == 0 and not one_pixel
+    layout = WeightLayout.IHWO32 if panels else WeightLayout.IHWO
     padded = np.pad(oihw, ((0, padding), (0, 0), (0, 0), (0, 0)))
     packed = rw.new_constant(layout.from_oihw(padded, panel=cpu.conv_panel), f"{w.name}_ihwo")
     attrs = layout_variant(PackedConv2dAttrs, conv, weight_layout=layout, channel_tile=cpu.row_tile if tiles else 0)
@@ -183,46 +216,95 @@ def _is_gemv(node: Node) -> bool:
     return prod(node.outputs[0].shape[:-1]) == 1
 
 
-def sink_slices(rw: Rewriter, node: Node) -> bool:
-    """elementwise(slice(x), constants) -> slice(elementwise(x, constants padded)) for a unit-step slice read only
-    there: a padded conv's batch norm and activation then fuse into its kernel instead of taking one of their own,
-    and the slice stays last, a view where it is a contiguous range."""
-    if get_op(node.op).kind not in (PatternKind.ELEMENTWISE, PatternKind.BROADCAST) or len(node.outputs) != 1:
-        return False
-    sliced = [i for i, v in enumerate(node.inputs) if _unit_slice(rw, v)]
-    if len(sliced) != 1 or node.outputs[0].shape != node.inputs[sliced[0]].shape:
-        return False
-    cut = cast(Node, rw.producer(rw.value(node.inputs[sliced[0]])))
-    (x,) = rw.inputs(cut)
+@dataclasses.dataclass(frozen=True)
+class _Cut:
+    """A slice keeping one unit-step range of one axis of `wide` that drops little (a padded conv's padding)."""
+
+    wide: Value
+    axis: int
+    kept: range
+
+    def apply(self, rw: Rewriter, v: Value, axis: int) -> Value:
+        """The slice of `v` (as wide as `wide` on `axis`) keeping the same range of `axis`."""
+        (out,) = rw.emit("slice", [v], SliceAttrs(axes=(axis,), starts=(self.kept.start,), ends=(self.kept.stop,)))
+        return out
+
+
+def _cut(rw: Rewriter, v: Value) -> _Cut | None:
+    """v (rewritten) as a slice that keeps a unit-step range of one axis and drops no more than padding (up to a
+    STRIDED_PAD_MAX share of the work): ops sunk below a slice that drops much would do much more work."""
+    cut = rw.producer(v)
+    if cut is None or cut.op != "slice":
+        return None
+    x = cut.inputs[0]
     ranges = slice_ranges(x.shape, cast(SliceAttrs, cut.attrs))
-    inputs = [x if i == sliced[0] else _widened(rw, v, x.shape, ranges) for i, v in enumerate(rw.inputs(node))]
-    if any(v is None for v in inputs):
+    axes = [d for d, r in enumerate(ranges) if len(r) != x.shape[d]]
+    if len(axes) != 1 or any(r.step != 1 for r in ranges) or len(ranges[axes[0]]) * (1 + STRIDED_PAD_MAX) < x.shape[axes[0]]:
+        return None
+    return _Cut(x, axes[0], ranges[axes[0]])
+
+
+def _slice_dies(rw: Rewriter, v: Value) -> bool:
+    """Whether every reader of v (a source value now sliced) is an op the slice may sink below or a conv that may
+    absorb it: the slice then has no reader left, rather than remaining beside the wider ops."""
+    users = rw.users(v)
+    return users is not None and all(get_op(u.op).kind is PatternKind.ELEMENTWISE or isinstance(u.attrs, ReduceAttrs)
+                                     or u.op == "conv2d" for u in users)
+
+
+def sink_slices(rw: Rewriter, node: Node) -> bool:
+    """op(slice(x), ...) -> slice(op(x, ...)) for a slice that drops padding (_cut) and whose readers all take the
+    padded tensor (_slice_dies): elementwise ops whose other operands are slices of the same range, broadcast along
+    the axis, or constants (padded with edge values: no NaN in the discarded lanes), and reductions over other axes.
+    A padded conv's batch norm and activation then fuse into its kernel instead of taking one of their own, a
+    squeeze-excite block's pool, gate and scale run on the padded channels, and the slice stays last, absorbed by
+    the next conv (_conv) or a view where it is a contiguous range."""
+    if isinstance(node.attrs, ReduceAttrs):
+        return _sink_reduction(rw, node)
+    if get_op(node.op).kind is not PatternKind.ELEMENTWISE or len(node.outputs) != 1:
         return False
-    (wide,) = rw.emit(node.op, cast(list[Value], inputs), node.attrs)
-    (out,) = rw.emit("slice", [wide], cut.attrs)
-    rw.substitute(node.outputs[0], out)
+    rank = len(node.outputs[0].shape)
+    inputs = rw.inputs(node)
+    cuts = {i: c for i, v in enumerate(inputs) if len(v.shape) == rank and (c := _cut(rw, v)) is not None}
+    if not cuts:
+        return False
+    cut = next(iter(cuts.values()))
+    extent = cut.wide.shape[cut.axis]
+    if any((c.axis, c.kept, c.wide.shape[c.axis]) != (cut.axis, cut.kept, extent) for c in cuts.values()) \
+            or not all(_slice_dies(rw, node.inputs[i]) for i in cuts):
+        return False
+    wide = [cuts[i].wide if i in cuts else _widened(rw, v, cut.axis - rank + len(v.shape), cut.kept, extent)
+            for i, v in enumerate(inputs)]
+    if any(v is None for v in wide):
+        return False
+    (y,) = rw.emit(node.op, cast(list[Value], wide), node.attrs)
+    rw.substitute(node.outputs[0], cut.apply(rw, y, cut.axis))
     return True
 
 
-def _unit_slice(rw: Rewriter, v: Value) -> bool:
-    """Whether v (read once) is now a slice's output with unit steps that drops no more than padding (up to a
-    STRIDED_PAD_MAX share of the work): ops sunk below a slice that drops much would do much more work."""
-    cut = rw.producer(rw.value(v))
-    if not rw.has_single_use(v) or cut is None or cut.op != "slice":
+def _sink_reduction(rw: Rewriter, node: Node) -> bool:
+    """reduce(slice(x)) -> slice(reduce(x)) over axes other than the sliced one."""
+    (x,) = rw.inputs(node)
+    cut = _cut(rw, x)
+    if cut is None or not _slice_dies(rw, node.inputs[0]):
         return False
-    kept = prod(v.shape) / prod(cut.inputs[0].shape)
-    return all(step == 1 for step in cast(SliceAttrs, cut.attrs).strides or ()) and kept * (1 + STRIDED_PAD_MAX) >= 1
+    axes = reduced_axes(node.op, cast(ReduceAttrs, node.attrs).dim, x.shape)
+    if cut.axis in axes:
+        return False
+    (y,) = rw.emit(node.op, [cut.wide], node.attrs)
+    kept = cut.axis if cast(ReduceAttrs, node.attrs).keep_dim else cut.axis - sum(a < cut.axis for a in axes)
+    rw.substitute(node.outputs[0], cut.apply(rw, y, kept))
+    return True
 
 
-def _widened(rw: Rewriter, v: Value, shape: tuple[int, ...], ranges: list[range]) -> Value | None:
-    """A constant operand broadcast against the slice, padded (edge values: no NaN in the discarded lanes) to broadcast
-    against the slice's input; None for an operand that is not a constant."""
+def _widened(rw: Rewriter, v: Value, axis: int, kept: range, extent: int) -> Value | None:
+    """An operand of an op sunk below a slice of `axis` (its own axis number; negative: it has none): as it is where it
+    broadcasts along that axis, a constant padded (edge values) to `extent`, else None."""
+    if axis < 0 or v.shape[axis] == 1:
+        return v
     data = rw.constant(v)
     if data is None:
         return None
-    lead = len(shape) - data.ndim
-    pads = [(0, 0) if d == 1 else (ranges[lead + a].start, shape[lead + a] - ranges[lead + a].stop)
-            for a, d in enumerate(data.shape)]
-    if all(p == (0, 0) for p in pads):
-        return v
+    pads = [(0, 0)] * data.ndim
+    pads[axis] = (kept.start, extent - kept.stop)
     return rw.new_constant(np.pad(data, pads, mode="edge"), f"{v.name}_wide")

@@ -48,6 +48,10 @@ class Rewriter:
         """True when exactly one node of the source program reads v and it is not a program output."""
         return v.name not in self._outputs and len(self._users.get(v.name, ())) == 1
 
+    def users(self, v: Value) -> tuple[Node, ...] | None:
+        """The nodes of the source program that read v; None when v is a program output (read outside too)."""
+        return None if v.name in self._outputs else tuple(self._users.get(v.name, ()))
+
     # -- edits ------------------------------------------------------------------------------
     def keep(self, node: Node, **changes) -> Node:
         """Emit a node with substituted inputs, optionally changing fields (inputs given must be final)."""

@@ -644,7 +644,8 @@ def _flat_nhwc_compute(x, weight, ws: tuple[int, ...], hw: tuple[_Window, _Windo
     xp = _zero_pad(x, hw, const(0, out.dtype), channels_last=True)
     pixels = h.out * wd.out
     tile = lowering_model().pixel_tile
-    rows, pixel = whole_tiles(pixels, tile) if pixels % tile else (pixels, lambda p: p)
+    # one pixel (a squeeze-excite gate's) is a vector, no register tile of rows
+    rows, pixel = whole_tiles(pixels, tile) if pixels % tile and pixels > 1 else (pixels, lambda p: p)
     rc = te.reduce_axis((0, ws[1]), name="rc")
     # a 1x1 window has no window axes: the schedule reads the reduction's first axis as the channels
     window = [te.reduce_axis((0, e), name=nm) if e > 1 else None for e, nm in zip(ws[2:], ("ry", "rx"), strict=True)]
