@@ -34,10 +34,9 @@ ACCUMULATORS = 4  # output vectors a reduction step updates: independent FMA cha
 
 
 def applicable(sch: Schedule) -> bool:
-    """Two or more fresh reductions, each of a batch of vectors (at most one output axis above 1 after the first)."""
+    """Two or more fresh reductions, each of a batch of pooled vectors (_pooled_vectors)."""
     reductions = [b for b in blocks(sch) if is_reduction(sch, b)]
-    return len(reductions) >= 2 and all(is_fresh(sch, b) and spatial_count(sch, b) > 0
-                                        and _vector_axes(sch, b) is not None for b in reductions)
+    return len(reductions) >= 2 and all(is_fresh(sch, b) and _pooled_vectors(sch, b) for b in reductions)
 
 
 def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
@@ -57,11 +56,11 @@ def _recomputed(sch: Schedule, block) -> bool:
     return any(prod(extents(sch, sch.get_loops(c))) > own for c in sch.get_consumers(block))
 
 
-def _vector_axes(sch: Schedule, block) -> list[int] | None:
-    """The output axes of a reduction above 1: at most one after the first (a batch of vectors), else None."""
-    ext = extents(sch, sch.get_loops(block))[: spatial_count(sch, block)]
-    axes = [d for d, e in enumerate(ext) if e > 1]
-    return axes if sum(d > 0 for d in axes) <= 1 else None
+def _pooled_vectors(sch: Schedule, block) -> bool:
+    """Whether a reduction computes a batch of pooled vectors: after the first (the batch), every output axis but
+    one is 1, and one at least (a map pooled to one pixel; two matmuls in a row are no such chain)."""
+    rest = extents(sch, sch.get_loops(block))[1 : spatial_count(sch, block)]
+    return 1 in rest and rest.count(1) >= len(rest) - 1
 
 
 def _reduction(sch: Schedule, block, target: Target) -> None:
