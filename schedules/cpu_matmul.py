@@ -575,14 +575,15 @@ def vectorize_registers(sch: Schedule, loop, cols: int, width: int) -> None:
     """Vectorize the tile's vector loop one register at a time, unrolling over its registers: LLVM scalarizes a
     loop-carried accumulator that is not a power of two lanes wide, moving every lane through the stack (48 or 28
     lanes; see docs/notes/register-tiles.md). Registers past MAX_UNROLLED, which no register tile has (a whole
-    attention row of 1500 keys in 375 registers of 4 lanes), are a loop around unrolled groups of them: unrolled
-    whole, their build time grew with the keys (see docs/notes/build-time-limits.md)."""
+    attention row of 1500 keys in 375 registers of 4 lanes), are a loop around unrolled groups of up to a quarter
+    of that: unrolled whole, their build time grew with the keys, and groups of 47 registers (3008 padded keys) in
+    three stages outgrew the straight-line budget (see docs/notes/build-time-limits.md)."""
     reg = register_lanes(cols, width)
     if cols > reg:
         registers, loop = sch.split(loop, [None, reg])
         count = size(sch, sch.get(registers).extent)
         if count > MAX_UNROLLED:
-            registers = sch.split(registers, [None, max(divisors(count, MAX_UNROLLED))])[1]
+            registers = sch.split(registers, [None, max(divisors(count, MAX_UNROLLED // 4))])[1]
         sch.unroll(registers)
     if cols > 1:
         sch.vectorize(loop)
@@ -607,7 +608,12 @@ def _producer_at_tile(sch: Schedule, knobs: Knobs, columns, par, stages: list, p
     if phased:
         copy_in_read_order(sch, mine[0])
     else:
-        vectorize_innermost(sch, mine[0], width)
+        *_, inner = sch.get_loops(mine[0])
+        extent = extents(sch, [inner])[0]
+        if extent > width and extent % width == 0:
+            vectorize_registers(sch, inner, extent, width)
+        else:
+            vectorize_innermost(sch, mine[0], width)
     return [b for b in stages if b not in mine]
 
 
