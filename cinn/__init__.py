@@ -24,6 +24,10 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 _EXPORTS = {
     "NetBuilder": "cinn.core.builder",
     "compile": "cinn.facade.api",
+    "quantize": "cinn.facade.quantize",
+    "CalibrationMethod": "cinn.facade.quant_calibration",
+    "QuantizePolicy": "cinn.facade.quantize",
+    "QuantizedModel": "cinn.facade.quantize",
     "Executable": "cinn.runtime.executable",
     "DynamicExecutable": "cinn.runtime.dynamic",
     "StagedExecutable": "cinn.runtime.dynamic",
@@ -40,15 +44,17 @@ _EXPORTS = {
     "load_model": "frontend.loading",
 }
 
-__all__ = ["DynamicExecutable", "Executable", "NetBuilder", "Node", "Program", "ShapeBindingError", "StagedExecutable",
-           "StagedProgram", "SymbolicProgram", "TensorType", "Value", "__version__", "aligned_empty", "compile",
-           "load_model", "load_onnx", "load_paddle"]
+__all__ = ["CalibrationMethod", "DynamicExecutable", "Executable", "NetBuilder", "Node", "Program", "QuantizePolicy",
+           "QuantizedModel", "ShapeBindingError", "StagedExecutable", "StagedProgram", "SymbolicProgram", "TensorType",
+           "Value", "__version__", "aligned_empty", "compile", "load_model", "load_onnx", "load_paddle", "quantize"]
 
 if TYPE_CHECKING:
     from cinn.core.builder import NetBuilder
     from cinn.core.ir import Node, Program, TensorType, Value
     from cinn.core.symbolic import ShapeBindingError, StagedProgram, SymbolicProgram
     from cinn.facade.api import compile
+    from cinn.facade.quant_calibration import CalibrationMethod
+    from cinn.facade.quantize import QuantizedModel, QuantizePolicy, quantize
     from cinn.runtime.dynamic import DynamicExecutable, StagedExecutable
     from cinn.runtime.executable import Executable, aligned_empty
     from frontend.loading import load_model

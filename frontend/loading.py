@@ -9,7 +9,8 @@ from cinn.core.symbolic import StagedProgram, SymbolicProgram
 
 ONNX_SUFFIXES = (".onnx",)
 PADDLE_SUFFIXES = (".pdmodel", ".json")
-MODEL_FILE_SUFFIXES = ONNX_SUFFIXES + PADDLE_SUFFIXES
+PROGRAM_SUFFIX = ".cinn"  # a program that cinn.core.ir_json.save_program wrote (cinn-quantize writes them)
+MODEL_FILE_SUFFIXES = ONNX_SUFFIXES + PADDLE_SUFFIXES + (PROGRAM_SUFFIX,)
 
 
 class UnsupportedModelFormat(ValueError):
@@ -23,16 +24,20 @@ def is_model_file(path: str) -> bool:
 
 def load_model(path: str, input_shapes: Mapping[str, Sequence[int]] | None = None
                ) -> Program | StagedProgram | SymbolicProgram:
-    """A Program from a model file, chosen by its extension (a directory is a Paddle model); symbolic when dims
-    that input_shapes leaves open are symbolic."""
+    """A Program from a model file, chosen by its extension (a directory is a Paddle model, a .cinn file a program
+    that cinn.core.ir_json.save_program wrote); symbolic when dims that input_shapes leaves open are symbolic."""
     # each importer is imported only for its own format: onnx and protobuf take a while to import
+    if path.endswith(PROGRAM_SUFFIX):
+        from cinn.core.ir_json import load_program
+
+        return load_program(path)
     if path.endswith(PADDLE_SUFFIXES) or os.path.isdir(path):
         from frontend.paddle import load_paddle
 
         return load_paddle(path, input_shapes)
     if not path.endswith(ONNX_SUFFIXES):
-        raise UnsupportedModelFormat(f"{path}: unknown model format (expected .onnx, .json, .pdmodel or a Paddle model "
-                                     "directory)")
+        raise UnsupportedModelFormat(f"{path}: unknown model format (expected .onnx, .json, .pdmodel, .cinn or a "
+                                     "Paddle model directory)")
     from frontend.onnx import load_onnx
 
     return load_onnx(path, input_shapes)

@@ -15,7 +15,7 @@ import cinn
 from tests.timeouts import scaled
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SCRIPTS = ("cinn-run", "cinn-tune", "cinn-bench")
+SCRIPTS = ("cinn-run", "cinn-tune", "cinn-bench", "cinn-quantize")
 SOURCES = ("setup.cfg", "pyproject.toml", "README.md", "cinn", "frontend", "schedules", "autotune", "benchmarks")
 
 

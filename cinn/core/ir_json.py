@@ -4,15 +4,18 @@ and of each op's Attrs class (its OpDef's), so that what is read back is checked
 Values map as: dataclasses to objects of their fields, tuples to arrays, enums to their values, None to null, and
 floats to numbers, or "inf", "-inf" and "nan" (standard JSON has no non-finite numbers). A union's members are tried
 in order. A program's constants are not in the document: their names are, in order, and the caller keeps the
-arrays (an .npz beside the JSON).
+arrays (an .npz beside the JSON); save_program writes both into one .npz file (a `.cinn` file).
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import math
+import os
 import types
 import typing
+import zipfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -170,3 +173,39 @@ def program_from_json(data: Any, constants: Mapping[str, np.ndarray], where: str
     return Program(decode(data["name"], str, f"{where}.name"), decode(data["inputs"], tuple[Value, ...], f"{where}.inputs"),
                    tuple(node_from_json(n, f"{where}.nodes[{i}]") for i, n in enumerate(nodes)),
                    decode(data["outputs"], tuple[Value, ...], f"{where}.outputs"), {k: constants[k] for k in names})
+
+
+PROGRAM_FILE_FORMAT = "cinn-program"
+PROGRAM_FILE_VERSION = 1
+_DOCUMENT = "program"  # the .npz member holding the JSON document; the constants are c0, c1, ... in its order
+
+
+def save_program(program: Program, path: str | os.PathLike) -> None:
+    """Write a program to one file: an .npz of its JSON document (a uint8 array) and its constants."""
+    document = {"format": PROGRAM_FILE_FORMAT, "version": PROGRAM_FILE_VERSION, "program": program_to_json(program)}
+    text = json.dumps(document, allow_nan=False, separators=(",", ":")).encode()
+    arrays = {_DOCUMENT: np.frombuffer(text, np.uint8), **{f"c{i}": a for i, a in enumerate(program.constants.values())}}
+    with open(path, "wb") as f:
+        np.savez(f, allow_pickle=False, **arrays)
+
+
+def load_program(path: str | os.PathLike) -> Program:
+    """A program that save_program wrote; DecodeError for another file, OSError for one that cannot be read."""
+    where = os.fspath(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            document = json.loads(bytes(z[_DOCUMENT])) if _DOCUMENT in z.files else None
+            arrays = {k: z[k] for k in z.files if k != _DOCUMENT}
+    except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError, ValueError, AttributeError) as err:
+        # ValueError: not an .npy or .npz at all; AttributeError: an .npy (no members)
+        raise DecodeError(f"{where}: not a {PROGRAM_FILE_FORMAT} file ({type(err).__name__})") from None
+    if not isinstance(document, dict) or document.get("format") != PROGRAM_FILE_FORMAT \
+            or not isinstance(document.get("program"), dict):
+        raise DecodeError(f"{where}: not a {PROGRAM_FILE_FORMAT} file")
+    if document.get("version") != PROGRAM_FILE_VERSION:
+        raise DecodeError(f"{where}: {PROGRAM_FILE_FORMAT} version {document.get('version')!r} (this cinn reads "
+                          f"version {PROGRAM_FILE_VERSION})")
+    names = decode(document["program"].get("constants"), tuple[str, ...], "program.constants")
+    if sorted(arrays) != sorted(f"c{i}" for i in range(len(names))):
+        raise DecodeError(f"{where}: its arrays are not the {len(names)} constants it names")
+    return program_from_json(document["program"], {k: arrays[f"c{i}"] for i, k in enumerate(names)})
