@@ -57,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="which saved format of the set's models cinn and Paddle Inference run (default: pir)")
     p.add_argument("--paddle-python", default=None, metavar="PYTHON",
                    help="the Python that runs Paddle Inference on Paddle models: one with paddlepaddle (default: this one)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "auto"],
+                   help="cinn's precision (cinn.compile); other than fp32 adds OpenVINO at its default precision")
     p.add_argument("--no-unfused", dest="unfused", action="store_false",
                    help="leave out the unfused cinn build (one compile less per model)")
     p.add_argument("--timeout", type=seconds, default=1800.0,
@@ -171,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[cinn-bench] cinn@baseline: the cinn in {baseline.cinn_dir} ({baseline.python})", file=sys.stderr)
     config = BenchConfig(target=args.target, repeat=args.repeat, warmup=args.warmup, rounds=args.rounds, tuning_log=args.log,
                          small=args.small, timeout=args.timeout, input_shapes=tuple(given.items()), baseline=baseline,
-                         unfused=args.unfused, paddle=_paddle(refs, args, p))
+                         unfused=args.unfused, paddle=_paddle(refs, args, p), precision=args.precision)
     results = run_benchmarks(refs, config)
     tuned = args.log is not None
     print(format_table(results, tuned, baseline is not None))

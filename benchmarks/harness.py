@@ -43,6 +43,7 @@ from frontend.zoo import BenchModel, get_model, is_model_name, model_label
 
 RTOL = ATOL = 1e-3
 QUANTIZED_MEAN_ERR = 0.01  # a quantized model's outputs: mean |error| within 1% of the output's largest magnitude
+BF16_REL_L2 = 1e-2  # an engine computing in bf16 (--precision, OpenVINO's default): relative L2 error of each output
 
 
 class Engine(enum.StrEnum):
@@ -54,13 +55,14 @@ class Engine(enum.StrEnum):
     TUNED = "cinn-tuned"
     ORT = "onnxruntime"
     OPENVINO = "openvino"
+    OPENVINO_DEFAULT = "openvino-default"  # at its default precision (bf16 on a CPU with AVX512_BF16): --precision
     PADDLE = "paddle-inference"  # Paddle models only, in a Python that has paddle (--paddle-python)
 
 
-PEERS = (Engine.ORT, Engine.OPENVINO, Engine.PADDLE)
-ONNX_PEERS = (Engine.ORT, Engine.OPENVINO)
+PEERS = (Engine.ORT, Engine.OPENVINO, Engine.OPENVINO_DEFAULT, Engine.PADDLE)
+ONNX_PEERS = (Engine.ORT, Engine.OPENVINO, Engine.OPENVINO_DEFAULT)
 # compared with the reference's outputs: Paddle Inference's for a Paddle model, else onnxruntime's
-CHECKED = (Engine.FUSED, Engine.BASELINE, Engine.TUNED, Engine.OPENVINO, Engine.ORT)
+CHECKED = (Engine.FUSED, Engine.BASELINE, Engine.TUNED, Engine.OPENVINO, Engine.OPENVINO_DEFAULT, Engine.ORT)
 WORKER = "benchmarks.harness"  # this install's worker module
 PADDLE_WORKER = "benchmarks.paddle_worker"
 
@@ -206,6 +208,7 @@ class BenchConfig:
     baseline: Baseline | None = None  # another install of cinn whose fused build is timed too
     unfused: bool = True  # time the unfused build (one compile more per model)
     paddle: PaddlePeer | None = None  # the Python that runs Paddle Inference on Paddle models
+    precision: str = "fp32"  # cinn.compile's precision for cinn's builds; not fp32: OpenVINO at its default too
 
     @property
     def is_cuda(self) -> bool:
@@ -219,7 +222,8 @@ class BenchConfig:
         baseline = (Engine.BASELINE,) if self.baseline else ()
         unfused = (Engine.UNFUSED,) if self.unfused else ()
         tuned = (Engine.TUNED,) if self.tuning_log else ()
-        openvino = (Engine.OPENVINO,) if not self.is_cuda and importlib.util.find_spec("openvino") else ()
+        openvino = (Engine.OPENVINO, *((Engine.OPENVINO_DEFAULT,) if self.precision != "fp32" else ())) \
+            if not self.is_cuda and importlib.util.find_spec("openvino") else ()
         return (Engine.FUSED, *baseline, *unfused, *tuned, Engine.ORT, *openvino)
 
     def model_engines(self, model: ModelRef) -> tuple[Engine, ...]:
@@ -312,7 +316,8 @@ class ModelResult:
 
 def _timed_compile(program, config: BenchConfig, fuse: bool, tuning_log: str | None, cache_dir: str | None):
     t0 = time.perf_counter()
-    exe = cinn.compile(program, target=config.target, fuse=fuse, tuning_log=tuning_log, cache_dir=cache_dir)
+    exe = cinn.compile(program, target=config.target, fuse=fuse, tuning_log=tuning_log, cache_dir=cache_dir,
+                       precision=config.precision)
     return exe, time.perf_counter() - t0
 
 
@@ -370,13 +375,14 @@ def _prepare_ort(source: OnnxSource, feeds: Mapping[str, np.ndarray], config: Be
     return Prepared(lambda: sess.run(None, feeds))
 
 
-def openvino_runner(onnx_path: str) -> Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]:
+def openvino_runner(onnx_path: str, f32: bool = True) -> Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]:
     """OpenVINO on the CPU with all cores, the latency hint and float32 precision (its default may be bf16 where the
-    CPU has it, which would not compute the same model): a function of the feeds giving the outputs."""
+    CPU has it, which would not compute the same model; without `f32`, its default): a function of the feeds giving
+    the outputs."""
     import openvino as ov  # an optional extra (bench): only the OpenVINO worker needs it
 
-    compiled = ov.Core().compile_model(onnx_path, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
-                                                          "INFERENCE_NUM_THREADS": os.cpu_count() or 1})
+    hints = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": os.cpu_count() or 1}
+    compiled = ov.Core().compile_model(onnx_path, "CPU", {**hints, **({"INFERENCE_PRECISION_HINT": "f32"} if f32 else {})})
     request = compiled.create_infer_request()
 
     def run(feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -386,13 +392,13 @@ def openvino_runner(onnx_path: str) -> Callable[[Mapping[str, np.ndarray]], list
     return run
 
 
-def _prepare_openvino(source: OnnxSource, feeds: Mapping[str, np.ndarray]) -> Prepared:
+def _prepare_openvino(source: OnnxSource, feeds: Mapping[str, np.ndarray], f32: bool) -> Prepared:
     if isinstance(source, str):
-        run = openvino_runner(source)
+        run = openvino_runner(source, f32)
     else:
         with tempfile.TemporaryDirectory(prefix="cinn-bench-ov-") as tmp:
             onnx.save(source, os.path.join(tmp, "model.onnx"))
-            run = openvino_runner(os.path.join(tmp, "model.onnx"))
+            run = openvino_runner(os.path.join(tmp, "model.onnx"), f32)
     feeds = dict(feeds)
     return Prepared(lambda: run(feeds))
 
@@ -420,7 +426,9 @@ def prepare(engine: Engine, model_name: str, config: BenchConfig, feeds_path: st
     ones); the ONNX peers run `onnx_path` where given."""
     if engine in ONNX_PEERS:
         source, feeds = _onnx_peer_input(model_name, config, feeds_path, onnx_path)
-        return _prepare_ort(source, feeds, config) if engine is Engine.ORT else _prepare_openvino(source, feeds)
+        if engine is Engine.ORT:
+            return _prepare_ort(source, feeds, config)
+        return _prepare_openvino(source, feeds, f32=engine is Engine.OPENVINO)
     return _prepare_cinn(engine, _bench_model(model_name, config, feeds_path), config)
 
 
@@ -464,6 +472,8 @@ def _worker_args(engine: Engine, model: ModelRef, config: BenchConfig, outputs_p
         args += ["--log", config.tuning_log]
     if config.small:
         args.append("--small")
+    if engine is not Engine.BASELINE and config.precision != "fp32":  # (the baseline's cinn may not take it)
+        args += ["--precision", config.precision]
     for name, shape in config.input_shapes:
         args += ["--input-shape", f"{name}={','.join(map(str, shape))}"]
     return args
@@ -556,15 +566,19 @@ class Worker:
         self.close()
 
 
-def compare(engine: Engine, got: Sequence[np.ndarray], want: Sequence[np.ndarray], quantized: bool = False) -> Check:
+def compare(engine: Engine, got: Sequence[np.ndarray], want: Sequence[np.ndarray], quantized: bool = False,
+            bf16: bool = False) -> Check:
     """Check an engine's outputs against the reference: rtol/atol 1e-3; for a quantized model, whose engines may
     round an intermediate value to the neighbouring step (each such flip moves what follows), a mean absolute error
-    within QUANTIZED_MEAN_ERR of the output's magnitude."""
+    within QUANTIZED_MEAN_ERR of the output's magnitude; for an engine computing in bf16, a relative L2 error within
+    BF16_REL_L2."""
     if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want, strict=True)):
         return Check(engine, False, float("inf"))
     pairs = [(g.astype(np.float64), w.astype(np.float64)) for g, w in zip(got, want, strict=True)]
     err = max((float(np.max(np.abs(g - w), initial=0.0)) for g, w in pairs), default=0.0)
-    if quantized:
+    if bf16:
+        ok = all(np.linalg.norm(g - w) <= BF16_REL_L2 * np.linalg.norm(w) for g, w in pairs)
+    elif quantized:
         ok = all(np.mean(np.abs(g - w)) <= QUANTIZED_MEAN_ERR * max(float(np.max(np.abs(w), initial=0.0)), 1e-6)
                  for g, w in pairs if w.size)
     else:
@@ -633,7 +647,8 @@ def bench_model(model: str | ModelRef, config: BenchConfig) -> ModelResult:
     reference = Engine.PADDLE if Engine.PADDLE in outputs else Engine.ORT
     checked = [e for e in outputs if e in CHECKED and e is not reference] if reference in outputs else []
     quantized = is_quantized(ref.model)
-    checks = tuple(compare(e, outputs[e], outputs[reference], quantized) for e in checked)
+    bf16 = {Engine.OPENVINO_DEFAULT, *((Engine.FUSED, Engine.UNFUSED, Engine.TUNED) if config.precision != "fp32" else ())}
+    checks = tuple(compare(e, outputs[e], outputs[reference], quantized, e in bf16) for e in checked)
     tolerance = f"mean abs err {QUANTIZED_MEAN_ERR:.0%} of the output's magnitude" if quantized else f"rtol/atol {RTOL}"
     for c in checks:
         if not c.ok:
@@ -675,9 +690,11 @@ def _worker_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--outputs", default=None, help="save the outputs to this .npz file")
     p.add_argument("--feeds", default=None, help="feed the named inputs saved in this .npz file (else seeded random ones)")
     p.add_argument("--onnx", default=None, help="the ONNX file onnxruntime and OpenVINO run (with --feeds)")
+    p.add_argument("--precision", default="fp32", help="cinn.compile's precision")
     a = p.parse_args(argv)
     shapes = tuple(parse_input_shapes(a.input_shape).items())
-    config = BenchConfig(target=a.target, repeat=a.repeat, warmup=a.warmup, tuning_log=a.log, small=a.small, input_shapes=shapes)
+    config = BenchConfig(target=a.target, repeat=a.repeat, warmup=a.warmup, tuning_log=a.log, small=a.small, input_shapes=shapes,
+                         precision=a.precision)
 
     def ready() -> tuple[Callable[[], list[np.ndarray]], dict[str, Any]]:
         prepared = prepare(Engine(a.worker), a.model, config, a.feeds, a.onnx)

@@ -116,9 +116,10 @@ def _status(r: ModelResult) -> str:
     return "ok" if r.checks else "unchecked"
 
 
-def columns(tuned: bool, baseline: bool = False, paddle: bool = False) -> list[Column[ModelResult]]:
+def columns(tuned: bool, baseline: bool = False, paddle: bool = False, openvino_default: bool = False
+            ) -> list[Column[ModelResult]]:
     """The cinn-bench columns; the tuned ones only when a schedule log was given, the baseline's only with one, Paddle
-    Inference's only where it ran."""
+    Inference's and OpenVINO's at its default precision only where they ran."""
     cols: list[Column[ModelResult]] = [
         Column("model", lambda r: r.model, "{}"),
         Column("fused ms", lambda r: r.ms(Engine.FUSED)),
@@ -131,6 +132,7 @@ def columns(tuned: bool, baseline: bool = False, paddle: bool = False) -> list[C
     cols += [
         Column("ORT ms", lambda r: r.ms(Engine.ORT)),
         Column("OpenVINO ms", lambda r: r.ms(Engine.OPENVINO)),
+        *([Column("OpenVINO default ms", lambda r: r.ms(Engine.OPENVINO_DEFAULT))] if openvino_default else []),
         *([Column("Paddle ms", lambda r: r.ms(Engine.PADDLE))] if paddle else []),
         Column("fused speed-up vs unfused", _ratio(Engine.UNFUSED, Engine.FUSED), "{:.2f}x"),
     ]
@@ -160,12 +162,14 @@ def columns(tuned: bool, baseline: bool = False, paddle: bool = False) -> list[C
 
 def format_table(results: Sequence[ModelResult], tuned: bool, baseline: bool = False) -> str:
     """An aligned text table, one row per model."""
-    return render_table(columns(tuned, baseline, _ran(results, Engine.PADDLE)), results)
+    return render_table(columns(tuned, baseline, _ran(results, Engine.PADDLE), _ran(results, Engine.OPENVINO_DEFAULT)),
+                        results)
 
 
 def write_csv(results: Sequence[ModelResult], tuned: bool, path: str, baseline: bool = False) -> None:
     """The table as CSV (numbers unformatted, missing values empty)."""
-    write_rows_csv(columns(tuned, baseline, _ran(results, Engine.PADDLE)), results, path)
+    write_rows_csv(columns(tuned, baseline, _ran(results, Engine.PADDLE), _ran(results, Engine.OPENVINO_DEFAULT)),
+                   results, path)
 
 
 def _ran(results: Sequence[ModelResult], engine: Engine) -> bool:

@@ -42,15 +42,19 @@ _EXPORTS = {
     "load_onnx": "frontend.onnx",
     "load_paddle": "frontend.paddle",
     "load_model": "frontend.loading",
+    "Precision": "cinn.core.precision",
+    "PrecisionPolicy": "cinn.core.precision",
 }
 
-__all__ = ["CalibrationMethod", "DynamicExecutable", "Executable", "NetBuilder", "Node", "Program", "QuantizePolicy",
-           "QuantizedModel", "ShapeBindingError", "StagedExecutable", "StagedProgram", "SymbolicProgram", "TensorType",
-           "Value", "__version__", "aligned_empty", "compile", "load_model", "load_onnx", "load_paddle", "quantize"]
+__all__ = ["CalibrationMethod", "DynamicExecutable", "Executable", "NetBuilder", "Node", "Precision", "PrecisionPolicy",
+           "Program", "QuantizePolicy", "QuantizedModel", "ShapeBindingError", "StagedExecutable", "StagedProgram",
+           "SymbolicProgram", "TensorType", "Value", "__version__", "aligned_empty", "compile", "load_model",
+           "load_onnx", "load_paddle", "quantize"]
 
 if TYPE_CHECKING:
     from cinn.core.builder import NetBuilder
     from cinn.core.ir import Node, Program, TensorType, Value
+    from cinn.core.precision import Precision, PrecisionPolicy
     from cinn.core.symbolic import ShapeBindingError, StagedProgram, SymbolicProgram
     from cinn.facade.api import compile
     from cinn.facade.quant_calibration import CalibrationMethod

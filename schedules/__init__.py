@@ -2,6 +2,7 @@
 # each rule module registers its rules and post-processors when imported: this imports every one of them, once
 from schedules import (  # noqa: F401
     cpu_attention,
+    cpu_bf16,
     cpu_common,
     cpu_int8,
     cpu_matmul,

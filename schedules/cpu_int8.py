@@ -75,6 +75,11 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     """Tile rows (a matmul's rows, a conv's output columns) x 16-lane vectors of output channels in registers, the
     reduction in steps of 4 (tensorized), tiles in parallel; the epilogue (dequantize, bias, requantize) runs in
     the write-back of each tile."""
+    register_tiles(sch, target, knobs, _register(), DEPTH)
+
+
+def register_tiles(sch: Schedule, target: Target, knobs: Knobs, intrin: str, depth: int) -> None:
+    """schedule's register tiles, the reduction tensorized by `intrin` in steps of `depth` (also the bf16 kernels')."""
     main = single_reduction(sch)
     producers = {sch.get(b).name_hint for b in sch.get_producers(main)}
     inline_all(sch, keep=lambda b: sch.get(b).name_hint in producers)
@@ -95,14 +100,14 @@ def schedule(sch: Schedule, target: Target, knobs: Knobs = DEFAULT) -> None:
     vectors = _choose(sch, knobs, Knob.COLS, int(sch.get(col).extent) // lanes, max(1, accumulators // rows))
     col_out, col_vec, col_in = sch.split(col, [None, vectors, lanes])
     row_out, row_in = sch.split(row, [None, rows])
-    *reduce_out, depth = reduce
-    depth_out, depth_in = sch.split(depth, [None, DEPTH])
+    *reduce_out, reduce_depth = reduce
+    depth_out, depth_in = sch.split(reduce_depth, [None, depth])
     sch.reorder(col_out, *spatial, row_out, *reduce_out, depth_out, row_in, col_vec, col_in, depth_in)
     par = sch.fuse(col_out, *spatial, row_out)  # a weight panel stays hot across consecutive tiles
     sch.parallel(par)
     sch.reverse_compute_at(write_back, par)
     init = sch.decompose_reduction(main, (reduce_out or [depth_out])[0])
-    sch.tensorize(col_in, _register())
+    sch.tensorize(col_in, intrin)
     sch.unroll(row_in)
     sch.unroll(col_vec)
     vectorize_innermost(sch, init, lanes)

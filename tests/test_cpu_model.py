@@ -40,6 +40,7 @@ ALLOWED = {
     ("cinn/compiler/passes/winograd.py", "MIN_TILES"): "a count of Winograd output tiles per image (an algorithm limit)",
     ("cinn/runtime/trust.py", "KEY_BYTES"): "the HMAC key's length",
     ("schedules/cpu_int8.py", "VNNI_BITS"): "the width of the vpdpbusd.512 intrinsic it tensorizes with: an ISA fact",
+    ("schedules/cpu_bf16.py", "BF16_BITS"): "the width of the vdpbf16ps.512 intrinsic it tensorizes with: an ISA fact",
     ("schedules/replay.py", "MAX_TILE"): "a sanity bound on a replayed log's split factors",
 }
 # GPU facts: the CpuModel models CPUs (a GPU model is another change)
@@ -120,7 +121,8 @@ MEASUREMENT = re.compile(r"\b\d+(\.\d+)? ?(ms|us|ns)\b|\b\d+\.\d+x\b|GFLOP/s \d|
 def _prose(path: pathlib.Path) -> list[tuple[int, str]]:
     """The comments and docstrings of a module, with their lines."""
     tree = ast.parse(path.read_text())
-    docs = [(n.lineno, n.value) for n in ast.walk(tree) if id(n) in _docstrings(tree)]
+    docstrings = _docstrings(tree)  # once: a walk of the tree per node took minutes
+    docs = [(n.lineno, n.value) for n in ast.walk(tree) if id(n) in docstrings]
     with path.open("rb") as f:
         comments = [(t.start[0], t.string) for t in tokenize.tokenize(f.readline) if t.type == tokenize.COMMENT]
     return [*docs, *comments]
@@ -187,12 +189,23 @@ def _calibration(**changes) -> dict:
 
 def test_a_calibration_round_trips(tmp_path):
     path = cpu_model.calibration_path("somecpu", tmp_path)
-    calibration = Calibration("somecpu", (Peak(1, 1.5e11, 8e9), Peak(4, 5e11, 2e10)), 512, {"fma256_gflops": 75.0})
+    calibration = Calibration("somecpu", (Peak(1, 1.5e11, 8e9), Peak(4, 5e11, 2e10)), 512, {"fma256_gflops": 75.0},
+                              bf16_rate=0.5)
     path.write_text(cpu_model.calibration_json(calibration))
     read = cpu_model.read_calibration(path, "somecpu")
-    assert read is not None and (read.peaks, read.fma_width) == (calibration.peaks, 512)
+    assert read is not None and (read.peaks, read.fma_width, read.bf16_rate) == (calibration.peaks, 512, 0.5)
     merged = cpu_model.merged(read, Calibration("somecpu", (Peak(4, 6e11, 3e10),)))
     assert merged.peaks == (Peak(1, 1.5e11, 8e9), Peak(4, 6e11, 3e10)) and merged.fma_width == 512
+    assert merged.bf16_rate == 0.5  # kept from the old file where the new one did not measure it
+
+
+def test_a_calibration_written_before_the_bf16_rate_loads(tmp_path):
+    path = cpu_model.calibration_path("somecpu", tmp_path)
+    path.write_text(json.dumps(_calibration()))  # no bf16_rate field
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read = cpu_model.read_calibration(path, "somecpu")
+    assert read is not None and read.bf16_rate == 0 and read.fma_width == 512
 
 
 @pytest.mark.parametrize("text", [
@@ -212,6 +225,10 @@ def test_a_calibration_round_trips(tmp_path):
     json.dumps(_calibration(cores={"1": [1e11, 1e10]})),
     json.dumps(_calibration(fma_width=384)),
     json.dumps(_calibration(fma_width="512")),
+    json.dumps(_calibration(bf16_rate=-0.5)),
+    json.dumps(_calibration(bf16_rate=100.0)),
+    json.dumps(_calibration(bf16_rate="0.5")),
+    json.dumps(_calibration(bf16_rate=True)),
     '{"format": "cinn-calibration", "version": 1, "cpu": "somecpu", "cores": {"1": {"flops": NaN, "bandwidth": 1}}}',
 ])
 def test_a_bad_calibration_warns_once_and_keeps_the_estimates(tmp_path, text):
@@ -239,6 +256,10 @@ def test_the_host_model_uses_its_calibration(tmp_path):
     model = cpu_model.host_model(path)
     assert model.calibrated and model.fma_width == 256 and model.peak_flops(4) == 5e11 and model.bandwidth(1) == 8e9
     assert model.peak_flops(2) == 3e11  # the nearest count measured (1), scaled by cores
+    path.write_text(json.dumps(_calibration(cpu=host, bf16_rate=2.0)))
+    cpu_model.host_model.cache_clear()
+    model = cpu_model.host_model(path)  # the measured bf16 rate replaces the table's, on a host with AVX512_BF16
+    assert model.bf16_rate == (2.0 if model.bf16 else 0.0) and model.bf16_pays == model.bf16
     cpu_model.host_model.cache_clear()
 
 
@@ -257,6 +278,14 @@ def test_known_cpus_and_their_fma_width():
     assert parse_target("llvm -mcpu=haswell").model.fma_bits == 512
     model = parse_target("llvm -mcpu=sapphirerapids").model
     assert (model.vnni, model.bf16, model.amx) == (True, True, True) and not model.calibrated
+
+
+@pytest.mark.parametrize(("mcpu", "rate", "pays"), [("znver4", 2.0, True), ("znver5", 2.0, True),
+                                                    ("emeraldrapids", 0.5, False), ("znver3", 0.0, False),
+                                                    ("cooperlake", 0.0, False)])
+def test_known_cpus_and_their_bf16_rate(mcpu, rate, pays):
+    model = parse_target(f"llvm -mcpu={mcpu}").model
+    assert (model.bf16_rate, model.bf16_pays, model.bf16_slower) == (rate, pays, 0 < rate < 1)
 
 
 def test_calibrate_help_and_version(capsys):
@@ -280,4 +309,5 @@ def test_calibrate_measures_the_host_and_its_model_uses_it(tmp_path):
     assert calibration is not None and [p.cores for p in calibration.peaks] == [1]
     model = cpu_model.host_model(path)
     assert model.calibrated and model.peaks == calibration.peaks
+    assert (calibration.bf16_rate > 0) == model.bf16 == ("bf16 dot products: " in run.stdout)  # measured with BF16
     cpu_model.host_model.cache_clear()

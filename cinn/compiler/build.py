@@ -17,6 +17,7 @@ import tvm_ffi
 from tvm.s_tir import Schedule
 
 import schedules
+from cinn.compiler import llvm_calls
 from cinn.core import ops
 from cinn.core.cpu_model import default_cache_dir as default_cache_dir
 from cinn.core.ops import PatternKind
@@ -154,7 +155,8 @@ def _scheduled(mod: tvm.IRModule, spec: KernelSpec, target: Target) -> tuple[Sch
 def _compiled(sch: Schedule, target: Target):
     tvm_target = target.tvm(partial_unroll=not _annotated(sch, NO_PARTIAL_UNROLL))
     with tvm_target:  # CUDA compilation reads the architecture from the current target
-        return tvm.compile(postprocess(sch.mod, target), target=tvm_target)
+        ex = tvm.compile(postprocess(sch.mod, target), target=tvm_target)
+    return ex if target.is_cuda else llvm_calls.resolved(ex)
 
 
 def _annotated(sch: Schedule, key: str) -> bool:

@@ -18,6 +18,7 @@ from cinn.core.cpu_model import lowering_for
 from cinn.core.ir import Program, SymbolicType, Value
 from cinn.core.ops import get_op
 from cinn.core.ops.te_util import const
+from cinn.core.precision import FP32, PrecisionPolicy
 from cinn.core.target import Target
 from cinn.core.views import find_views, kernelless
 
@@ -90,14 +91,14 @@ def _ident(name: str) -> str:
 
 def lower_program(program: Program, fuse: bool = True, passes: bool = True, in_place: bool = True,
                   target: Target | None = None, winograd_choices: Mapping[str, int] = MappingProxyType({}),
-                  disabled: frozenset[PassName] = frozenset(), instruments: Sequence[Instrument] = ()
-                  ) -> tuple[Program, list[LoweredGroup]]:
-    """Verify, optimize (`winograd_choices`, `disabled` and `instruments` as cinn.compiler.passes.pipeline.optimize
-    takes them) and fuse a Program; returns the optimized Program and one PrimFunc per kernel, in order. With fusion
-    and `in_place`, the concats and slices of find_views(program) take no kernel: their values are views of other
-    values' buffers."""
+                  disabled: frozenset[PassName] = frozenset(), instruments: Sequence[Instrument] = (),
+                  precision: PrecisionPolicy = FP32) -> tuple[Program, list[LoweredGroup]]:
+    """Verify, optimize (`winograd_choices`, `disabled`, `instruments` and `precision` as
+    cinn.compiler.passes.pipeline.optimize takes them) and fuse a Program; returns the optimized Program and one
+    PrimFunc per kernel, in order. With fusion and `in_place`, the concats and slices of find_views(program) take no
+    kernel: their values are views of other values' buffers."""
     verify(program)
-    program = optimize(program, passes, target, winograd_choices, disabled, instruments)
+    program = optimize(program, passes, target, winograd_choices, disabled, instruments, precision)
     skipped = kernelless(program, find_views(program)) if in_place else frozenset()
     groups = fuse_groups(program, skipped) if fuse else unfused(program)
     with lowering_for(None if target is None else target.cpu):  # the ops size their tiles by the target's CPU

@@ -1,7 +1,8 @@
 """The hardware model of a CPU: the one place that states what a CPU has and can do.
 
 A CpuModel holds the facts the schedules, passes and ops size their work by: the vector width and registers, the FMA
-width and ports, the cache sizes, VNNI / BF16 / AMX, and the FP32 FMA peak and memory bandwidth per core count.
+width and ports, the cache sizes, VNNI / BF16 / AMX, the bf16 dot products' FLOP rate against the FP32 FMAs', and the
+FP32 FMA peak and memory bandwidth per core count.
 The facts come from LLVM (its name for the CPU and that CPU's features), from sysfs for the host's caches, and from
 KNOWN_CPUS for other -mcpu targets. The peaks are measured once per machine by `cinn-calibrate` (or by the first
 `cinn-run --profile`) and cached as JSON (calibration_path); where none is measured they are an estimate (a nominal
@@ -46,14 +47,27 @@ DEFAULT_CACHES = CacheSizes(32 * KIB, 512 * KIB)
 
 @dataclass(frozen=True)
 class KnownCpu:
-    """What LLVM's features do not say about a CPU: its caches, and whether its cores complete two full 512-bit
-    FMAs a cycle (other AVX-512 cores split them into 256-bit halves, as znver4, or have one 512-bit FMA port, as
-    client cores: the FMA throughput of two 256-bit units)."""
+    """What LLVM's features do not say about a CPU: its caches, whether its cores complete two full 512-bit FMAs a
+    cycle (other AVX-512 cores split them into 256-bit halves, as znver4, or have one 512-bit FMA port, as client
+    cores: the FMA throughput of two 256-bit units), and on a CPU with AVX512_BF16 the FLOP rate of its vdpbf16ps
+    against that of its FP32 FMAs (0: not known)."""
 
     caches: CacheSizes = DEFAULT_CACHES
     full_width: bool = False
+    bf16_rate: float = 0.0
 
 
+# vdpbf16ps's FLOP rate against the FP32 FMAs' (a vdpbf16ps zmm does 64 FLOP, an FMA zmm 32). Intel's Sapphire,
+# Emerald and Granite Rapids cores: one vdpbf16ps zmm every two cycles against two FMAs a cycle (measured on an
+# Emerald Rapids VM: 1.34 G vdpbf16ps/s against 5.6 G FMA/s on one core, docs/notes/bf16-kernels.md; OpenVINO's bf16
+# kernels are slower than its float32 ones there too); Granite Rapids is taken to keep its predecessors' port layout
+# (not measured). AMD Zen 4 and Zen 5: a vdpbf16ps zmm at the throughput of an FMA zmm, twice its FLOP (Zen 4 runs
+# both on its 256-bit pipes as two halves, Zen 5 both full width: the rate issue 53 states from AMD's instruction
+# tables for families 19h and 1Ah, not measured here nor checked against the tables; OpenVINO's bf16 was measured
+# 1.7-2.1x faster than cinn's float32 on them, issue 53). cooperlake and diamondrapids have AVX512_BF16 at a rate
+# not known here: 0
+INTEL_BF16_RATE = 0.5
+AMD_BF16_RATE = 2.0
 # CPUs by LLVM's name: the host's caches are read from sysfs and its FMA width measured, these serve other -mcpu targets
 KNOWN_CPUS: Mapping[str, KnownCpu] = {
     "haswell": KnownCpu(CacheSizes(32 * KIB, 256 * KIB)),
@@ -64,15 +78,15 @@ KNOWN_CPUS: Mapping[str, KnownCpu] = {
     "cooperlake": KnownCpu(full_width=True),
     "icelake-server": KnownCpu(CacheSizes(48 * KIB, 1280 * KIB), full_width=True),
     "rocketlake": KnownCpu(CacheSizes(48 * KIB, 512 * KIB)),
-    "sapphirerapids": KnownCpu(CacheSizes(48 * KIB, 2048 * KIB), full_width=True),
-    "emeraldrapids": KnownCpu(full_width=True),
-    "graniterapids": KnownCpu(full_width=True),
-    "graniterapids-d": KnownCpu(full_width=True),
+    "sapphirerapids": KnownCpu(CacheSizes(48 * KIB, 2048 * KIB), full_width=True, bf16_rate=INTEL_BF16_RATE),
+    "emeraldrapids": KnownCpu(full_width=True, bf16_rate=INTEL_BF16_RATE),
+    "graniterapids": KnownCpu(full_width=True, bf16_rate=INTEL_BF16_RATE),
+    "graniterapids-d": KnownCpu(full_width=True, bf16_rate=INTEL_BF16_RATE),
     "diamondrapids": KnownCpu(full_width=True),
     "znver2": KnownCpu(CacheSizes(32 * KIB, 512 * KIB)),
     "znver3": KnownCpu(CacheSizes(32 * KIB, 512 * KIB)),
-    "znver4": KnownCpu(CacheSizes(32 * KIB, 1024 * KIB)),
-    "znver5": KnownCpu(CacheSizes(48 * KIB, 1024 * KIB), full_width=True),
+    "znver4": KnownCpu(CacheSizes(32 * KIB, 1024 * KIB), bf16_rate=AMD_BF16_RATE),
+    "znver5": KnownCpu(CacheSizes(48 * KIB, 1024 * KIB), full_width=True, bf16_rate=AMD_BF16_RATE),
 }
 UNKNOWN_CPU = KnownCpu()
 # LLVM's Intel scheduling models, by vector width: they partially unroll small loops only up to a small loop buffer
@@ -101,6 +115,11 @@ TRANSPOSE_ROWS = 16  # input rows per tile of a transposing copy: 16 rows of one
 L1_ALIAS_BYTES = 4096  # addresses this far apart share their L1d sets (its sets x its lines on x86 cores)
 CHANNEL_VECTORS = 2  # weight vectors of a conv's register tile over output channels (docs/notes/cpu-model.md)
 MAX_PANEL_BYTES = 1 << 20  # the largest packed weight panel that kept its speed within L2 (docs/notes/cpu-model.md)
+# precision="auto" computes in bf16 only where vdpbf16ps's FLOP rate is at least this many times the FMAs': bf16 costs
+# accuracy (relative errors up to 1e-2 on the outputs) and a rounding stage per kernel input, which a kernel of equal
+# rate does not win back; the bf16 kernels reach about the rate of the float32 ones of the same instruction rate
+# (docs/notes/bf16-kernels.md), so half again is a clear gain, and a calibration's noise around 1 is not one
+BF16_AUTO_RATE = 1.5
 
 
 @dataclass(frozen=True)
@@ -128,6 +147,17 @@ class CpuModel:
     amx: bool
     peaks: tuple[Peak, ...]
     calibrated: bool = False
+    bf16_rate: float = 0.0  # vdpbf16ps's FLOP rate against the FP32 FMAs' (0: no AVX512_BF16, or not known)
+
+    @property
+    def bf16_pays(self) -> bool:
+        """Whether bf16 dot products run clearly faster than FP32 FMAs here (BF16_AUTO_RATE): precision='auto'."""
+        return self.bf16 and self.bf16_rate >= BF16_AUTO_RATE
+
+    @property
+    def bf16_slower(self) -> bool:
+        """Whether bf16 dot products are known to run slower than FP32 FMAs here."""
+        return self.bf16 and 0 < self.bf16_rate < 1
 
     @property
     def fma_bits(self) -> int:
@@ -277,10 +307,12 @@ def _described(mcpu: str, caches: CacheSizes) -> CpuModel:
     """A CPU's model from LLVM's features and KNOWN_CPUS, with these caches and estimated peaks."""
     features = cpu_features(mcpu)
     bits = vector_bits(features)
-    width = 512 if KNOWN_CPUS.get(mcpu, UNKNOWN_CPU).full_width else min(bits, 256)
+    known = KNOWN_CPUS.get(mcpu, UNKNOWN_CPU)
+    width = 512 if known.full_width else min(bits, 256)
+    bf16 = "avx512bf16" in features
     return CpuModel(mcpu, bits, MANY_REGISTERS if "avx512f" in features else MANY_REGISTERS // 2, width, 2, caches,
-                    "avx512vnni" in features, "avx512bf16" in features, "amx-tile" in features,
-                    (estimated_peak(2 * width),))
+                    "avx512vnni" in features, bf16, "amx-tile" in features, (estimated_peak(2 * width),),
+                    bf16_rate=known.bf16_rate if bf16 else 0.0)
 
 
 @functools.cache
@@ -290,8 +322,9 @@ def host_model(path: pathlib.Path) -> CpuModel:
     model = _described(host_cpu(), host_caches())
     flags = host_flags()
     if flags:
-        model = dataclasses.replace(model, vnni=model.vnni and "avx512_vnni" in flags,
-                                    bf16=model.bf16 and "avx512_bf16" in flags, amx=model.amx and "amx_tile" in flags)
+        bf16 = model.bf16 and "avx512_bf16" in flags
+        model = dataclasses.replace(model, vnni=model.vnni and "avx512_vnni" in flags, bf16=bf16,
+                                    amx=model.amx and "amx_tile" in flags, bf16_rate=model.bf16_rate if bf16 else 0.0)
     calibration = read_calibration(path, model.name)
     return model if calibration is None else calibrated(model, calibration)
 
@@ -308,9 +341,10 @@ def host_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
 
 
 def calibrated(model: CpuModel, calibration: Calibration) -> CpuModel:
-    """The model with the calibration's measured peaks (and FMA width, where it was measured)."""
+    """The model with the calibration's measured peaks (and FMA width and bf16 rate, where they were measured)."""
     width = calibration.fma_width or model.fma_width
-    return dataclasses.replace(model, fma_width=width, peaks=calibration.peaks, calibrated=True)
+    rate = (calibration.bf16_rate or model.bf16_rate) if model.bf16 else 0.0
+    return dataclasses.replace(model, fma_width=width, peaks=calibration.peaks, calibrated=True, bf16_rate=rate)
 
 
 @functools.cache
@@ -360,16 +394,19 @@ FMA_WIDTHS = (128, 256, 512)
 MAX_CORES = 4096
 FLOPS_RANGE = (1e8, 1e15)  # per core count measured
 BANDWIDTH_RANGE = (1e7, 1e13)
+BF16_RATE_RANGE = (0.05, 16.0)  # or 0: not measured
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """A CPU's measured peaks, one per core count, and its FMA width where measured (0: not measured)."""
+    """A CPU's measured peaks, one per core count, and its FMA width and bf16 rate (CpuModel.bf16_rate) where
+    measured (0: not measured)."""
 
     cpu: str
     peaks: tuple[Peak, ...]
     fma_width: int = 0
     notes: Mapping[str, float] = field(default_factory=dict)  # other measurements, for the record (not read back)
+    bf16_rate: float = 0.0
 
 
 def default_cache_dir() -> pathlib.Path:
@@ -415,7 +452,10 @@ def _parsed(doc: object, mcpu: str) -> Calibration:
     width = doc.get("fma_width", 0)
     if width not in (0, *FMA_WIDTHS) or isinstance(width, bool):
         raise ValueError(f"fma_width {width!r} is none of {FMA_WIDTHS}")
-    return Calibration(mcpu, peaks, width)
+    rate = doc.get("bf16_rate", 0)  # a file written before the rate was measured has none
+    if isinstance(rate, bool) or rate != 0:
+        rate = _in_range(rate, BF16_RATE_RANGE, "bf16_rate")
+    return Calibration(mcpu, peaks, width, bf16_rate=float(rate))
 
 
 def _peak(cores: object, values: object) -> Peak:
@@ -439,14 +479,14 @@ def calibration_json(calibration: Calibration) -> str:
     """The document read_calibration reads back."""
     doc = {"format": CALIBRATION_FORMAT, "version": CALIBRATION_VERSION, "cpu": calibration.cpu,
            "cores": {str(p.cores): {"flops": p.flops, "bandwidth": p.bandwidth} for p in calibration.peaks},
-           "fma_width": calibration.fma_width, "notes": dict(calibration.notes)}
+           "fma_width": calibration.fma_width, "bf16_rate": calibration.bf16_rate, "notes": dict(calibration.notes)}
     return json.dumps(doc, indent=1) + "\n"
 
 
 def merged(old: Calibration | None, new: Calibration) -> Calibration:
-    """`new` with the core counts and FMA width only `old` measured."""
+    """`new` with the core counts, FMA width and bf16 rate only `old` measured."""
     if old is None:
         return new
     peaks = {p.cores: p for p in old.peaks} | {p.cores: p for p in new.peaks}
     return Calibration(new.cpu, tuple(peaks[c] for c in sorted(peaks)), new.fma_width or old.fma_width,
-                       {**old.notes, **new.notes})
+                       {**old.notes, **new.notes}, new.bf16_rate or old.bf16_rate)

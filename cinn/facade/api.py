@@ -29,6 +29,7 @@ from cinn.compiler.passes import manager, pipeline
 from cinn.compiler.passes.manager import PassName
 from cinn.compiler.symbolic_kernels import NotSymbolic
 from cinn.core.ir import Program
+from cinn.core.precision import FP32, Precision, PrecisionPolicy, resolve
 from cinn.core.symbolic import Binding, StagedProgram, SymbolicProgram, bindings_of
 from cinn.core.target import Target, parse_target
 from cinn.core.views import find_views
@@ -43,7 +44,7 @@ def compile(program: Program, target: str | Target = ..., fuse: bool = ...,
             tuning_log: str | os.PathLike | Sequence[Record] | None = ..., *, cache_dir: str | os.PathLike | None = ...,
             workers: int | None = ..., progress: Callable[[int, int], None] | None = ..., passes: bool = ...,
             shape_hints: None = ..., on_demand: bool = ..., symbolic_kernels: bool = ...,
-            disabled_passes: Iterable[str] = ...) -> Executable: ...
+            disabled_passes: Iterable[str] = ..., precision: Precision | str | PrecisionPolicy = ...) -> Executable: ...
 
 
 @overload
@@ -51,7 +52,8 @@ def compile(program: SymbolicProgram, target: str | Target = ..., fuse: bool = .
             tuning_log: str | os.PathLike | Sequence[Record] | None = ..., *, cache_dir: str | os.PathLike | None = ...,
             workers: int | None = ..., progress: Callable[[int, int], None] | None = ..., passes: bool = ...,
             shape_hints: Mapping[str, Iterable[int]] | None = ..., on_demand: bool = ...,
-            symbolic_kernels: bool = ..., disabled_passes: Iterable[str] = ...) -> DynamicExecutable: ...
+            symbolic_kernels: bool = ..., disabled_passes: Iterable[str] = ...,
+            precision: Precision | str | PrecisionPolicy = ...) -> DynamicExecutable: ...
 
 
 @overload
@@ -59,7 +61,7 @@ def compile(program: StagedProgram, target: str | Target = ..., fuse: bool = ...
             tuning_log: str | os.PathLike | Sequence[Record] | None = ..., *, cache_dir: str | os.PathLike | None = ...,
             workers: int | None = ..., progress: Callable[[int, int], None] | None = ..., passes: bool = ...,
             shape_hints: None = ..., on_demand: bool = ..., symbolic_kernels: bool = ...,
-            disabled_passes: Iterable[str] = ...) -> StagedExecutable: ...
+            disabled_passes: Iterable[str] = ..., precision: Precision | str | PrecisionPolicy = ...) -> StagedExecutable: ...
 
 
 def compile(
@@ -76,6 +78,7 @@ def compile(
     on_demand: bool = True,
     symbolic_kernels: bool = True,
     disabled_passes: Iterable[str] = (),
+    precision: Precision | str | PrecisionPolicy = Precision.FP32,
 ) -> Executable | DynamicExecutable | StagedExecutable:
     """Compile a Program for a target; fuse=False runs one kernel per op (the baseline).
 
@@ -85,6 +88,10 @@ def compile(
     disabled_passes skips the passes named (cinn.compiler.passes.manager.PassName: "cse", "winograd", ...; ValueError
     for an unknown name or one that lowering needs). Executable.pass_times has each pass's time.
     tuning_log is a schedule log (cinn-tune writes one) or records already read from one.
+    precision is "fp32", "bf16" (matmuls with constant weights and dense convs in bf16 on a CPU with AVX512_BF16;
+    ValueError on another target, a warning where the CPU's bf16 dot products are slower than its FMAs), "auto" (bf16
+    where the target's CPU runs them clearly faster: CpuModel.bf16_pays) or a cinn.PrecisionPolicy (which op kinds
+    compute in bf16, e.g. PrecisionPolicy.bf16_except(["stem_conv"])); see docs/api.md.
 
     A SymbolicProgram gives a DynamicExecutable: specialized kernels built now for every combination of the sizes in
     shape_hints ({"batch": [1, 8], "seq": [128, 384]}), and, with symbolic_kernels, kernels built now for every size
@@ -98,8 +105,9 @@ def compile(
     if not isinstance(program, (Program, SymbolicProgram, StagedProgram)):
         raise TypeError(f"compile: expected a cinn Program (NetBuilder.build(), cinn.load_onnx, cinn.load_model), "
                         f"got {type(program).__module__}.{type(program).__name__}")
-    options = _Options(target, fuse, tuning_log, cache_dir, workers, progress, passes,
-                       pipeline.disabled_passes(disabled_passes))
+    tgt = parse_target(target)
+    options = _Options(tgt, fuse, tuning_log, cache_dir, workers, progress, passes,
+                       pipeline.disabled_passes(disabled_passes), resolve(precision, None if tgt.is_cuda else tgt.model))
     if isinstance(program, SymbolicProgram):
         pool = ConstantPool()  # the bindings' weights are the same arrays: one device copy each
         bindings = bindings_of(program, shape_hints) if shape_hints is not None else []
@@ -128,6 +136,7 @@ class _Options:
     progress: Callable[[int, int], None] | None
     passes: bool
     disabled: frozenset[PassName]
+    precision: PrecisionPolicy = FP32
 
 
 def _compile_any(program: Program | StagedProgram, o: _Options, constants: ConstantPool | None,
@@ -164,7 +173,8 @@ def _compile(program: Program, o: _Options, constants: ConstantPool | None) -> E
     records = _tuning_records(o.tuning_log)  # read once: its conv algorithms and its kernels' schedules
     # a per-binding compile (with a pool) is not cached whole: see cinn.compiler.compiled_cache
     disabled = tuple(sorted(p.value for p in o.disabled))
-    entry = compiled_cache.entry_path(_cache_dir(o), program, (repr(tgt), o.fuse, o.passes, disabled, records)) \
+    entry = compiled_cache.entry_path(_cache_dir(o), program, (repr(tgt), o.fuse, o.passes, disabled, records,
+                                                               o.precision.key)) \
         if constants is None else None
     # a compile from the cache runs no pass: none to print after
     hit = _from_cache(compiled_cache.load(entry), tgt) if entry is not None and manager.ir_printer() is None else None
@@ -202,7 +212,7 @@ def _compile_kernels(program: Program, o: _Options, tgt: Target, in_place: bool,
     """Optimize (each pass timed by `timer`), fuse, lower and build a static program: the optimized program, its
     kernels and their libraries' paths."""
     program, lowered = lower_program(program, o.fuse, o.passes, in_place, tgt, winograd_choices(records, tgt),
-                                     o.disabled, (timer,))
+                                     o.disabled, (timer,), o.precision)
     keyed = [(workload_key(lg.func), lg) for lg in lowered]
     traces = _current_traces(records, tgt, keyed)
     specs = [KernelSpec(key, lg.func, lg.group.kind, _applicable(traces.get(key), lg)) for key, lg in keyed]
@@ -249,6 +259,8 @@ def _symbolic_kernels(program: SymbolicProgram, o: _Options, pool: ConstantPool,
                       hints: Mapping[str, Iterable[int]]) -> Callable[[Binding], Executable]:
     """Build the program's symbolic kernels; returns the executable of a binding on them (buffers only)."""
     tgt = parse_target(o.target)
+    if o.precision.bf16:  # its bindings are compiled in bf16 on demand
+        raise NotSymbolic("symbolic kernels are fp32 only; bf16 kernels are built per binding")
     nominal = {s: max(sizes) for s, sizes in hints.items() if sizes}
     try:
         plan = symbolic_kernels.plan(program, tgt, o.fuse, o.passes, nominal, o.disabled)

@@ -1,5 +1,6 @@
-"""cinn-calibrate: measure the host CPU once (its FMA peak and memory bandwidth per core count, its FMA width) and
-cache the result, which the host's hardware model (cinn.core.cpu_model) then decides by."""
+"""cinn-calibrate: measure the host CPU once (its FMA peak and memory bandwidth per core count, its FMA width, and
+its bf16 dot products' rate against its FMAs') and cache the result, which the host's hardware model
+(cinn.core.cpu_model) then decides by."""
 from __future__ import annotations
 
 import argparse
@@ -9,13 +10,16 @@ import sys
 from collections.abc import Sequence
 
 from cinn import __version__
+from cinn.compiler import llvm_calls
 from cinn.core import cpu_model
 from cinn.core.cpu_model import CpuModel, Peak
 from cinn.core.target import parse_target
 from cinn.facade.command import ExitStatus, UsageError, command, reading_arguments
 from cinn.runtime import machine
+from schedules import cpu_bf16
 
 BUSY_SHARE = 0.5
+DPBF16 = machine.StandIn(cpu_bf16.STAND_IN, llvm_calls.resolved)  # vdpbf16ps, as the bf16 kernels call it
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,7 +49,12 @@ def describe(model: CpuModel, path: pathlib.Path) -> str:
     source = f"measured ({path})" if model.calibrated else "estimated (run cinn-calibrate to measure)"
     lines = [f"cpu: {model.name}", f"vectors: {model.vector_bits} bits, {model.vector_registers} registers",
              f"FMA: {model.fma_ports} x {model.fma_width} bits per cycle", f"caches: {caches}",
-             f"extensions: {extensions or 'none'}", f"peaks: {source}"]
+             f"extensions: {extensions or 'none'}"]
+    if model.bf16:
+        pays = "precision='auto' computes in bf16" if model.bf16_pays else "precision='auto' keeps fp32"
+        rate = f"{model.bf16_rate:.2f} times the FMAs' FLOP rate" if model.bf16_rate else "rate not known"
+        lines.append(f"bf16 dot products: {rate} ({pays})")
+    lines.append(f"peaks: {source}")
     lines += [f"  {p.cores} core{'s' if p.cores > 1 else ''}: {p.flops / 1e9:.1f} GFLOP/s FMA, "
               f"{p.bandwidth / 1e9:.1f} GB/s memory" for p in model.peaks]
     return "\n".join(lines)
@@ -79,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     host = parse_target(f"llvm -num-cores={max(cores)}")
     path = cpu_model.calibration_path(host.mcpu, cache_dir)
     if not args.show:
-        measured = machine.calibrate(host, cores, args.quick, _progress)
+        measured = machine.calibrate(host, cores, args.quick, _progress, DPBF16)
         if sys.stderr.isatty():
             print("\r\033[K", end="", file=sys.stderr, flush=True)
         _warn_if_busy(measured.peaks)

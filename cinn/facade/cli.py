@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
                    help=f"skip a graph pass (repeatable): {', '.join(each.name for each in PASSES if not each.required)}")
     p.add_argument("--pass-timing", action="store_true", help="also print each graph pass's compile time")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "auto"],
+                   help="what matmuls compute in (cinn.compile's precision; bf16 needs AVX512_BF16)")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     target, program = _read_arguments(args)
     start = time.perf_counter()
     exe = api.compile(program, target=args.target, fuse=not args.no_fuse, tuning_log=args.log, progress=_progress,
-                      disabled_passes=args.disable_pass)
+                      disabled_passes=args.disable_pass, precision=args.precision)
     compile_s = time.perf_counter() - start
     feeds = random_feeds(program.inputs, args.seed)
     outputs = exe.run(feeds)  # also the warm-up run

@@ -5,7 +5,8 @@ The profiler states every kernel's rate as a percent of these, and the host's Cp
 with TVM kernels built for the target and run on all its cores: a loop of independent register FMAs (12 vector
 accumulators, more than the FMA latency times the FMA ports), and a parallel vectorized copy of 256 MiB (read plus
 write bytes). On an AVX-512 CPU the calibration also times one core's FMAs at 256 and at 512 bits: the 512-bit ones
-complete at twice the rate only on cores with two full-width FMA units.
+complete at twice the rate only on cores with two full-width FMA units; on a CPU with AVX512_BF16 it times one core's
+vdpbf16ps in the same loop, whose FLOP rate over the 512-bit FMAs' is the CpuModel's bf16_rate.
 """
 from __future__ import annotations
 
@@ -35,6 +36,16 @@ SHARE_ALL_CORES = -3  # TVM's AffinityMode kSpecifyThreadShareAllCore: each work
 # 512-bit FMAs at this many times the 256-bit rate or more run on full-width units, at this or less on split ones;
 # between the two the measurement is noise and the table of known CPUs decides
 DOUBLED_RATIO, SPLIT_RATIO = 1.6, 1.25
+BF16_HALVES = 0x3C003C00  # a pair of bf16 2**-7: products of 2**-14, summed over the loop without overflow
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """How the compiler calls an intrinsic TVM cannot (cinn.compiler.llvm_calls, above this layer): the stand-in
+    intrinsic a kernel calls, and what makes a built module's calls of it calls of the wanted one."""
+
+    name: str
+    resolve: Callable[[tvm.runtime.Executable], tvm.runtime.Executable]
 
 
 @dataclass(frozen=True)
@@ -76,8 +87,9 @@ def measure(target: Target, quick: bool = False) -> Peak:
 
 
 def calibrate(host: Target, cores: Sequence[int], quick: bool = False,
-              progress: Callable[[str], None] = lambda _: None) -> Calibration:
-    """The host's calibration: its peaks on each count of `cores`, and on an AVX-512 CPU its FMA width."""
+              progress: Callable[[str], None] = lambda _: None, dpbf16: StandIn | None = None) -> Calibration:
+    """The host's calibration: its peaks on each count of `cores`, on an AVX-512 CPU its FMA width, and on one with
+    AVX512_BF16 its bf16 rate where `dpbf16` says how kernels call vdpbf16ps."""
     peaks = []
     for n in cores:
         progress(f"FMA peak and memory bandwidth on {n} core{'s' if n > 1 else ''}")
@@ -89,7 +101,12 @@ def calibrate(host: Target, cores: Sequence[int], quick: bool = False,
     configure_threads(1)
     iters, repeat = (LOOP_ITERS // QUICK_SHARE, QUICK_REPEAT) if quick else (LOOP_ITERS, REPEAT)
     half, full = (_fma_gflops(one, iters, repeat, bits) for bits in (256, 512))
-    return Calibration(host.mcpu, tuple(peaks), fma_width(full / half), {"fma256_gflops": half, "fma512_gflops": full})
+    notes = {"fma256_gflops": half, "fma512_gflops": full}
+    if dpbf16 is None or not host.model.bf16:
+        return Calibration(host.mcpu, tuple(peaks), fma_width(full / half), notes)
+    progress("bf16 dot products on one core")
+    bf16 = _dpbf16_gflops(one, dpbf16, iters, repeat)
+    return Calibration(host.mcpu, tuple(peaks), fma_width(full / half), {**notes, "dpbf16_gflops": bf16}, bf16 / full)
 
 
 def fma_width(ratio: float) -> int:
@@ -105,10 +122,11 @@ def save(path: pathlib.Path, calibration: Calibration) -> None:
     cpu_model.host_model.cache_clear()
 
 
-def _seconds(func, target: Target, repeat: int, *arrays: np.ndarray) -> float:
-    """The fastest of `repeat` calls of a TVMScript kernel built for the target: a peak, which other processes on a
-    shared machine only slow down."""
+def _seconds(func, target: Target, repeat: int, *arrays: np.ndarray, stand_in: StandIn | None = None) -> float:
+    """The fastest of `repeat` calls of a TVMScript kernel built for the target (its calls of `stand_in` resolved): a
+    peak, which other processes on a shared machine only slow down."""
     lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target.tvm())
+    lib = stand_in.resolve(lib) if stand_in is not None else lib
     dev = tvm.cpu()
     args = [tvm.runtime.tensor(a, dev) for a in arrays]
     return min(lib.mod.time_evaluator("main", dev, number=1, repeat=repeat)(*args).results)
@@ -134,6 +152,34 @@ def _fma_gflops(target: Target, iters: int = LOOP_ITERS, repeat: int = REPEAT, b
 
     seconds = _seconds(fma, target, repeat, np.full((cores, ACCUMULATORS * lanes), 0.5, "float32"))
     return 2 * cores * ACCUMULATORS * lanes * iters / seconds / 1e9
+
+
+def _dpbf16_gflops(target: Target, stand_in: StandIn, iters: int = LOOP_ITERS, repeat: int = REPEAT) -> float:
+    """GFLOP/s of independent 512-bit vdpbf16ps on the target's cores: the FMA loop with each FMA a vdpbf16ps (16
+    lanes, each a pair of products), called as the bf16 kernels call it."""
+    lanes, cores = target.vector_bits // 32, target.num_cores  # an AVX-512 target: vdpbf16ps.512's 16 lanes
+    vector = f"float32x{lanes}"
+
+    @T.prim_func
+    def dot(a: T.Buffer((cores, ACCUMULATORS * lanes), "float32"), b: T.Buffer((cores, 2), "uint32")):  # type: ignore[valid-type]
+        for c in T.parallel(cores):
+            acc = T.alloc_buffer((ACCUMULATORS,), vector)
+            for j in range(ACCUMULATORS):
+                acc[j] = T.Broadcast(a[c, 0], lanes)
+            for _ in range(iters):
+                for r in T.unroll(ACCUMULATORS):
+                    acc[r] = T.reinterpret(T.call_llvm_pure_intrin(
+                        T.llvm_lookup_intrinsic_id(stand_in.name), T.reinterpret(acc[r], dtype=f"int32x{lanes}"),
+                        T.reinterpret(T.Broadcast(b[c, 0], lanes), dtype=f"int16x{2 * lanes}"),
+                        T.reinterpret(T.Broadcast(b[c, 1], lanes), dtype=f"int16x{2 * lanes}"),
+                        dtype=f"int32x{lanes}"), dtype=vector)
+            for j in range(ACCUMULATORS):
+                a[c, T.Ramp(j * lanes, 1, lanes)] = acc[j]
+
+    pairs = np.full((cores, 2), BF16_HALVES, "uint32")  # tiny bf16 pairs: the sums stay finite and normal
+    seconds = _seconds(dot, target, repeat, np.zeros((cores, ACCUMULATORS * lanes), "float32"), pairs,
+                       stand_in=stand_in)
+    return 2 * 2 * cores * ACCUMULATORS * lanes * iters / seconds / 1e9
 
 
 def _copy_gbps(target: Target, floats: int = COPY_FLOATS, repeat: int = REPEAT) -> float:

@@ -143,6 +143,38 @@ CASES += [
     Case("conv2d_u8i8", make=_u8i8_conv((2, 15, 15, 8), 32, 3), id="conv2d_u8i8-13x13-pixels"),
 ]
 
+
+
+def _bf16(rows: tuple[int, ...], k: int, n: int):
+    def make(rng: np.random.Generator) -> list[np.ndarray]:
+        from cinn.core.ops.bf16 import pack_bf16
+
+        return [rng.standard_normal((*rows, k)).astype(F32), pack_bf16(rng.standard_normal((k, n)).astype(F32), 16)]
+
+    return make
+
+
+def _bf16_conv(x: tuple[int, ...], oc: int, k: int):
+    def make(rng: np.random.Generator) -> list[np.ndarray]:
+        from cinn.core.ops.bf16 import pack_bf16_conv
+
+        w = rng.standard_normal((oc, x[3], k, k)).astype(F32)
+        return [rng.standard_normal(x).astype(F32), pack_bf16_conv(w, 16)]
+
+    return make
+
+
+# bf16 products are exact in float32: the reference differs by the order of the float32 sums alone
+BF16_ACC = {"rtol": 1e-4, "atol": 1e-4}
+CASES += [
+    Case("matmul_bf16", make=_bf16((8,), 64, 32), constant_inputs=(1,), **BF16_ACC, id="matmul_bf16"),
+    Case("matmul_bf16", make=_bf16((2, 3), 12, 16), **BF16_ACC, id="matmul_bf16-batch-odd-rows"),
+    Case("conv2d_bf16", make=_bf16_conv((1, 9, 9, 8), 32, 3), constant_inputs=(1,), **BF16_ACC, id="conv2d_bf16"),
+    Case("conv2d_bf16", make=_bf16_conv((2, 11, 7, 4), 16, 3), attrs={"strides": (2, 1), "dilations": (1, 2)},
+         **BF16_ACC, id="conv2d_bf16-strided-dilated"),
+    Case("conv2d_bf16", make=_bf16_conv((2, 15, 15, 8), 32, 3), **BF16_ACC, id="conv2d_bf16-13x13-pixels"),
+]
+
 CASES += [
     Case("winograd_input", inputs=(((1, 3, 10, 9), "float32"),), attrs={"tile": 4, "paddings": (1, 1, 1, 1)},
          id="winograd_input-f4"),

@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from cinn.core.ir import Program
+from cinn.core.precision import FP32, PrecisionPolicy
 from cinn.core.target import Target
 from cinn.runtime.executable import PassTime
 
@@ -52,11 +53,12 @@ class PipelineName(enum.StrEnum):
 
 @dataclass(frozen=True)
 class PassContext:
-    """What a pass reads besides the program: the target (None: no target's rewrites) and the measured conv
-    algorithms (winograd's `choices`)."""
+    """What a pass reads besides the program: the target (None: no target's rewrites), the measured conv
+    algorithms (winograd's `choices`) and the precision policy (which ops compute in bf16)."""
 
     target: Target | None = None
     winograd_choices: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    precision: PrecisionPolicy = FP32
 
 
 @dataclass(frozen=True)

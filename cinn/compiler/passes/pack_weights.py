@@ -13,7 +13,10 @@ from cinn.compiler.passes.rewrite import Rewriter, rewrite
 from cinn.core.cpu_model import CpuModel
 from cinn.core.ir import Node, Program, Value
 from cinn.core.ops import PatternKind, get_op, layout_variant
+from cinn.core.ops.bf16 import PAIR, pack_bf16, pack_bf16_conv
 from cinn.core.ops.nn import (
+    TO_NCHW,
+    TO_NHWC,
     Conv2dAttrs,
     DataFormat,
     MatmulAttrs,
@@ -26,8 +29,10 @@ from cinn.core.ops.nn import (
     is_flat_pointwise,
     panel,
 )
+from cinn.core.ops.quant import IntConvAttrs
 from cinn.core.ops.reduction import ReduceAttrs, reduced_axes
-from cinn.core.ops.shape import ReshapeAttrs, SliceAttrs, slice_ranges
+from cinn.core.ops.shape import PadAttrs, ReshapeAttrs, SliceAttrs, TransposeAttrs, slice_ranges
+from cinn.core.precision import FP32, OpKind, PrecisionPolicy
 
 # N with no divisor of whole 8-lane registers (GPT-2's 50257-token vocabulary) from this many columns on: padded to
 # whole panels; the kernel writes back the N columns (PackedMatmulAttrs.columns)
@@ -43,7 +48,7 @@ STRIDED_PAD_MAX = 1 / 3
 ROW_PAD_MAX = 1 / 16
 
 
-def pack_weights(program: Program, cpu: CpuModel, pad_rows: bool = True) -> Program:
+def pack_weights(program: Program, cpu: CpuModel, pad_rows: bool = True, precision: PrecisionPolicy = FP32) -> Program:
     """A conv2d with constant weights becomes a conv2d_packed, its weights OIHW -> IHWO32 panels for dense convs, IHWO
     for grouped ones (output channels contiguous: the conv kernels' vector axis; many channels padded to whole panels
     and sliced back); a matmul's constant 2-D y goes to column panels [N / p, K, p] of a matmul_packed (y_panel: the
@@ -54,17 +59,22 @@ def pack_weights(program: Program, cpu: CpuModel, pad_rows: bool = True) -> Prog
     channels as zero weights (sink_slices). Matmul panels are the first of the CPU's matmul_panels that divides N.
     With few registers, flat 1x1 convs compute whole register tiles of output channels (CpuModel.row_tile). With
     `pad_rows` (a CPU's kernels), a panel matmul whose rows have no fitting tile height computes them in whole tiles
-    of CpuModel.padded_rows (PackedMatmulAttrs.row_pad)."""
-    return rewrite(program, lambda rw, node: _pack(rw, node, cpu, pad_rows) or sink_slices(rw, node))
+    of CpuModel.padded_rows (PackedMatmulAttrs.row_pad). Where `precision` computes matmuls in bf16, a matmul of
+    float32 rows and constant float32 weights becomes a matmul_bf16 over its weights in bf16 (_bf16_matmul)."""
+    return rewrite(program, lambda rw, node: _pack(rw, node, cpu, pad_rows, precision) or sink_slices(rw, node))
 
 
-def _pack(rw: Rewriter, node: Node, cpu: CpuModel, pad_rows: bool) -> bool:
+def _pack(rw: Rewriter, node: Node, cpu: CpuModel, pad_rows: bool, precision: PrecisionPolicy) -> bool:
     if node.op not in ("conv2d", "matmul"):
         return False
     x, w = rw.inputs(node)
     data = rw.constant(w)
     if data is None:
         return False
+    if node.op == "matmul" and precision.computes_bf16(OpKind.MATMUL) and _bf16_matmul(rw, node, data, cpu.lanes):
+        return True
+    if node.op == "conv2d" and precision.computes_bf16(_conv_kind(rw, x)) and _bf16_conv(rw, node, data, cpu.lanes):
+        return True
     if node.op == "conv2d":
         _conv(rw, node, data, cpu)
         return True
@@ -78,6 +88,57 @@ def _pack(rw: Rewriter, node: Node, cpu: CpuModel, pad_rows: bool) -> bool:
         rw.keep(node, inputs=(x, packed), attrs=dataclasses.replace(mm, trans_y=not mm.trans_y))
         return True
     return False
+
+
+def _bf16_matmul(rw: Rewriter, node: Node, data: np.ndarray, lanes: int) -> bool:
+    """matmul(x, constant [K, N]) -> matmul_bf16 over the weights in bf16 pairs of k ([N / L, K / 2, L, 2], L the
+    CPU's float32 lanes), N zero-padded to whole vectors and sliced back; not for an odd K, transposed or scaled
+    rows, or a vector x."""
+    mm = cast(MatmulAttrs, node.attrs)
+    x = rw.inputs(node)[0]
+    columns = data.T if mm.trans_y else data
+    if mm.trans_x or mm.alpha != 1.0 or data.ndim != 2 or len(x.shape) < 2 or x.dtype != "float32" \
+            or data.dtype != np.float32 or columns.shape[0] % PAIR:
+        return False
+    n = columns.shape[1]
+    packed = rw.new_constant(pack_bf16(np.pad(columns, ((0, 0), (0, -n % lanes))), lanes), f"{node.inputs[1].name}_bf16")
+    (y,) = rw.emit("matmul_bf16", [x, packed])
+    if n % lanes:
+        (y,) = rw.emit("slice", [y], SliceAttrs((len(y.shape) - 1,), (0,), (n,)))
+    rw.substitute(node.outputs[0], y)
+    return True
+
+
+def _conv_kind(rw: Rewriter, x: Value) -> OpKind:
+    """A conv of a program input is a stem conv."""
+    return OpKind.STEM_CONV if rw.producer(x) is None and rw.constant(x) is None else OpKind.CONV
+
+
+def _bf16_conv(rw: Rewriter, node: Node, oihw: np.ndarray, lanes: int) -> bool:
+    """A dense conv of float32 -> conv2d_bf16 over its weights in bf16 pairs of input channels ([OC / L, KH, KW, C / 2,
+    L, 2]), its input channels last (an NCHW one transposed there and its output back: sink_transposes cancels the
+    transposes between such convs) and padded (spatially, and to an even channel count), its output channels
+    zero-padded to whole vectors and sliced back."""
+    a = cast(Conv2dAttrs, node.attrs)
+    x = rw.inputs(node)[0]
+    if a.groups != 1 or x.dtype != "float32" or oihw.dtype != np.float32:
+        return False
+    rows, cols = conv_windows(x.shape, oihw.shape, a)
+    nchw = a.data_format is DataFormat.NCHW
+    (nhwc,) = rw.emit("transpose", [x], TransposeAttrs(TO_NHWC)) if nchw else (x,)
+    oc, c = oihw.shape[:2]
+    pads = ((0, 0), (rows.pad_begin, rows.pad_end), (cols.pad_begin, cols.pad_end), (0, c % PAIR))
+    if any(p for pair in pads for p in pair):
+        (nhwc,) = rw.emit("pad", [nhwc], PadAttrs(pads, 0.0))
+    packed = pack_bf16_conv(np.pad(oihw, ((0, -oc % lanes), (0, c % PAIR), (0, 0), (0, 0))), lanes)
+    attrs = IntConvAttrs((rows.stride, cols.stride), (rows.dilation, cols.dilation))
+    (y,) = rw.emit("conv2d_bf16", [nhwc, rw.new_constant(packed, f"{node.inputs[1].name}_bf16")], attrs)
+    if oc % lanes:
+        (y,) = rw.emit("slice", [y], SliceAttrs((3,), (0,), (oc,)))
+    if nchw:
+        (y,) = rw.emit("transpose", [y], TransposeAttrs(TO_NCHW))
+    rw.substitute(node.outputs[0], y)
+    return True
 
 
 def _panels(rw: Rewriter, node: Node, columns: np.ndarray, width: int, row_pad: int) -> None:

@@ -20,6 +20,7 @@ from cinn.compiler.passes.sink_transposes import sink_transposes
 from cinn.compiler.passes.winograd import ConvShape, conv_shapes, winograd
 from cinn.compiler.passes.zero_size import zero_size
 from cinn.core.ir import Program
+from cinn.core.precision import FP32, PrecisionPolicy
 from cinn.core.target import Target, parse_target
 
 
@@ -45,12 +46,12 @@ def _channels_last(program: Program, context: PassContext) -> Program:
 
 def _pack_weights(program: Program, context: PassContext) -> Program:
     target = context.target or parse_target("llvm")
-    return pack_weights(program, target.model, pad_rows=not target.is_cuda)
+    return pack_weights(program, target.model, pad_rows=not target.is_cuda, precision=context.precision)
 
 
 def _sink_transposes(program: Program, context: PassContext) -> Program:
-    """sink_transposes where there are integer convs (a float model's graph stays as it is)."""
-    return sink_transposes(program) if any(n.op == "conv2d_u8i8" for n in program.nodes) else program
+    """sink_transposes where there are channels-last integer or bf16 convs (a float model's graph stays as it is)."""
+    return sink_transposes(program) if any(n.op in ("conv2d_u8i8", "conv2d_bf16") for n in program.nodes) else program
 
 
 def _plain(rewrite: Callable[[Program], Program]) -> Callable[[Program, PassContext], Program]:
@@ -88,8 +89,9 @@ TARGET_INDEPENDENT = Pipeline(PipelineName.TARGET_INDEPENDENT, (ZERO_SIZE, *_GRA
 # channels-last layout then carries from one conv to the next
 VNNI = Pipeline(PipelineName.VNNI, (INTEGER_KERNELS, SINK_TRANSPOSES))
 # stride-1 3x3 convs become Winograd convs where that gains, depthwise convs with narrow rows and the 1x1 convs around
-# them compute channels last, and constant weights are stored as the kernels read them
-_CPU = (WINOGRAD, CHANNELS_LAST, PACK_WEIGHTS, DCE)
+# them compute channels last, constant weights are stored as the kernels read them (bf16 convs compute channels last:
+# the transposes between them cancel)
+_CPU = (WINOGRAD, CHANNELS_LAST, PACK_WEIGHTS, SINK_TRANSPOSES, DCE)
 CPU = Pipeline(PipelineName.CPU, (*TARGET_INDEPENDENT.passes, *_CPU))
 CPU_VNNI = Pipeline(PipelineName.CPU_VNNI, (ZERO_SIZE, *VNNI.passes, *_GRAPH, *_CPU))
 CUDA = Pipeline(PipelineName.CUDA, (*TARGET_INDEPENDENT.passes, PACK_WEIGHTS, DCE))
@@ -114,11 +116,13 @@ def disabled_passes(names: Iterable[str | PassName], where: str = "disabled_pass
 
 def optimize(program: Program, passes: bool = True, target: Target | None = None,
              winograd_choices: Mapping[str, int] = MappingProxyType({}),
-             disabled: frozenset[PassName] = frozenset(), instruments: Sequence[Instrument] = ()) -> Program:
+             disabled: frozenset[PassName] = frozenset(), instruments: Sequence[Instrument] = (),
+             precision: PrecisionPolicy = FP32) -> Program:
     """Run the target's pipeline (pipeline_for) but the `disabled` passes, with `instruments` and the printer that
-    $CINN_PRINT_IR_AFTER asks for; winograd picks by the measured `winograd_choices`, else by its estimate."""
+    $CINN_PRINT_IR_AFTER asks for; winograd picks by the measured `winograd_choices`, else by its estimate; the ops
+    `precision` puts in bf16 are rewritten so by pack_weights."""
     printer = manager.ir_printer()
-    return manager.run(pipeline_for(target, passes), program, PassContext(target, winograd_choices), disabled,
+    return manager.run(pipeline_for(target, passes), program, PassContext(target, winograd_choices, precision), disabled,
                        (*instruments, *([printer] if printer is not None else [])))
 
 

@@ -1,5 +1,6 @@
 """The op table; importing this package registers every op."""
 from cinn.core.ops import attention as _attention  # noqa: F401  (registers)
+from cinn.core.ops import bf16 as _bf16  # noqa: F401  (registers)
 from cinn.core.ops import elementwise as _elementwise  # noqa: F401  (registers)
 from cinn.core.ops import nn as _nn  # noqa: F401  (registers)
 from cinn.core.ops import quant as _quant  # noqa: F401  (registers)

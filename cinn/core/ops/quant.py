@@ -8,7 +8,7 @@ already. The weights' shape says L.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,16 +27,17 @@ def tiles_columns(extent: int, columns: range) -> bool:
     return any(extent % d == 0 for d in columns)
 
 
-def pack_vnni(w: np.ndarray, lanes: int) -> np.ndarray:
-    """[K, N] int8 -> [N / L, K / 4, L, 4] (L: `lanes`): each group holds 4 consecutive k of L columns."""
+def pack_vnni(w: np.ndarray, lanes: int, depth: int = DEPTH) -> np.ndarray:
+    """[K, N] int8 -> [N / L, K / 4, L, 4] (L: `lanes`): each group holds 4 consecutive k of L columns (`depth` of
+    them: bf16 weights take pairs)."""
     k, n = w.shape
-    return np.ascontiguousarray(w.reshape(k // DEPTH, DEPTH, n // lanes, lanes).transpose(2, 0, 3, 1))
+    return np.ascontiguousarray(w.reshape(k // depth, depth, n // lanes, lanes).transpose(2, 0, 3, 1))
 
 
 def unpack_vnni(w: np.ndarray) -> np.ndarray:
-    """[N / L, K / 4, L, 4] -> [K, N]."""
-    groups, steps, lanes = w.shape[:3]
-    return w.transpose(1, 3, 0, 2).reshape(steps * DEPTH, groups * lanes)
+    """[N / L, K / depth, L, depth] -> [K, N]."""
+    groups, steps, lanes, depth = w.shape
+    return w.transpose(1, 3, 0, 2).reshape(steps * depth, groups * lanes)
 
 
 def _check_dtypes(op: str, x: TensorType, w: TensorType) -> None:
@@ -92,16 +93,16 @@ register(
 )
 
 
-def pack_vnni_conv(w: np.ndarray, lanes: int) -> np.ndarray:
-    """OIHW int8 weights -> [OC / L, KH, KW, C / 4, L, 4] (L: `lanes`)."""
+def pack_vnni_conv(w: np.ndarray, lanes: int, depth: int = DEPTH) -> np.ndarray:
+    """OIHW int8 weights -> [OC / L, KH, KW, C / 4, L, 4] (L: `lanes`; 4: `depth`, bf16 weights take pairs)."""
     oc, c, kh, kw = w.shape
-    return np.ascontiguousarray(w.reshape(oc // lanes, lanes, c // DEPTH, DEPTH, kh, kw).transpose(0, 4, 5, 2, 1, 3))
+    return np.ascontiguousarray(w.reshape(oc // lanes, lanes, c // depth, depth, kh, kw).transpose(0, 4, 5, 2, 1, 3))
 
 
 def unpack_vnni_conv(w: np.ndarray) -> np.ndarray:
-    """[OC / L, KH, KW, C / 4, L, 4] -> OIHW."""
-    groups, kh, kw, steps, lanes = w.shape[:5]
-    return w.transpose(0, 4, 3, 5, 1, 2).reshape(groups * lanes, steps * DEPTH, kh, kw)
+    """[OC / L, KH, KW, C / depth, L, depth] -> OIHW."""
+    groups, kh, kw, steps, lanes, depth = w.shape
+    return w.transpose(0, 4, 3, 5, 1, 2).reshape(groups * lanes, steps * depth, kh, kw)
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,8 @@ class IntConvAttrs(Attrs):
     dilations: tuple[int, int] = (1, 1)
 
 
-def _conv_out(x: tuple[int, ...], w: tuple[int, ...], a: IntConvAttrs) -> tuple[int, int]:
+def conv_out(x: tuple[int, ...], w: tuple[int, ...], a: IntConvAttrs) -> tuple[int, int]:
+    """The output rows and columns of a conv of NHWC x by weights [OC/L, KH, KW, ...]."""
     return tuple((size - d * (k - 1) - 1) // s + 1 for size, k, s, d in zip(x[1:3], w[1:3], a.strides, a.dilations,
                                                                            strict=True))  # type: ignore[return-value]
 
@@ -123,44 +125,54 @@ def _conv_infer(types: Sequence[TensorType], a: IntConvAttrs) -> list[TensorType
     if len(x.shape) != 4 or len(w.shape) != 6 or w.shape[5] != DEPTH or w.shape[3] * DEPTH != x.shape[3]:
         raise ValueError(f"conv2d_u8i8: x {x.shape} [N, H, W, C] and weights {w.shape} [OC/L, KH, KW, C/{DEPTH}, L, "
                          f"{DEPTH}] do not match")
-    oh, ow = _conv_out(x.shape, w.shape, a)
+    oh, ow = conv_out(x.shape, w.shape, a)
     if oh < 1 or ow < 1:
         raise ValueError(f"conv2d_u8i8: the window {w.shape[1:3]} does not fit the input {x.shape}")
     return [TensorType((x.shape[0], oh, ow, w.shape[0] * w.shape[4]), "int32")]
 
 
 def _conv_compute(tensors, a: IntConvAttrs, out_types: Sequence[TensorType]):
-    """NHWC; output rows with no divisor of 4-8 columns (13x13) are computed over one flat pixel axis, then viewed as
-    NHWC, so that a register tile of pixels may span rows (elsewhere the per-pixel division costs more than it
-    saves: docs/notes/cpu-model.md)."""
     x, w = tensors
+    return window_conv(x, w, a, out_types[0], "conv2d_u8i8", lambda e: e.astype("int32"))
+
+
+def window_conv(x: te.Tensor, w: te.Tensor, a: IntConvAttrs, out_type: TensorType, name: str,
+                widen: Callable) -> list[te.Tensor]:
+    """The conv of a padded NHWC x by weights [OC/L, KH, KW, C/D, L, D], the product of the operands `widen`ed (to
+    int32; a bf16's float32). Output rows with no divisor of 4-8 columns (13x13) are computed over one flat pixel
+    axis, then viewed as NHWC, so that a register tile of pixels may span rows (elsewhere the per-pixel division costs
+    more than it saves: docs/notes/cpu-model.md)."""
     kh, kw, c = (te.reduce_axis((0, int(e)), name=n) for e, n in ((w.shape[1], "kh"), (w.shape[2], "kw"),
                                                                    (x.shape[3], "c")))
     (sh, sw), (dh, dw) = a.strides, a.dilations
-    batch, oh, ow, oc = out_types[0].shape
-    lanes = int(w.shape[4])
+    batch, oh, ow, oc = out_type.shape
+    lanes, depth = int(w.shape[4]), int(w.shape[5])
 
     def product(n, i, j, o):
-        pixel = x[n, i * sh + kh * dh, j * sw + kw * dw, c].astype("int32")
-        return te.sum(pixel * w[o // lanes, kh, kw, c // DEPTH, o % lanes, c % DEPTH].astype("int32"), axis=[kh, kw, c])
+        pixel = widen(x[n, i * sh + kh * dh, j * sw + kw * dw, c])
+        return te.sum(pixel * widen(w[o // lanes, kh, kw, c // depth, o % lanes, c % depth]), axis=[kh, kw, c])
 
     if tiles_columns(ow, lowering_model().int8_columns):
-        return [te.compute(out_types[0].shape, product, name="conv2d_u8i8")]
-    flat = te.compute((batch, oh * ow, oc), lambda n, p, o: product(n, p // ow, p % ow, o), name="conv2d_u8i8")
-    return [te.compute(out_types[0].shape, lambda n, i, j, o: flat[n, i * ow + j, o], name="conv2d_u8i8_nhwc")]
+        return [te.compute(out_type.shape, product, name=name)]
+    flat = te.compute((batch, oh * ow, oc), lambda n, p, o: product(n, p // ow, p % ow, o), name=name)
+    return [te.compute(out_type.shape, lambda n, i, j, o: flat[n, i * ow + j, o], name=f"{name}_nhwc")]
 
 
 def _conv_reference(arrays: Sequence[np.ndarray], a: IntConvAttrs) -> list[np.ndarray]:
     x, packed = arrays
-    w = unpack_vnni_conv(packed).astype(np.int64)
-    oh, ow = _conv_out(x.shape, packed.shape, a)
+    return [window_reference(x.astype(np.int64), unpack_vnni_conv(packed).astype(np.int64), a).astype(np.int32)]
+
+
+def window_reference(x: np.ndarray, oihw: np.ndarray, a: IntConvAttrs) -> np.ndarray:
+    """The conv of a padded NHWC x by OIHW weights, in their dtype, NHWC out."""
+    oh, ow = conv_out(x.shape, (oihw.shape[0], *oihw.shape[2:]), a)
     (sh, sw), (dh, dw) = a.strides, a.dilations
-    out = np.zeros((x.shape[0], oh, ow, w.shape[0]), np.int64)
-    for i in range(w.shape[2]):
-        for j in range(w.shape[3]):
+    out = np.zeros((x.shape[0], oh, ow, oihw.shape[0]), oihw.dtype)
+    for i in range(oihw.shape[2]):
+        for j in range(oihw.shape[3]):
             window = x[:, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
-            out += np.einsum("nhwc,oc->nhwo", window.astype(np.int64), w[:, :, i, j])
-    return [out.astype(np.int32)]
+            out += np.einsum("nhwc,oc->nhwo", window, oihw[:, :, i, j])
+    return out
 
 
 def _conv_flops(types: Sequence[TensorType], _a: IntConvAttrs, outs: Sequence[TensorType]) -> int:
