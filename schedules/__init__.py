@@ -12,6 +12,7 @@ from schedules import (  # noqa: F401
     cuda_common,
     cuda_matmul,
     cuda_reduction,
+    cuda_tensor_core,
 )
 from schedules.registry import apply_default, postprocess
 

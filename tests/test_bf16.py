@@ -26,8 +26,8 @@ from cinn.core.cpu_model import Calibration, Peak, calibrated, calibration_json,
 from cinn.core.ir import NoAttrs, TensorType
 from cinn.core.ops import get_op
 from cinn.core.ops.bf16 import from_bf16, pack_bf16, to_bf16
-from cinn.core.precision import BF16, FP32, OpKind, Precision, PrecisionPolicy, resolve
-from cinn.core.target import parse_target
+from cinn.core.precision import BF16, FP32, OpKind, Precision, PrecisionPolicy, cuda_target, resolve
+from cinn.core.target import TensorCores, parse_target
 from schedules import cpu_bf16
 from tests.test_passes import evaluate
 
@@ -50,12 +50,13 @@ def _rel_l2(got: np.ndarray, want: np.ndarray) -> float:
 # the policy
 
 
-def test_precision_names_parse_and_int8_fp16_are_refused_with_what_to_use():
+def test_precision_names_parse_and_int8_or_gpu_only_ones_on_a_cpu_are_refused_with_what_to_use():
     assert Precision.parse("BF16") is Precision.BF16 and Precision.parse(Precision.AUTO) is Precision.AUTO
     with pytest.raises(ValueError, match=r"cinn\.quantize"):
         Precision.parse("int8")
-    with pytest.raises(ValueError, match="GPU"):
-        Precision.parse("fp16")
+    for gpu_only in ("fp16", "tf32"):
+        with pytest.raises(ValueError, match="GPU tensor-core precision"):
+            resolve(gpu_only, cpu_model(NO_BF16_CPU))
     with pytest.raises(ValueError, match="expected one of"):
         Precision.parse("fp64")
 
@@ -114,8 +115,8 @@ def test_bf16_is_refused_on_a_cpu_without_avx512_bf16():
         resolve("bf16", cpu_model(NO_BF16_CPU))
     with pytest.raises(ValueError, match="AVX512_BF16"):
         cinn.compile(_mlp(), f"llvm -mcpu={NO_BF16_CPU} -num-cores=2", precision="bf16")
-    with pytest.raises(ValueError, match="AVX512_BF16"):
-        resolve(BF16, None)  # a GPU target
+    with pytest.raises(ValueError, match="on a GPU pass precision='bf16'"):
+        resolve(BF16, None)  # a policy, on a GPU target
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,3 +325,13 @@ def test_the_accuracy_table_of_a_model_file(tmp_path, capsys):
     assert precision_accuracy.main([str(tmp_path), "classifier"]) == 0
     header, _rule, row = capsys.readouterr().out.splitlines()
     assert header.startswith("| model | rel L2") and row.startswith("| classifier | ") and row.endswith("| yes |")
+
+
+@pytest.mark.parametrize(("precision", "cores"), [("fp32", TensorCores.OFF), ("bf16", TensorCores.BF16),
+                                                  ("fp16", TensorCores.FP16), ("tf32", TensorCores.TF32),
+                                                  ("auto", TensorCores.TF32)])
+def test_a_gpu_precision_picks_tensor_cores_and_keeps_the_graph_fp32(precision, cores):
+    target = parse_target("cuda -arch=sm_90")
+    assert cuda_target(precision, target).tensor_cores is cores and resolve(precision, None) is FP32
+    assert cuda_target(precision, parse_target("cuda -arch=sm_90 -tensor-cores=fp16")).tensor_cores is TensorCores.FP16
+    assert cuda_target(precision, parse_target("llvm")) == parse_target("llvm")

@@ -124,10 +124,10 @@ CHAIN = {
     (CUDA, "long_rows"): ["CudaGeneric"], (CUDA, "elementwise"): ["CudaGeneric"],
     (CUDA, "squeeze_excite"): ["CudaGeneric"],
 }
-ORDER = {TargetKind.CPU: [("Winograd", 70), ("Attention", 60), ("Int8", 50), ("SqueezeExcite", 44), ("Gemv", 40),
-                          ("Matmul", 30),
-                          ("RowReduction", 20), ("Generic", FALLBACK)],
-         TargetKind.CUDA: [("CudaMatmul", 30), ("CudaRowReduction", 20), ("CudaGeneric", FALLBACK)]}
+ORDER = {TargetKind.CPU: [("Winograd", 70), ("Attention", 60), ("Bf16", 52), ("Int8", 50), ("SqueezeExcite", 44),
+                          ("Gemv", 40), ("Matmul", 30), ("RowReduction", 20), ("Generic", FALLBACK)],
+         TargetKind.CUDA: [("CudaTensorCore", 40), ("CudaMatmul", 30), ("CudaRowReduction", 20),
+                           ("CudaGeneric", FALLBACK)]}
 
 
 def kernels(name: str, target) -> list[tuple[Schedule, PatternKind]]:

@@ -1,4 +1,4 @@
-"""The special-purpose features (fused attention, Winograd convolutions, integer kernels), each with its parts in
+"""The special-purpose features (fused attention, Winograd convolutions, integer and bf16 kernels), each with its parts in
 every layer listed in one place: its ops, the rewrite passes that bring them in, its schedule rules and
 post-processors, the modules above the compiler that take part (converters, tuning) and its docs. See
 docs/features.md; tests/test_schedule_rules.py checks every part exists and is registered."""
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from cinn.compiler.passes.manager import PassName
 from cinn.core.ops import OpDef, get_op
-from schedules import cpu_attention, cpu_int8, cpu_winograd
+from schedules import cpu_attention, cpu_bf16, cpu_int8, cpu_winograd
 from schedules.registry import PostProcessor, ScheduleRule
 
 
@@ -53,4 +53,13 @@ INT8 = Feature(
     modules=("frontend.onnx.ops_quant",),  # the quantized models' ops, whose dequantized matmuls and convs it rewrites
     docs=("docs/architecture.md", "docs/api.md"),
 )
-FEATURES = (ATTENTION, WINOGRAD, INT8)
+BF16 = Feature(
+    name="bf16",
+    ops=(get_op("matmul_bf16"), get_op("conv2d_bf16")),
+    passes=(PassName.PACK_WEIGHTS, PassName.SINK_TRANSPOSES),  # under a bf16 PrecisionPolicy
+    rules=(cpu_bf16.Bf16,),
+    postprocessors=(),
+    modules=("benchmarks.precision_accuracy",),  # the accuracy table against fp32
+    docs=("docs/api.md", "docs/notes/bf16-kernels.md"),
+)
+FEATURES = (ATTENTION, WINOGRAD, INT8, BF16)

@@ -1,6 +1,7 @@
 """Compilation targets: the host CPU through LLVM, and CUDA."""
 from __future__ import annotations
 
+import enum
 import os
 from dataclasses import dataclass
 
@@ -16,6 +17,16 @@ from cinn.core.cpu_model import host_cpu as host_cpu
 NO_PARTIAL_UNROLL = "cinn_no_partial_unroll"
 
 
+class TensorCores(enum.Enum):
+    """The inputs CUDA matmuls may round for tensor cores (always accumulating in fp32): none (fp32 FMA, exact as
+    the graph), TF32 (10-bit mantissas), fp16 or bf16 (cast in the kernel: the graph stays fp32)."""
+
+    OFF = "off"
+    TF32 = "tf32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+
 @dataclass(frozen=True)
 class Target:
     """A parsed target: kind ('llvm' or 'cuda'), LLVM's CPU name or the GPU architecture, thread count, and the CPU's
@@ -26,6 +37,7 @@ class Target:
     arch: str = ""
     num_cores: int = 1
     cpu: CpuModel | None = None
+    tensor_cores: TensorCores = TensorCores.OFF  # CUDA only (schedules.cuda_tensor_core)
 
     @property
     def is_cuda(self) -> bool:
@@ -83,7 +95,10 @@ class Target:
         return tvm.target.Target(_unrolling_off(self.mcpu, self.num_cores))
 
     def __str__(self) -> str:
-        return f"cuda -arch={self.arch}" if self.is_cuda else f"llvm -mcpu={self.mcpu} -num-cores={self.num_cores}"
+        if not self.is_cuda:
+            return f"llvm -mcpu={self.mcpu} -num-cores={self.num_cores}"
+        cores = "" if self.tensor_cores is TensorCores.OFF else f" -tensor-cores={self.tensor_cores.value}"
+        return f"cuda -arch={self.arch}{cores}"
 
 
 def _unrolling_off(mcpu: str, cores: int) -> dict:
@@ -95,7 +110,7 @@ def _unrolling_off(mcpu: str, cores: int) -> dict:
 
 
 def parse_target(spec: str | Target) -> Target:
-    """Parse 'llvm', 'llvm -mcpu=X -num-cores=N', 'cuda' or 'cuda -arch=sm_80'."""
+    """Parse 'llvm', 'llvm -mcpu=X -num-cores=N', 'cuda' or 'cuda -arch=sm_80 -tensor-cores=fp16'."""
     if isinstance(spec, Target):
         return spec
     kind, *opts = spec.split()
@@ -112,8 +127,9 @@ def parse_target(spec: str | Target) -> Target:
         mcpu = options.get("mcpu") or host_cpu()
         return Target("llvm", mcpu=mcpu, num_cores=int(options.get("num-cores", os.cpu_count() or 1)), cpu=cpu_model(mcpu))
     if kind == "cuda":
-        unknown = set(options) - {"arch"}
+        unknown = set(options) - {"arch", "tensor-cores"}
         if unknown:
             raise ValueError(f"unknown cuda target options {sorted(unknown)}")
-        return Target("cuda", arch=options.get("arch", "sm_90"), cpu=cpu_model(host_cpu()))
+        return Target("cuda", arch=options.get("arch", "sm_90"), cpu=cpu_model(host_cpu()),
+                      tensor_cores=TensorCores(options.get("tensor-cores", "off")))
     raise ValueError(f"unknown target {spec!r}; expected 'llvm' or 'cuda'")

@@ -29,7 +29,7 @@ from cinn.compiler.passes import manager, pipeline
 from cinn.compiler.passes.manager import PassName
 from cinn.compiler.symbolic_kernels import NotSymbolic
 from cinn.core.ir import Program
-from cinn.core.precision import FP32, Precision, PrecisionPolicy, resolve
+from cinn.core.precision import FP32, Precision, PrecisionPolicy, cuda_target, resolve
 from cinn.core.symbolic import Binding, StagedProgram, SymbolicProgram, bindings_of
 from cinn.core.target import Target, parse_target
 from cinn.core.views import find_views
@@ -91,7 +91,9 @@ def compile(
     precision is "fp32", "bf16" (matmuls with constant weights and dense convs in bf16 on a CPU with AVX512_BF16;
     ValueError on another target, a warning where the CPU's bf16 dot products are slower than its FMAs), "auto" (bf16
     where the target's CPU runs them clearly faster: CpuModel.bf16_pays) or a cinn.PrecisionPolicy (which op kinds
-    compute in bf16, e.g. PrecisionPolicy.bf16_except(["stem_conv"])); see docs/api.md.
+    compute in bf16, e.g. PrecisionPolicy.bf16_except(["stem_conv"])). On a CUDA target the graph stays fp32 and the
+    precision picks tensor cores for the matmuls that fit them: "bf16", "fp16", "tf32", "auto" (tf32); "fp32" none;
+    "fp16" and "tf32" are refused on a CPU. See docs/api.md.
 
     A SymbolicProgram gives a DynamicExecutable: specialized kernels built now for every combination of the sizes in
     shape_hints ({"batch": [1, 8], "seq": [128, 384]}), and, with symbolic_kernels, kernels built now for every size
@@ -105,7 +107,7 @@ def compile(
     if not isinstance(program, (Program, SymbolicProgram, StagedProgram)):
         raise TypeError(f"compile: expected a cinn Program (NetBuilder.build(), cinn.load_onnx, cinn.load_model), "
                         f"got {type(program).__module__}.{type(program).__name__}")
-    tgt = parse_target(target)
+    tgt = cuda_target(precision, parse_target(target))
     options = _Options(tgt, fuse, tuning_log, cache_dir, workers, progress, passes,
                        pipeline.disabled_passes(disabled_passes), resolve(precision, None if tgt.is_cuda else tgt.model))
     if isinstance(program, SymbolicProgram):

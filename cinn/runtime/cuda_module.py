@@ -42,9 +42,16 @@ def cuda_source(ex) -> str:
 _BOOL_VECTOR_DECL = re.compile(r"\b\w+?(\d+) (\w+) = make_ushort\1\(")
 
 
+# TVM's CUDA codegen declares no TF32 input fragments: cinn's TF32 kernels (schedules.cuda_tensor_core) give them
+# fp16 in TIR, and WMMA's m16n16k8 shape exists for TF32 alone, so such a half fragment is a TF32 one
+_TF32_FRAGMENT = re.compile(r"(fragment<nvcuda::wmma::matrix_[ab], 16, 16, 8, )half,")
+
+
 def fixed_source(source: str) -> str:
-    """TVM's CUDA C with its known codegen slips corrected (bool vectors declared as what they are)."""
-    return _BOOL_VECTOR_DECL.sub(r"ushort\1 \2 = make_ushort\1(", source)
+    """TVM's CUDA C with its known codegen slips corrected (bool vectors declared as what they are, TF32
+    fragments as TF32)."""
+    source = _BOOL_VECTOR_DECL.sub(r"ushort\1 \2 = make_ushort\1(", source)
+    return _TF32_FRAGMENT.sub(r"\1nvcuda::wmma::precision::tf32,", source)
 
 
 def compile_ptx(source: str, target: Target) -> bytes:
