@@ -195,3 +195,53 @@ def test_a_quantized_vector_times_a_matrix_stays_float(tmp_cache):
     x = RNG.uniform(-6, 6, (32,)).astype(np.float32)
     (got,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": x})
     np.testing.assert_allclose(got, evaluate(program, {"x": x})[0], rtol=1e-5, atol=1e-4)
+
+
+def test_a_depthwise_conv_between_quantized_convs_goes_channels_last(tmp_cache):
+    """An inverted residual block quantized as cinn.quantize does (the depthwise conv stays float): the depthwise conv
+    computes channels last between the integer convs, so no transpose remains between them (one into the first conv,
+    one out of the graph), and the result equals the float graph."""
+    b = cinn.NetBuilder("qdw")
+    x = b.create_input("float32", (1, 16, 9, 9), "x")
+
+    def fake_quant(v, scale, zero):
+        s, z = b.create_constant(np.float32(scale)), b.create_constant(np.float32(zero))
+        q = b.cast(b.clip(b.add(b.round(b.divide(v, s)), z), 0.0, 255.0), "uint8")
+        return b.multiply(b.subtract(b.cast(q, "float32"), z), s)
+
+    w1 = _weights(16, 64, True).T.reshape(64, 16, 1, 1).copy()
+    dw = RNG.standard_normal((64, 1, 3, 3)).astype(np.float32)
+    w2 = _weights(64, 16, True).T.reshape(16, 64, 1, 1).copy()
+    h = b.clip(b.conv2d(fake_quant(x, 0.05, 100), b.create_constant(w1, "w1")), 0.0, 6.0)
+    h = b.clip(b.add(b.conv2d(h, b.create_constant(dw, "dw"), paddings=[1, 1], groups=64), rand_c(64)), 0.0, 6.0)
+    program = b.build([b.conv2d(fake_quant(h, 0.03, 0), b.create_constant(w2, "w2"))])
+    lowered, groups = lower_program(program, target=parse_target("llvm -mcpu=znver5"))
+    ops = [n.op for n in lowered.nodes]
+    assert ops.count("conv2d_u8i8") == 2 and ops.count("transpose") == 2
+    assert len(groups) == 5  # the input's quantize, three convs with their epilogues, the output's transpose
+    xs = RNG.uniform(-3, 3, (1, 16, 9, 9)).astype(np.float32)
+    (got,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": xs})
+    np.testing.assert_allclose(got, evaluate(program, {"x": xs})[0], rtol=1e-4, atol=1e-3)
+
+
+def test_a_quantized_conv_reads_the_padded_channels_of_the_one_before(tmp_cache):
+    """24 output channels are computed as 32 (whole vectors) and sliced back; the next integer conv reads the 32,
+    the padding's weights zero, and no slice kernel remains."""
+    b = cinn.NetBuilder("qpad")
+    x = b.create_input("float32", (1, 16, 6, 6), "x")
+
+    def fake_quant(v, scale, zero):
+        s, z = b.create_constant(np.float32(scale)), b.create_constant(np.float32(zero))
+        q = b.cast(b.clip(b.add(b.round(b.divide(v, s)), z), 0.0, 255.0), "uint8")
+        return b.multiply(b.subtract(b.cast(q, "float32"), z), s)
+
+    w1 = _weights(16, 24, True).T.reshape(24, 16, 1, 1).copy()
+    w2 = _weights(24, 32, True).T.reshape(32, 24, 1, 1).copy()
+    h = b.add(b.conv2d(fake_quant(x, 0.05, 100), b.create_constant(w1, "w1")), rand_c(24))
+    program = b.build([b.conv2d(fake_quant(h, 0.03, 120), b.create_constant(w2, "w2"))])
+    lowered, groups = lower_program(program, target=parse_target("llvm -mcpu=znver5"))
+    ops = [n.op for n in lowered.nodes]
+    assert ops.count("conv2d_u8i8") == 2 and "slice" not in ops and len(groups) == 4
+    xs = RNG.uniform(-3, 3, (1, 16, 6, 6)).astype(np.float32)
+    (got,) = cinn.compile(program, cache_dir=tmp_cache).run({"x": xs})
+    np.testing.assert_allclose(got, evaluate(program, {"x": xs})[0], rtol=1e-4, atol=1e-3)

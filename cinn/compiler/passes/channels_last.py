@@ -13,12 +13,16 @@ where the CPU has few vector registers; channels last they are matmuls over flat
 estimated from the target's FMA peak, exceeds that of the transposes left at the ends, estimated from its memory
 bandwidth. Strided dense convs over many input channels join them (channels last they read each output pixel's
 window in place); stride-1 kxk convs gain nothing and a 3-channel stem loses: they stay NCHW. With many registers
-(AVX-512) the NCHW tile is near the FMA peak already: those convs stay NCHW there. The measurements are in
-docs/notes/channels-last.md.
+(AVX-512) the NCHW tile is near the FMA peak already: those convs stay NCHW there.
+
+A depthwise conv between integer convs (which compute channels last: integer_kernels) reads a tensor transposed to
+NCHW and hands its result, through its epilogue and the next conv's quantize step, to a transpose back: any such
+depthwise conv goes channels last, and both transposes cancel. The measurements are in docs/notes/channels-last.md.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import cast
 
 from cinn.compiler.passes.rewrite import Rewriter, rewrite
@@ -43,7 +47,8 @@ def channels_last(program: Program, target: Target) -> Program:
     gates over them (_gate_convs); with few registers,
     also the flat candidates that gain (_flat_chosen)."""
     cpu = target.model
-    chosen = _chosen(program, cpu.lanes) | (_flat_chosen(program, target) if cpu.few_registers else set())
+    chosen = _chosen(program, cpu.lanes) | _between_transposes(program)
+    chosen |= _flat_chosen(program, target) if cpu.few_registers else set()
     if not chosen:
         return program
     transposed: dict[str, Value] = {}  # convs reading one tensor share its transpose
@@ -65,6 +70,55 @@ def _chosen(program: Program, lanes: int) -> set[str]:
         if before and after:
             chosen |= {n.outputs[0].name for n in (conv, *before, *after, *_gate_convs(conv, consumers))}
     return chosen
+
+
+def _between_transposes(program: Program) -> set[str]:
+    """The output names of the depthwise convs whose input is transposed from channels last and whose output reaches,
+    through elementwise ops, only transposes back to it (the integer convs around them): channels last, those
+    transposes cancel (sink_transposes)."""
+    producers, consumers = program.producers(), program.consumers()
+    outputs = {v.name for v in program.outputs}
+    return {conv.outputs[0].name for conv in program.nodes
+            if _is_depthwise(conv) and _from_transposes(conv.inputs[0], producers, program.constants)
+            and _to_transposes(conv.outputs[0], consumers, program.constants, outputs)}
+
+
+def _from_transposes(value: Value, producers: dict[str, Node], constants: Mapping[str, object]) -> bool:
+    """Whether `value` is computed by elementwise ops from constants and tensors transposed to NCHW alone."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        node = producers.get(v.name)
+        if node is None:
+            if v.name not in constants:
+                return False  # a graph input
+        elif node.op == "transpose":
+            if cast(TransposeAttrs, node.attrs).axis != TO_NCHW:
+                return False
+        elif get_op(node.op).kind is PatternKind.ELEMENTWISE and len(node.outputs) == 1:
+            stack += list(node.inputs)
+        else:
+            return False
+    return True
+
+
+def _to_transposes(value: Value, consumers: dict[str, list[Node]], constants: Mapping[str, object],
+                   outputs: set[str]) -> bool:
+    """Whether `value` reaches, through elementwise ops of no other computed operand, only transposes to NHWC."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        users = consumers.get(v.name, [])
+        if v.name in outputs or not users:
+            return False
+        for node in users:
+            if node.op == "transpose" and cast(TransposeAttrs, node.attrs).axis == TO_NHWC:
+                continue
+            joined = any(u.name != v.name and u.name not in constants for u in node.inputs)
+            if get_op(node.op).kind is not PatternKind.ELEMENTWISE or len(node.outputs) != 1 or joined:
+                return False
+            stack += list(node.outputs)
+    return True
 
 
 def _gate_convs(conv: Node, consumers: dict[str, list[Node]]) -> list[Node]:

@@ -29,7 +29,7 @@ from cinn.core.ops.nn import (
     is_flat_pointwise,
     panel,
 )
-from cinn.core.ops.quant import IntConvAttrs
+from cinn.core.ops.quant import DEPTH, IntConvAttrs
 from cinn.core.ops.reduction import ReduceAttrs, reduced_axes
 from cinn.core.ops.shape import PadAttrs, ReshapeAttrs, SliceAttrs, TransposeAttrs, slice_ranges
 from cinn.core.precision import FP32, OpKind, PrecisionPolicy
@@ -65,6 +65,8 @@ def pack_weights(program: Program, cpu: CpuModel, pad_rows: bool = True, precisi
 
 
 def _pack(rw: Rewriter, node: Node, cpu: CpuModel, pad_rows: bool, precision: PrecisionPolicy) -> bool:
+    if node.op == "conv2d_u8i8":
+        return _wide_integer_conv(rw, node)
     if node.op not in ("conv2d", "matmul"):
         return False
     x, w = rw.inputs(node)
@@ -172,6 +174,21 @@ def _conv(rw: Rewriter, node: Node, oihw: np.ndarray, cpu: CpuModel) -> None:
         _wide_depthwise(rw, node, np.pad(oihw, (pad, (0, 0), (0, 0), (0, 0))), cut)
     else:
         _ihwo(rw, node, oihw, cpu, x)
+
+
+def _wide_integer_conv(rw: Rewriter, node: Node) -> bool:
+    """An integer conv of channels sliced from padded ones (a padded integer conv's output, _cut) reads all of them,
+    its VNNI-packed weights of the padding zeros, in whole steps of DEPTH channels."""
+    x, w = rw.inputs(node)
+    cut, packed = _cut(rw, x), rw.constant(w)
+    if cut is None or packed is None or cut.axis != len(x.shape) - 1 or not _slice_dies(rw, node.inputs[0]):
+        return False
+    pad = (cut.kept.start, cut.wide.shape[cut.axis] - cut.kept.stop)
+    if any(p % DEPTH for p in pad):
+        return False
+    steps = ((0, 0),) * 3 + (tuple(p // DEPTH for p in pad),) + ((0, 0),) * 2
+    rw.keep(node, inputs=(cut.wide, rw.new_constant(np.pad(packed, steps), f"{w.name}_wide")))
+    return True
 
 
 def _wide_depthwise(rw: Rewriter, node: Node, oihw: np.ndarray, cut: _Cut) -> None:
@@ -310,7 +327,7 @@ def _slice_dies(rw: Rewriter, v: Value) -> bool:
     absorb it: the slice then has no reader left, rather than remaining beside the wider ops."""
     users = rw.users(v)
     return users is not None and all(get_op(u.op).kind is PatternKind.ELEMENTWISE or isinstance(u.attrs, ReduceAttrs)
-                                     or u.op == "conv2d" for u in users)
+                                     or u.op in ("conv2d", "conv2d_u8i8") for u in users)
 
 
 def sink_slices(rw: Rewriter, node: Node) -> bool:
