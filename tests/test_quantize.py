@@ -2,6 +2,8 @@
 kernels, onnxruntime's quantizer as a peer, the program file and cinn-quantize."""
 from __future__ import annotations
 
+import dataclasses
+import math
 import subprocess
 import sys
 
@@ -23,7 +25,16 @@ from cinn.facade.quant_calibration import (
     activation_params,
     weight_params,
 )
-from cinn.facade.quantize import OpKind, QuantizePolicy, bias_shift, quantize
+from cinn.facade.quant_sensitivity import FloatLayer, choose_float_layers
+from cinn.facade.quantize import (
+    AccuracyReport,
+    FeedSetError,
+    OpKind,
+    OutputError,
+    QuantizePolicy,
+    bias_shift,
+    quantize,
+)
 from tests.test_onnx_import import make_model
 
 RNG = np.random.default_rng(53)
@@ -276,3 +287,104 @@ def test_usage_errors_of_the_command_line(files):
         proc = subprocess.run([sys.executable, "-m", "cinn.facade.quantize_cli", model, "--calibration", cal, *extra],
                               capture_output=True, text=True)
         assert proc.returncode == ExitStatus.USAGE and "Traceback" not in proc.stderr, proc.stderr
+
+
+# -- the error budget ---------------------------------------------------------------------------------------------
+
+
+def _sensitive_feeds(count: int) -> list[dict[str, np.ndarray]]:
+    """Feeds of _cnn whose channel 0 is 1000 times the others: one uint8 range for the tensor leaves the other
+    channels a step of about 25 (their values are near 1), so quantizing the first conv alone loses them."""
+    feeds = _feeds(_cnn(), count)
+    for f in feeds:
+        f["x"][:, 0] *= 1000
+    return feeds
+
+
+def test_the_budget_keeps_the_costly_layer_in_float(tmp_cache):
+    program = _cnn()
+    program = program.replace(constants={**program.constants, "w1": program.constants["w1"] * np.array(
+        [1e-3, 1, 1], np.float32)[None, :, None, None]})  # channel 0's huge values reach the output as the others do
+    calibration, held_back = _sensitive_feeds(8), _sensitive_feeds(4)
+    first_conv = next(n for n in program.nodes if n.op == "conv2d").outputs[0].name
+    unbounded = quantize(program, calibration, held_back_feeds=held_back, max_error=math.inf, cache_dir=tmp_cache)
+    assert unbounded.report.error > TOLERANCE and unbounded.report.kept_float == ()
+    assert "budget" not in str(unbounded.report)
+    stages = set()
+    result = quantize(program, calibration, held_back_feeds=held_back, max_error=TOLERANCE, cache_dir=tmp_cache,
+                      progress=lambda stage, done, total: stages.add(stage))
+    assert "sensitivity analysis: runs (at most)" in stages and "compiling sensitivity analysis kernels" in stages
+    report = result.report
+    assert [k.name for k in report.kept_float] == [first_conv] and report.quantized_ops == 2, str(report)
+    assert report.within_budget and report.error <= TOLERANCE and "x" not in result.activations
+    (kept,) = report.kept_float
+    assert kept.error_alone > TOLERANCE and kept.error_with_all > TOLERANCE
+    assert f"kept in float: {first_conv}" in str(report) and "within the error budget" in str(report)
+    # the output follows the input: far nearer float32's output for the same feed than for another
+    floats, exe = cinn.compile(program, cache_dir=tmp_cache), cinn.compile(result.program, cache_dir=tmp_cache)
+    (want, other), (got,) = (floats.run(f)[0] for f in held_back[:2]), exe.run(held_back[0])
+    assert np.linalg.norm(got - want) <= min(TOLERANCE * np.linalg.norm(want), 0.2 * np.linalg.norm(other - want))
+
+
+def test_a_report_over_budget_says_so():
+    outputs = (OutputError("y", 0.05, 1.0),)
+    report = AccuracyReport(CalibrationMethod.MINMAX, 3, (FeedSetError("held-back", 4, outputs),), max_error=0.03)
+    assert not report.within_budget and "OVER the error budget: 5.000e-02 on the held-back feeds" in str(report)
+
+
+def test_the_cli_takes_an_error_budget(files, capsys):
+    argv = [str(files / "m.onnx"), "--calibration", str(files / "cal.npz"), "--held-back", str(files / "held.npz"),
+            "-o", str(files / "q.cinn")]
+    assert quantize_cli.main([*argv, "--max-error", "inf"]) == ExitStatus.OK
+    assert "budget" not in capsys.readouterr().out
+    assert quantize_cli.main([*argv, "--max-error", "0.5"]) == ExitStatus.OK
+    assert "within the error budget" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="2"):
+        quantize_cli.main([*argv, "--max-error", "-1"])
+
+
+def test_the_accuracy_table_measures_logits_on_seeded_feeds():
+    from benchmarks.quantize_accuracy import feeds, logits
+
+    b = cinn.NetBuilder("classifier")
+    x = b.create_input("float32", (1, 4), "x")
+    ids = b.create_input("int64", (1, 3), "ids")
+    h = b.matmul(x, b.create_constant(np.ones((4, 4), np.float32)))
+    program = b.build([b.reshape(b.softmax(h), [4]), b.cast(ids, "float32")])
+    cut = logits(program)
+    assert cut.outputs[0].name == h.name and "softmax" not in {n.op for n in cut.nodes}
+    assert cut.outputs[1] == program.outputs[1]
+    drawn = feeds(program, {"ids": np.array([[0, 5, 2]])}, 3, np.random.default_rng(0))
+    assert len(drawn) == 3 and all(f["ids"].dtype == np.int64 and 0 <= f["ids"].min() <= f["ids"].max() <= 5
+                                   for f in drawn)
+    assert not np.array_equal(drawn[0]["x"], drawn[1]["x"])
+
+
+def test_the_cli_fails_over_budget_but_writes_the_program(files, capsys, monkeypatch):
+    real = quantize_cli.quantize
+
+    def over_budget(*args, **kwargs):  # as if no float layers could meet the budget
+        result = real(*args, **kwargs)
+        return dataclasses.replace(result, report=dataclasses.replace(result.report, max_error=0.0))
+
+    monkeypatch.setattr(quantize_cli, "quantize", over_budget)
+    out = files / "q.cinn"
+    assert quantize_cli.main([str(files / "m.onnx"), "--calibration", str(files / "cal.npz"), "-o", str(out)]
+                             ) == ExitStatus.FAILED
+    assert "OVER the error budget" in capsys.readouterr().out and out.exists()
+
+
+def test_the_fewest_costly_layers_are_chosen_by_their_error_alone():
+    cost = {0: 0.01, 1: 0.05, 2: 0.02, 3: 0.04}  # each layer's error quantized alone; errors add in quadrature
+    measured = []
+
+    def measure(floats: frozenset[int]) -> float:
+        measured.append(floats)
+        return float(np.sqrt(sum(c * c for i, c in cost.items() if i not in floats)))
+
+    choice = choose_float_layers(["a", "b", "c", "d"], measure, 0.03)
+    assert choice.layers == (1, 3) and [k.name for k in choice.ranked] == ["b", "d"]  # leaves sqrt(5e-4) = 0.022
+    assert choice.ranked[0] == FloatLayer("b", pytest.approx(0.05), pytest.approx(np.sqrt(0.0046)))
+    assert len(measured) == 1 + 4 + 2
+    assert choose_float_layers(["a"], lambda floats: 0.0 if floats else 1.0, 0.5).layers == (0,)
+    assert choose_float_layers(["a"], lambda floats: 0.1, 0.5).layers == ()

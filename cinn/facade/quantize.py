@@ -10,8 +10,10 @@ VNNI and into the same arithmetic in float elsewhere.
 from __future__ import annotations
 
 import enum
+import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import numpy as np
@@ -32,11 +34,16 @@ from cinn.facade.quant_calibration import (
     WeightParams,
     weight_params,
 )
+from cinn.facade.quant_sensitivity import FloatLayer, choose_float_layers, switch_feed, switchable
 from cinn.runtime.executable import Executable
 
 Feed = Mapping[str, np.ndarray]
 DEFAULT_PERCENTILE = 99.999
 HELD_BACK_SHARE = 4  # without held-back feeds, one calibration feed in this many is held back for the report
+DEFAULT_MAX_ERROR = 3e-2  # issue 53's goal: relative L2 error of the int8 outputs against float32
+SEARCH_MARGIN = 0.8  # the float layers are chosen to meet this share of the budget on calibration feeds, so that
+# the held-back feeds (which the choice never sees) meet the whole of it
+SENSITIVITY_FEEDS = 2  # calibration feeds each run of the sensitivity analysis measures on
 
 
 class OpKind(enum.Enum):
@@ -81,10 +88,22 @@ class AccuracyReport:
     method: CalibrationMethod
     quantized_ops: int
     sets: tuple[FeedSetError, ...]
+    max_error: float = math.inf  # the budget on the last set's worst relative L2 error (held-back if there are any)
+    kept_float: tuple[FloatLayer, ...] = ()  # the layers the budget kept in float, most costly first
 
     def worst(self, name: str) -> float:
         """The largest relative L2 error of any output on the set called `name`."""
         return max(o.relative_l2 for s in self.sets if s.name == name for o in s.outputs)
+
+    @property
+    def error(self) -> float:
+        """The error the budget holds: the worst of the last set (held-back feeds if there are any)."""
+        return self.worst(self.sets[-1].name)
+
+    @property
+    def within_budget(self) -> bool:
+        """Whether `error` is at most `max_error`."""
+        return self.error <= self.max_error
 
     def __str__(self) -> str:
         rows = [(s.name, str(s.feeds), o.output, f"{o.relative_l2:.3e}", f"{o.max_abs:.3e}")
@@ -94,6 +113,12 @@ class AccuracyReport:
         ops = f"{self.quantized_ops} op{'' if self.quantized_ops == 1 else 's'}"
         lines = [f"int8 quantization ({self.method.value} calibration, {ops} quantized) vs float32"]
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows]]
+        lines += [f"kept in float: {k.name} (quantized alone: {k.error_alone:.3e}; all quantized: "
+                  f"{k.error_with_all:.3e})" for k in self.kept_float]
+        if math.isfinite(self.max_error):
+            verdict = "within" if self.within_budget else "OVER"
+            lines.append(f"{verdict} the error budget: {self.error:.3e} on the {self.sets[-1].name} feeds, budget "
+                         f"{self.max_error:.3e}")
         return "\n".join(lines)
 
 
@@ -129,14 +154,16 @@ def _compile(program: Program, target: str, cache_dir: str | None, progress: Pro
 def quantize(program: Program, calibration_feeds: Sequence[Feed],
              method: CalibrationMethod = CalibrationMethod.MINMAX, *, held_back_feeds: Sequence[Feed] | None = None,
              policy: QuantizePolicy = QuantizePolicy(), percentile: float = DEFAULT_PERCENTILE,
-             bias_correction: bool = True, target: str = "llvm", cache_dir: str | None = None,
-             progress: Progress | None = None) -> QuantizedModel:
+             bias_correction: bool = True, max_error: float = DEFAULT_MAX_ERROR, target: str = "llvm",
+             cache_dir: str | None = None, progress: Progress | None = None) -> QuantizedModel:
     """Quantize a program's convs and matmuls (see `QuantizePolicy`) to int8 by the activations' values on the
     calibration feeds, picked by `method` (`percentile`: the per cent of the values PERCENTILE keeps);
     `bias_correction` adds to each quantized op's output what its weights' rounding takes from it on average over
     the calibration feeds (`bias_shift`). The report compares the outputs with float32 on the calibration feeds and
     on `held_back_feeds`; without those, one feed in HELD_BACK_SHARE of the calibration set is held back instead
-    (when there are two or more)."""
+    (when there are two or more). When the error exceeds `max_error` (math.inf: no budget), the layers that cost the
+    most stay in float (quant_sensitivity), the fewest that bring it within; the report names them and says
+    whether the budget holds."""
     if not isinstance(program, Program):
         raise TypeError(f"quantize: expected a static cinn Program, got {type(program).__name__}")
     calibration = [check_feed(program, f, f"calibration feed {i}") for i, f in enumerate(calibration_feeds)]
@@ -155,10 +182,49 @@ def quantize(program: Program, calibration_feeds: Sequence[Feed],
     collectors = _calibrate(exposed, program, observed, _activations(sites), calibration, method, axes, progress)
     activations = {v.name: collectors[v.name].params(method, percentile) for v in _activations(sites)}
     means = {name: mean for name in axes if (mean := collectors[name].channel_mean) is not None}
-    quantized = insert_qdq(program, sites, activations, means)
-    report = _report(program, quantized, exposed, method, len(sites),
-                     (("calibration", calibration), ("held-back", held_back)), target, cache_dir, progress)
-    return QuantizedModel(quantized, report, activations)
+    sets = (("calibration", calibration), ("held-back", held_back))
+
+    def compile_report(chosen: Sequence[_Site]) -> tuple[Program, AccuracyReport]:
+        return _report(program, insert_qdq(program, chosen, activations, means), exposed, method, len(chosen), sets,
+                       target, cache_dir, progress)
+
+    quantized, report = compile_report(sites)
+    if report.error <= max_error:
+        return QuantizedModel(quantized, replace(report, max_error=max_error), activations)
+    switched = switchable(program, [s.node for s in sites], _QuantizedEmitter(program, sites, activations, means))
+    measure = _switch_error(program, exposed, switched, calibration[:SENSITIVITY_FEEDS], target, cache_dir, progress)
+    choice = choose_float_layers([layer_name(s.node) for s in sites], measure, SEARCH_MARGIN * max_error)
+    kept = [s for i, s in enumerate(sites) if i not in choice.layers]
+    quantized, report = compile_report(kept)
+    used = {s.activation.name for s in kept}
+    return QuantizedModel(quantized, replace(report, max_error=max_error, kept_float=choice.ranked),
+                          {k: p for k, p in activations.items() if k in used})
+
+
+def layer_name(node: Node) -> str:
+    """How the report names a quantized node: its name, or its output's (as QuantizePolicy.exclude_nodes takes)."""
+    return node.name or node.outputs[0].name
+
+
+def _switch_error(program: Program, exposed: Executable, switched: tuple[Program, tuple[Value, ...]],
+                  feeds: Sequence[dict[str, np.ndarray]], target: str, cache_dir: str | None,
+                  progress: Progress | None) -> Callable[[frozenset[int]], float]:
+    """The worst output's relative L2 error on `feeds` of the switchable program with some layers in float."""
+    compiled = _compile(switched[0], target, cache_dir, progress, "sensitivity analysis")
+    n = len(program.outputs)
+    expected = [exposed.run(f)[:n] for f in feeds]
+    runs, most = itertools.count(1), 2 * len(switched[1]) + 1  # choose_float_layers' runs: at most 2N + 1
+
+    def measure(floats: frozenset[int]) -> float:
+        switches = switch_feed(switched[1], floats)
+        got = [compiled.run({**f, **switches}) for f in feeds]
+        done = next(runs)
+        if progress is not None:
+            progress("sensitivity analysis: runs (at most)", done, most)
+        return max(output_error(v.name, [e[i] for e in expected], [g[i] for g in got]).relative_l2
+                   for i, v in enumerate(program.outputs))
+
+    return measure
 
 
 def folded(program: Program) -> Program:
@@ -257,26 +323,54 @@ def insert_qdq(program: Program, sites: Sequence[_Site], activations: Mapping[st
     sites) and its weights replaced by their int8 values times their scales (unused float weights dropped); a site
     whose activation has channel means in `means` gets its bias_shift added to its output."""
     rw = Rewriter(program)
-    chosen = {s.node.outputs[0].name: s for s in sites}
-    dequantized: dict[str, Value] = {}
+    emit = _QuantizedEmitter(program, sites, activations, means)
     for node in program.nodes:
-        site = chosen.get(node.outputs[0].name)
-        if site is None:
+        if node.outputs[0].name not in emit.sites:
             rw.keep(node)
             continue
-        name = site.activation.name
-        if name not in dequantized:
-            dequantized[name] = _qdq(rw, rw.value(site.activation), activations[name])
-        weights = weight_params(program.constants[site.weights] if node.op == OpKind.CONV.value
-                                else _columns_first(node, program.constants[site.weights]))
-        written = _weights_as_written(node, weights)
-        kept = rw.keep(node, inputs=(dequantized[name], rw.new_constant(written, f"{site.weights}_int8"),
-                                     *rw.inputs(node)[2:]))
-        shift = bias_shift(node, program.constants[site.weights], written, means.get(name))
-        if shift is not None:
-            (y,) = rw.emit("add", [kept.outputs[0], rw.new_constant(shift, f"{site.weights}_bias_correction")])
+        kept = rw.keep(node, inputs=emit.inputs(rw, node))
+        y = emit.corrected(rw, node, kept.outputs[0])
+        if y is not kept.outputs[0]:
             rw.substitute(node.outputs[0], y)
     return dce(rw.finish())
+
+
+class _QuantizedEmitter:
+    """Emits the sites' quantized computations into a Rewriter: each activation's quantize-dequantize once, the
+    weights as int8 values times their scales, the bias correction after the op."""
+
+    def __init__(self, program: Program, sites: Sequence[_Site], activations: Mapping[str, ActivationParams],
+                 means: Mapping[str, np.ndarray]):
+        self.program, self.activations, self.means = program, activations, means
+        self.sites = {s.node.outputs[0].name: s for s in sites}
+        self._dequantized: dict[str, Value] = {}
+        self._written: dict[str, np.ndarray] = {}
+
+    def inputs(self, rw: Rewriter, node: Node) -> tuple[Value, ...]:
+        """The quantized node's inputs: the dequantized activation, the rounded weights, the rest as they are."""
+        site = self.sites[node.outputs[0].name]
+        name = site.activation.name
+        if name not in self._dequantized:
+            self._dequantized[name] = _qdq(rw, rw.value(site.activation), self.activations[name])
+        weights = weight_params(self.program.constants[site.weights] if node.op == OpKind.CONV.value
+                                else _columns_first(node, self.program.constants[site.weights]))
+        written = self._written[site.weights] = _weights_as_written(node, weights)
+        return (self._dequantized[name], rw.new_constant(written, f"{site.weights}_int8"), *rw.inputs(node)[2:])
+
+    def corrected(self, rw: Rewriter, node: Node, y: Value) -> Value:
+        """The quantized node's output `y` with its bias_shift added (y itself without channel means)."""
+        site = self.sites[node.outputs[0].name]
+        shift = bias_shift(node, self.program.constants[site.weights], self._written[site.weights],
+                           self.means.get(site.activation.name))
+        if shift is None:
+            return y
+        (y,) = rw.emit("add", [y, rw.new_constant(shift, f"{site.weights}_bias_correction")])
+        return y
+
+    def __call__(self, rw: Rewriter, node: Node) -> Value:
+        """A quantized copy of the node, beside it (quant_sensitivity.switchable's EmitQuantized)."""
+        (y,) = rw.emit(node.op, self.inputs(rw, node), node.attrs)
+        return self.corrected(rw, node, y)
 
 
 def bias_shift(node: Node, weights: np.ndarray, quantized: np.ndarray, mean: np.ndarray | None) -> np.ndarray | None:
@@ -324,8 +418,9 @@ def _qdq(rw: Rewriter, x: Value, p: ActivationParams) -> Value:
 
 def _report(program: Program, quantized: Program, exposed: Executable, method: CalibrationMethod, count: int,
             sets: Sequence[tuple[str, Sequence[dict[str, np.ndarray]]]], target: str, cache_dir: str | None,
-            progress: Progress | None) -> AccuracyReport:
-    """The quantized outputs against the float ones (the exposing executable's first outputs) on each non-empty set."""
+            progress: Progress | None) -> tuple[Program, AccuracyReport]:
+    """The quantized program and its outputs against the float ones (the exposing executable's first outputs) on each
+    non-empty set."""
     compiled = _compile(quantized, target, cache_dir, progress, "int8")
     n = len(program.outputs)
     results = []
@@ -335,7 +430,7 @@ def _report(program: Program, quantized: Program, exposed: Executable, method: C
             results.append(FeedSetError(name, len(feeds), tuple(
                 output_error(v.name, [p[0][i] for p in pairs], [p[1][i] for p in pairs])
                 for i, v in enumerate(program.outputs))))
-    return AccuracyReport(method, count, tuple(results))
+    return quantized, AccuracyReport(method, count, tuple(results))
 
 
 def output_error(name: str, expected: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> OutputError:

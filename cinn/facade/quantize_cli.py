@@ -26,7 +26,7 @@ from cinn.core.symbolic import require_static
 from cinn.core.target import parse_target
 from cinn.facade.command import ExitStatus, UsageError, command, reading_arguments
 from cinn.facade.quant_calibration import CalibrationMethod
-from cinn.facade.quantize import DEFAULT_PERCENTILE, Feed, OpKind, QuantizePolicy, check_feed, quantize
+from cinn.facade.quantize import DEFAULT_MAX_ERROR, DEFAULT_PERCENTILE, Feed, OpKind, QuantizePolicy, check_feed, quantize
 from frontend.loading import PROGRAM_SUFFIX, load_model, parse_input_shapes
 
 
@@ -47,6 +47,10 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"the per cent of the values --method percentile keeps (default: {DEFAULT_PERCENTILE})")
     p.add_argument("--no-bias-correction", action="store_true",
                    help="leave out the per-channel correction of the mean error the weights' rounding causes")
+    p.add_argument("--max-error", type=float, default=DEFAULT_MAX_ERROR, metavar="E",
+                   help="the error budget: relative L2 error against float32 on the held-back samples; over it, the "
+                   "layers that cost most stay in float, the fewest that meet it; 'inf': no budget (default: "
+                   f"{DEFAULT_MAX_ERROR})")
     p.add_argument("--exclude-op", action="append", default=[], choices=[k.value for k in OpKind],
                    help="leave every op of this kind in float (repeatable)")
     p.add_argument("--exclude-node", action="append", default=[], metavar="NAME",
@@ -95,11 +99,14 @@ def _progress(stage: str, done: int, total: int) -> None:
 
 @command("cinn-quantize")
 def main(argv: Sequence[str] | None = None) -> int:
-    """Exit status: see cinn.facade.command.ExitStatus."""
+    """Exit status: see cinn.facade.command.ExitStatus; FAILED when the error is over --max-error even with layers
+    kept in float (the program is written all the same, the report says by how much)."""
     p = _parser()
     args = p.parse_args(argv)
     if not 0 < args.percentile <= 100:
         p.error("--percentile must be in (0, 100]")
+    if not args.max_error >= 0:
+        p.error("--max-error must be 0 or more")
     with reading_arguments():
         if not args.output.endswith(PROGRAM_SUFFIX):
             raise UsageError(f"-o {args.output}: cinn-quantize writes a cinn program file: name it *{PROGRAM_SUFFIX}")
@@ -110,12 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         held_back = None if args.held_back is None else read_feeds(args.held_back, program, "--held-back")
     policy = QuantizePolicy(frozenset(OpKind) - {OpKind(k) for k in args.exclude_op}, frozenset(args.exclude_node))
     result = quantize(program, calibration, CalibrationMethod(args.method), held_back_feeds=held_back, policy=policy,
-                      percentile=args.percentile, bias_correction=not args.no_bias_correction, target=args.target,
-                      progress=_progress)
+                      percentile=args.percentile, bias_correction=not args.no_bias_correction,
+                      max_error=args.max_error, target=args.target, progress=_progress)
     save_program(result.program, args.output)
     print(result.report)
     print(f"wrote {args.output}")
-    return ExitStatus.OK
+    return ExitStatus.OK if result.report.within_budget else ExitStatus.FAILED
 
 
 if __name__ == "__main__":
