@@ -38,7 +38,7 @@ from benchmarks.paddle_export import PADDLE_EXTRA
 from benchmarks.worker_protocol import load_feeds, load_outputs, round_ms, save_feeds, save_outputs, work
 from cinn.facade.command import USER_ERRORS, ExitStatus
 from cinn.runtime.worker_pool import die_with_spawner, spawner_env
-from frontend.loading import PADDLE_SUFFIXES, parse_input_shapes
+from frontend.loading import PADDLE_SUFFIXES, PROGRAM_SUFFIX, parse_input_shapes
 from frontend.zoo import BenchModel, get_model, is_model_name, model_label
 
 RTOL = ATOL = 1e-3
@@ -228,9 +228,10 @@ class BenchConfig:
 
     def model_engines(self, model: ModelRef) -> tuple[Engine, ...]:
         """The engines to run on one model: Paddle Inference too on a Paddle model (given a Python with paddle); no
-        ONNX peer on a set's model that paddle2onnx could not convert."""
+        ONNX peer on a set's model that paddle2onnx could not convert, nor on a .cinn program (cinn-quantize's: its
+        peers run the ONNX file it came from, given as a model of its own)."""
         engines = self.engines()
-        if model.paddle_set and model.onnx is None:
+        if (model.paddle_set and model.onnx is None) or model.model.endswith(PROGRAM_SUFFIX):
             engines = tuple(e for e in engines if e not in ONNX_PEERS)
         return engines + ((Engine.PADDLE,) if self.paddle and model.is_paddle else ())
 

@@ -15,7 +15,20 @@ import pytest
 
 import cinn
 from autotune.database import Record
-from benchmarks.harness import ATOL, RTOL, Baseline, BenchConfig, Engine, EngineResult, ModelResult, compare, ort_session, run_worker
+from benchmarks.harness import (
+    ATOL,
+    ONNX_PEERS,
+    RTOL,
+    Baseline,
+    BenchConfig,
+    Engine,
+    EngineResult,
+    ModelRef,
+    ModelResult,
+    compare,
+    ort_session,
+    run_worker,
+)
 from benchmarks.onnx_export import CONVERTERS, IR_VERSION, to_onnx
 from benchmarks.report import format_table
 from cinn.core.target import parse_target
@@ -322,6 +335,13 @@ def test_engines_follow_the_options():
     engines = BenchConfig(baseline=baseline, unfused=False).engines()
     assert engines[:2] == (Engine.FUSED, Engine.BASELINE) and Engine.UNFUSED not in engines
     assert Engine.UNFUSED in BenchConfig().engines() and Engine.BASELINE not in BenchConfig().engines()
+
+
+def test_a_cinn_program_file_runs_in_cinn_alone():
+    """A .cinn program (cinn-quantize's) has no ONNX file for the peers to run: they are left out, not failed."""
+    engines = BenchConfig().model_engines(ModelRef("model_int8.cinn"))
+    assert Engine.FUSED in engines and not set(engines) & set(ONNX_PEERS)
+    assert Engine.ORT in BenchConfig().model_engines(ModelRef("model.onnx"))
 
 
 def test_cli_rejects_a_baseline_without_cinn(tmp_path, capsys):
