@@ -23,6 +23,7 @@ from cinn.core.ops.quant import (
     conv_out,
     pack_vnni,
     pack_vnni_conv,
+    packed_conv_flops,
     unpack_vnni,
     unpack_vnni_conv,
     window_conv,
@@ -156,11 +157,6 @@ def _conv_reference(arrays: Sequence[np.ndarray], a: IntConvAttrs) -> list[np.nd
     return [window_reference(rounded, from_bf16(unpack_vnni_conv(packed)).astype(np.float64), a).astype(np.float32)]
 
 
-def _conv_flops(types: Sequence[TensorType], _a: IntConvAttrs, outs: Sequence[TensorType]) -> int:
-    w = types[1].shape
-    return 2 * outs[0].size * w[1] * w[2] * w[3] * PAIR
-
-
 register(
     OpDef(
         name="conv2d_bf16",
@@ -168,7 +164,7 @@ register(
         infer=_conv_infer,
         compute=_conv_compute,
         reference=_conv_reference,
-        flops=_conv_flops,
+        flops=packed_conv_flops(PAIR),
         attrs=IntConvAttrs,
         num_inputs=2,
         dtypes=D.NUMBER,

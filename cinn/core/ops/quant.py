@@ -175,9 +175,12 @@ def window_reference(x: np.ndarray, oihw: np.ndarray, a: IntConvAttrs) -> np.nda
     return out
 
 
-def _conv_flops(types: Sequence[TensorType], _a: IntConvAttrs, outs: Sequence[TensorType]) -> int:
-    w = types[1].shape
-    return 2 * outs[0].size * w[1] * w[2] * w[3] * DEPTH
+def packed_conv_flops(depth: int) -> Callable[[Sequence[TensorType], IntConvAttrs, Sequence[TensorType]], int]:
+    """The FLOP count of a conv whose weights [OC/L, KH, KW, C/depth, L, depth] pack `depth` channels a lane."""
+    def flops(types: Sequence[TensorType], _a: IntConvAttrs, outs: Sequence[TensorType]) -> int:
+        w = types[1].shape
+        return 2 * outs[0].size * w[1] * w[2] * w[3] * depth
+    return flops
 
 
 register(
@@ -187,7 +190,7 @@ register(
         infer=_conv_infer,
         compute=_conv_compute,
         reference=_conv_reference,
-        flops=_conv_flops,
+        flops=packed_conv_flops(DEPTH),
         attrs=IntConvAttrs,
         num_inputs=2,
         dtypes=D.INT,
