@@ -20,6 +20,7 @@ from tvm.s_tir import Schedule, Trace
 
 from cinn.core.target import NO_PARTIAL_UNROLL
 from schedules.cpu_attention import KEY_OFFSET, KEY_STEP, QUERY_BLOCKS, QUERY_ROWS
+from schedules.cpu_bf16 import INTRIN as BF16_INTRIN
 from schedules.cpu_int8 import INTRIN
 from schedules.knobs import AUTO_UNROLL, EXPLICIT_UNROLL, MAX_UNROLLED, TILED_UNROLL_STEPS, UNROLL_STEPS
 
@@ -44,7 +45,7 @@ RULES: Mapping[str, Rule] = {
     **dict.fromkeys(("GetLoops", "GetChildBlocks", "GetConsumers", "GetProducers", "SamplePerfectTile", "Split",
                      "Fuse", "Reorder", "LoopPartition", "Parallel", "Vectorize", "Unroll", "ComputeInline",
                      "ReverseComputeInline", "ComputeAt", "ReverseComputeAt", "DecomposeReduction", "AddUnitLoop",
-                     "RFactor"), _PLAIN),
+                     "RFactor", "Reindex", "StorageAlign"), _PLAIN),
     "GetSBlock": Rule(names=True),
     "SampleCategorical": Rule(floats=True),
     "Bind": Rule(strings=frozenset({"blockIdx.x", "threadIdx.x"})),
@@ -53,7 +54,10 @@ RULES: Mapping[str, Rule] = {
     "SetScope": Rule(strings=SCOPES),
     "TransformLayout": Rule(index_maps=True),
     "TransformBlockLayout": Rule(index_maps=True),
-    "Tensorize": Rule(strings=frozenset({INTRIN})),
+    "Tensorize": Rule(strings=frozenset({INTRIN, BF16_INTRIN})),
+    # the dtype a tensor-core kernel stages its operands in (schedules.cuda_tensor_core); its wmma scopes, thread
+    # axes and intrinsics are not listed: a tensor-core trace is refused (those schedules take no knobs)
+    "UnsafeSetDtype": Rule(strings=frozenset({"float16", "bfloat16"})),
     "Annotate": _PLAIN,  # its key and value: ANNOTATIONS
 }
 SIZES = range(2**31)  # sizes of a causal attention's blocks (schedules.cpu_attention), whatever the model

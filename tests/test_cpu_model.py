@@ -44,7 +44,8 @@ ALLOWED = {
     ("schedules/replay.py", "MAX_TILE"): "a sanity bound on a replayed log's split factors",
 }
 # GPU facts: the CpuModel models CPUs (a GPU model is another change)
-GPU_MODULES = ("schedules/cuda_common.py", "schedules/cuda_matmul.py", "schedules/cuda_reduction.py")
+GPU_MODULES = ("schedules/cuda_common.py", "schedules/cuda_matmul.py", "schedules/cuda_reduction.py",
+               "schedules/cuda_tensor_core.py")
 
 
 def _modules():
