@@ -24,6 +24,7 @@ from cinn.core.ops.quant import (
     pack_vnni,
     pack_vnni_conv,
     packed_conv_flops,
+    packed_matmul_flops,
     unpack_vnni,
     unpack_vnni_conv,
     window_conv,
@@ -114,10 +115,6 @@ def _reference(arrays: Sequence[np.ndarray], _a: NoAttrs) -> list[np.ndarray]:
     return [np.matmul(rounded, from_bf16(unpack_vnni(w)).astype(np.float64)).astype(np.float32)]
 
 
-def _flops(types: Sequence[TensorType], _a: NoAttrs, outs: Sequence[TensorType]) -> int:
-    return 2 * outs[0].size * types[0].shape[-1]
-
-
 register(
     OpDef(
         name="matmul_bf16",
@@ -125,7 +122,7 @@ register(
         infer=_infer,
         compute=_compute,
         reference=_reference,
-        flops=_flops,
+        flops=packed_matmul_flops,
         num_inputs=2,
         dtypes=D.NUMBER,
         doc="float32 [..., M, K], rounded to bf16, times bf16 weights (uint16 bits) in the layout [N/L, K/2, L, 2] "

@@ -73,7 +73,8 @@ def _reference(arrays: Sequence[np.ndarray], _a: NoAttrs) -> list[np.ndarray]:
     return [np.matmul(x.astype(np.int64), unpack_vnni(w).astype(np.int64)).astype(np.int32)]
 
 
-def _flops(types: Sequence[TensorType], _a: NoAttrs, outs: Sequence[TensorType]) -> int:
+def packed_matmul_flops(types: Sequence[TensorType], _a: NoAttrs, outs: Sequence[TensorType]) -> int:
+    """The FLOP count of a matmul of [..., M, K] rows by packed weights (K is the rows' last dim)."""
     return 2 * outs[0].size * types[0].shape[-1]
 
 
@@ -84,7 +85,7 @@ register(
         infer=_infer,
         compute=_compute,
         reference=_reference,
-        flops=_flops,
+        flops=packed_matmul_flops,
         num_inputs=2,
         dtypes=D.INT,
         doc="uint8 [..., M, K] times int8 weights in the VNNI layout [N/L, K/4, L, 4] (`pack_vnni`), exact in int32: "
