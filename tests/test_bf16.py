@@ -335,3 +335,13 @@ def test_a_gpu_precision_picks_tensor_cores_and_keeps_the_graph_fp32(precision, 
     assert cuda_target(precision, target).tensor_cores is cores and resolve(precision, None) is FP32
     assert cuda_target(precision, parse_target("cuda -arch=sm_90 -tensor-cores=fp16")).tensor_cores is TensorCores.FP16
     assert cuda_target(precision, parse_target("llvm")) == parse_target("llvm")
+
+
+def test_cinn_run_refuses_a_gpu_precision_on_a_cpu_with_one_line(tmp_path, capsys):
+    from cinn.facade import cli
+
+    model = tmp_path / "mlp.onnx"
+    onnx.save(to_onnx(_mlp()), model)
+    assert cli.main([str(model), "--precision", "fp16"]) != 0
+    err = capsys.readouterr().err
+    assert "GPU tensor-core precision" in err and "Traceback" not in err

@@ -39,8 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
                    help=f"skip a graph pass (repeatable): {', '.join(each.name for each in PASSES if not each.required)}")
     p.add_argument("--pass-timing", action="store_true", help="also print each graph pass's compile time")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "auto"],
-                   help="what matmuls compute in (cinn.compile's precision; bf16 needs AVX512_BF16)")
+    # cinn.Precision's values, written out: importing it loads TVM, which --help should not wait for
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16", "tf32", "auto"],
+                   help="what matmuls compute in (cinn.compile's precision; bf16 on a CPU needs AVX512_BF16; fp16 "
+                        "and tf32 are for CUDA targets' tensor cores)")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
