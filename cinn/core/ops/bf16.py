@@ -20,11 +20,12 @@ from tvm import te
 from cinn.core.ir import NoAttrs, TensorType
 from cinn.core.ops.quant import (
     IntConvAttrs,
-    conv_out,
     pack_vnni,
     pack_vnni_conv,
     packed_conv_flops,
+    packed_conv_type,
     packed_matmul_flops,
+    packed_matmul_type,
     unpack_vnni,
     unpack_vnni_conv,
     window_conv,
@@ -79,10 +80,7 @@ def bf16_value(bits):
 def _infer(types: Sequence[TensorType], _a: NoAttrs) -> list[TensorType]:
     x, w = types
     _check_dtypes("matmul_bf16", x, w)
-    if len(x.shape) < 2 or len(w.shape) != 4 or w.shape[3] != PAIR or w.shape[1] * PAIR != x.shape[-1]:
-        raise ValueError(f"matmul_bf16: x {x.shape} [..., M, K] and weights {w.shape} [N/L, K/{PAIR}, L, {PAIR}] do "
-                         "not match")
-    return [TensorType((*x.shape[:-1], w.shape[0] * w.shape[2]), "float32")]
+    return [packed_matmul_type("matmul_bf16", x, w, PAIR, "float32")]
 
 
 def _rounded(x: te.Tensor) -> te.Tensor:
@@ -134,13 +132,7 @@ register(
 def _conv_infer(types: Sequence[TensorType], a: IntConvAttrs) -> list[TensorType]:
     x, w = types
     _check_dtypes("conv2d_bf16", x, w)
-    if len(x.shape) != 4 or len(w.shape) != 6 or w.shape[5] != PAIR or w.shape[3] * PAIR != x.shape[3]:
-        raise ValueError(f"conv2d_bf16: x {x.shape} [N, H, W, C] and weights {w.shape} [OC/L, KH, KW, C/{PAIR}, L, "
-                         f"{PAIR}] do not match")
-    oh, ow = conv_out(x.shape, w.shape, a)
-    if oh < 1 or ow < 1:
-        raise ValueError(f"conv2d_bf16: the window {w.shape[1:3]} does not fit the input {x.shape}")
-    return [TensorType((x.shape[0], oh, ow, w.shape[0] * w.shape[4]), "float32")]
+    return [packed_conv_type("conv2d_bf16", x, w, a, PAIR, "float32")]
 
 
 def _conv_compute(tensors, a: IntConvAttrs, out_types: Sequence[TensorType]):

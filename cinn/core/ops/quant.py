@@ -48,10 +48,15 @@ def _check_dtypes(op: str, x: TensorType, w: TensorType) -> None:
 def _infer(types: Sequence[TensorType], _a: NoAttrs) -> list[TensorType]:
     x, w = types
     _check_dtypes("matmul_u8i8", x, w)
-    if len(x.shape) < 2 or len(w.shape) != 4 or w.shape[3] != DEPTH or w.shape[1] * DEPTH != x.shape[-1]:
-        raise ValueError(f"matmul_u8i8: x {x.shape} [..., M, K] and weights {w.shape} [N/L, K/{DEPTH}, L, {DEPTH}] do "
+    return [packed_matmul_type("matmul_u8i8", x, w, DEPTH, "int32")]
+
+
+def packed_matmul_type(op: str, x: TensorType, w: TensorType, depth: int, dtype: str) -> TensorType:
+    """The output of rows x [..., M, K] by weights packed [N/L, K/depth, L, depth]; ValueError where they differ."""
+    if len(x.shape) < 2 or len(w.shape) != 4 or w.shape[3] != depth or w.shape[1] * depth != x.shape[-1]:
+        raise ValueError(f"{op}: x {x.shape} [..., M, K] and weights {w.shape} [N/L, K/{depth}, L, {depth}] do "
                          "not match")
-    return [TensorType((*x.shape[:-1], w.shape[0] * w.shape[2]), "int32")]
+    return TensorType((*x.shape[:-1], w.shape[0] * w.shape[2]), dtype)
 
 
 def _compute(tensors, _a: NoAttrs, out_types: Sequence[TensorType]):
@@ -123,13 +128,19 @@ def conv_out(x: tuple[int, ...], w: tuple[int, ...], a: IntConvAttrs) -> tuple[i
 def _conv_infer(types: Sequence[TensorType], a: IntConvAttrs) -> list[TensorType]:
     x, w = types
     _check_dtypes("conv2d_u8i8", x, w)
-    if len(x.shape) != 4 or len(w.shape) != 6 or w.shape[5] != DEPTH or w.shape[3] * DEPTH != x.shape[3]:
-        raise ValueError(f"conv2d_u8i8: x {x.shape} [N, H, W, C] and weights {w.shape} [OC/L, KH, KW, C/{DEPTH}, L, "
-                         f"{DEPTH}] do not match")
+    return [packed_conv_type("conv2d_u8i8", x, w, a, DEPTH, "int32")]
+
+
+def packed_conv_type(op: str, x: TensorType, w: TensorType, a: IntConvAttrs, depth: int, dtype: str) -> TensorType:
+    """The NHWC output of x [N, H, W, C] by weights packed [OC/L, KH, KW, C/depth, L, depth]; ValueError where they
+    differ or the window does not fit."""
+    if len(x.shape) != 4 or len(w.shape) != 6 or w.shape[5] != depth or w.shape[3] * depth != x.shape[3]:
+        raise ValueError(f"{op}: x {x.shape} [N, H, W, C] and weights {w.shape} [OC/L, KH, KW, C/{depth}, L, "
+                         f"{depth}] do not match")
     oh, ow = conv_out(x.shape, w.shape, a)
     if oh < 1 or ow < 1:
-        raise ValueError(f"conv2d_u8i8: the window {w.shape[1:3]} does not fit the input {x.shape}")
-    return [TensorType((x.shape[0], oh, ow, w.shape[0] * w.shape[4]), "int32")]
+        raise ValueError(f"{op}: the window {w.shape[1:3]} does not fit the input {x.shape}")
+    return TensorType((x.shape[0], oh, ow, w.shape[0] * w.shape[4]), dtype)
 
 
 def _conv_compute(tensors, a: IntConvAttrs, out_types: Sequence[TensorType]):
